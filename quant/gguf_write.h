@@ -1,0 +1,43 @@
+/* GGUF v3 writer, used by the synthetic-model generator and by tests that
+ * build (also deliberately malformed) files.  Tensors are referenced, not
+ * copied: their data must stay alive until the file is written. */
+#ifndef DS4_GGUF_WRITE_H
+#define DS4_GGUF_WRITE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_new(uint32_t alignment);   /* NULL on OOM */
+void gguf_writer_free(gguf_writer *w);
+
+/* Metadata, written in call order.  Returns -1 on OOM only. */
+int gguf_w_u32(gguf_writer *w, const char *key, uint32_t v);
+int gguf_w_i32(gguf_writer *w, const char *key, int32_t v);
+int gguf_w_u64(gguf_writer *w, const char *key, uint64_t v);
+int gguf_w_f32(gguf_writer *w, const char *key, float v);
+int gguf_w_bool(gguf_writer *w, const char *key, bool v);
+int gguf_w_str(gguf_writer *w, const char *key, const char *v);
+int gguf_w_str_n(gguf_writer *w, const char *key, const char *v, size_t len);
+int gguf_w_arr_u32(gguf_writer *w, const char *key, const uint32_t *v, size_t n);
+int gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, size_t n);
+int gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n);
+/* strs[i] of lens[i] bytes (lens may be NULL for NUL-terminated strings). */
+int gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *strs,
+                   const size_t *lens, size_t n);
+
+/* A tensor: ne[0..n_dims) with ne[0] contiguous, ggml type id, nbytes bytes. */
+int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                  const uint64_t *ne, const void *data, uint64_t nbytes);
+
+/* Write atomically (temporary file in the same directory, fsync, rename). */
+int gguf_writer_save(gguf_writer *w, const char *path, ds4err *err);
+
+/* Serialize into a malloc'd buffer (caller frees). */
+int gguf_writer_to_mem(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err);
+
+#endif
