@@ -38,8 +38,8 @@ typedef struct ds4_type_info {
 const ds4_type_info *ds4_type_info_get(uint32_t type);
 const char *ds4_type_name(uint32_t type);   /* "type#N" style for unknown ids */
 
-/* Bytes of a row of n elements; 0 if n is not a multiple of the block size or
- * the type is unknown. */
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size,
+ * the type is unknown or the size overflows 64 bits. */
 uint64_t ds4_row_bytes(uint32_t type, uint64_t n);
 
 /* IEEE binary16 / bfloat16 <-> binary32.  to_f32 is exact (subnormals, Inf,

@@ -40,5 +40,6 @@ const char *ds4_type_name(uint32_t type) {
 uint64_t ds4_row_bytes(uint32_t type, uint64_t n) {
     const ds4_type_info *t = ds4_type_info_get(type);
     if (!t || n % t->blck) return 0;
+    if (n / t->blck > UINT64_MAX / t->bytes) return 0;   /* overflow */
     return n / t->blck * t->bytes;
 }
