@@ -23,7 +23,7 @@ HEADERS   = $(wildcard quant/*.h ref/*.h include/*.h tests/*.h)
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
-TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c))
+TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c))
 
 TOOLS     = ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(wildcard tools/*.c)))
 

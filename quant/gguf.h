@@ -20,7 +20,7 @@
 
 #define GGUF_MAGIC 0x46554747u   /* "GGUF" little-endian */
 #define GGUF_MAX_DIMS 4
-#define GGUF_MAX_ARRAY_DEPTH 8
+#define GGUF_MAX_ARRAY_DEPTH 8   /* levels of arrays in arrays: a key's array is 1 */
 
 enum gguf_vtype {
     GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4,
@@ -67,6 +67,9 @@ typedef struct gguf_file {
     gguf_kv *kv;
     uint64_t n_tensors;
     gguf_tensor *tensors;
+    /* Private: pointers into kv / tensors sorted by key / name, for lookup. */
+    gguf_kv **kv_index;
+    gguf_tensor **tensor_index;
 } gguf_file;
 
 /* Map and validate a file.  On failure *g is left closed (nothing to free). */
@@ -117,5 +120,15 @@ typedef struct gguf_scalar {
 } gguf_scalar;
 int gguf_read_scalar(const gguf_file *g, uint32_t type, uint64_t off, gguf_scalar *out,
                      uint64_t *next_off, ds4err *err);
+
+/* Arrays (also nested ones): `off` is where an array value starts (a kv's
+ * value_off, or an element's offset inside an array of arrays).  Gives the
+ * element type, the count and the offset of the first element. */
+int gguf_read_arr(const gguf_file *g, uint64_t off, uint32_t *elem_type, uint64_t *n,
+                  uint64_t *first_off, ds4err *err);
+
+/* Offset just past the value of `type` at `off`, arrays included. */
+int gguf_skip_value(const gguf_file *g, uint32_t type, uint64_t off, uint64_t *next_off,
+                    ds4err *err);
 
 #endif

@@ -12,14 +12,23 @@
 
 typedef struct gguf_writer gguf_writer;
 
-gguf_writer *gguf_writer_new(uint32_t alignment);   /* NULL on OOM */
+/* NULL on OOM or when alignment is not a power of two.  Unless the caller
+ * writes a "general.alignment" key itself, the file gets one (u32, as its
+ * first key) stating this alignment. */
+gguf_writer *gguf_writer_new(uint32_t alignment);
 void gguf_writer_free(gguf_writer *w);
 
 /* Metadata, written in call order.  Returns -1 on OOM only. */
+int gguf_w_u8(gguf_writer *w, const char *key, uint8_t v);
+int gguf_w_i8(gguf_writer *w, const char *key, int8_t v);
+int gguf_w_u16(gguf_writer *w, const char *key, uint16_t v);
+int gguf_w_i16(gguf_writer *w, const char *key, int16_t v);
 int gguf_w_u32(gguf_writer *w, const char *key, uint32_t v);
 int gguf_w_i32(gguf_writer *w, const char *key, int32_t v);
 int gguf_w_u64(gguf_writer *w, const char *key, uint64_t v);
+int gguf_w_i64(gguf_writer *w, const char *key, int64_t v);
 int gguf_w_f32(gguf_writer *w, const char *key, float v);
+int gguf_w_f64(gguf_writer *w, const char *key, double v);
 int gguf_w_bool(gguf_writer *w, const char *key, bool v);
 int gguf_w_str(gguf_writer *w, const char *key, const char *v);
 int gguf_w_str_n(gguf_writer *w, const char *key, const char *v, size_t len);
@@ -30,7 +39,13 @@ int gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n);
 int gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                    const size_t *lens, size_t n);
 
-/* A tensor: ne[0..n_dims) with ne[0] contiguous, ggml type id, nbytes bytes. */
+/* Any value, encoded by the caller: `type` is written as the value type and
+ * the len bytes of `value` as-is after it (nested arrays, bool arrays,
+ * deliberately malformed values). */
+int gguf_w_raw(gguf_writer *w, const char *key, uint32_t type, const void *value, size_t len);
+
+/* A tensor: ne[0..n_dims) with ne[0] contiguous, ggml type id, nbytes bytes.
+ * Not validated (the reader does that); -1 on OOM only. */
 int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                   const uint64_t *ne, const void *data, uint64_t nbytes);
 

@@ -1,0 +1,496 @@
+/* GGUF v3 writer.
+ *
+ * Metadata records are serialized as they are added, into one growing
+ * buffer, so a file is exactly the sequence of calls that built it: the same
+ * calls always give the same bytes.  Tensors are only referenced; their
+ * offsets are assigned when the file is produced (each one aligned, padding
+ * zero, the file padded to the alignment after the last tensor, as ggml does).
+ *
+ * The writer does not judge content: tests use it to build deliberately odd
+ * files, and the reader is where files are validated.  The one thing it adds
+ * on its own is general.alignment (a u32, as the first key) when the caller
+ * did not write that key, so that every file it produces states the alignment
+ * its data is laid out with. */
+#include "gguf_write.h"
+#include "gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A growing byte buffer whose failure is sticky: after a failed append the
+ * following ones do nothing, and the caller checks once at the end. */
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    bool failed;
+} wbuf;
+
+typedef struct wtensor {
+    char *name;
+    uint32_t type, n_dims;
+    uint64_t *ne;
+    const void *data;
+    uint64_t nbytes;
+} wtensor;
+
+struct gguf_writer {
+    uint32_t alignment;
+    wbuf kv;                 /* serialized metadata records, in call order */
+    uint64_t n_kv;
+    bool has_alignment_key;
+    wtensor *t;
+    size_t n_t, cap_t;
+};
+
+static const char alignment_key[] = "general.alignment";
+
+static void put(wbuf *b, const void *src, size_t n) {
+    if (b->failed || n == 0) return;
+    if (n > SIZE_MAX - b->len) {
+        b->failed = true;
+        return;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_u8(wbuf *b, uint8_t v) { put(b, &v, 1); }
+
+static void put_u16(wbuf *b, uint16_t v) {
+    uint8_t le[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+    put(b, le, 2);
+}
+
+static void put_u32(wbuf *b, uint32_t v) {
+    uint8_t le[4];
+    for (int i = 0; i < 4; i++) le[i] = (uint8_t)(v >> (8 * i));
+    put(b, le, 4);
+}
+
+static void put_u64(wbuf *b, uint64_t v) {
+    put_u32(b, (uint32_t)v);
+    put_u32(b, (uint32_t)(v >> 32));
+}
+
+static void put_f32(wbuf *b, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_u32(b, u);
+}
+
+static void put_f64(wbuf *b, double d) {
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    put_u64(b, u);
+}
+
+static void put_str(wbuf *b, const char *s, size_t len) {
+    put_u64(b, len);
+    put(b, s, len);
+}
+
+static void put_zeros(wbuf *b, size_t n) {
+    static const uint8_t zero[64];
+    for (; n > sizeof(zero); n -= sizeof(zero)) put(b, zero, sizeof(zero));
+    put(b, zero, n);
+}
+
+/* ========================================================================
+ * Metadata.  Each record is begun with kv_begin() and closed with kv_end(),
+ * which drops a half-written record if memory ran out.
+ * ======================================================================== */
+
+static size_t kv_begin(gguf_writer *w, const char *key, uint32_t type) {
+    size_t mark = w->kv.len;
+    put_str(&w->kv, key, strlen(key));
+    put_u32(&w->kv, type);
+    return mark;
+}
+
+static int kv_end(gguf_writer *w, const char *key, size_t mark) {
+    if (w->kv.failed) {
+        w->kv.len = mark;
+        w->kv.failed = false;
+        return -1;
+    }
+    w->n_kv++;
+    if (strcmp(key, alignment_key) == 0) w->has_alignment_key = true;
+    return 0;
+}
+
+static size_t arr_begin(gguf_writer *w, const char *key, uint32_t elem_type, size_t n) {
+    size_t mark = kv_begin(w, key, GGUF_ARR);
+    put_u32(&w->kv, elem_type);
+    put_u64(&w->kv, n);
+    return mark;
+}
+
+int gguf_w_u8(gguf_writer *w, const char *key, uint8_t v) {
+    size_t mark = kv_begin(w, key, GGUF_U8);
+    put_u8(&w->kv, v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_i8(gguf_writer *w, const char *key, int8_t v) {
+    size_t mark = kv_begin(w, key, GGUF_I8);
+    put_u8(&w->kv, (uint8_t)v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_u16(gguf_writer *w, const char *key, uint16_t v) {
+    size_t mark = kv_begin(w, key, GGUF_U16);
+    put_u16(&w->kv, v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_i16(gguf_writer *w, const char *key, int16_t v) {
+    size_t mark = kv_begin(w, key, GGUF_I16);
+    put_u16(&w->kv, (uint16_t)v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_u32(gguf_writer *w, const char *key, uint32_t v) {
+    size_t mark = kv_begin(w, key, GGUF_U32);
+    put_u32(&w->kv, v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_i32(gguf_writer *w, const char *key, int32_t v) {
+    size_t mark = kv_begin(w, key, GGUF_I32);
+    put_u32(&w->kv, (uint32_t)v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_u64(gguf_writer *w, const char *key, uint64_t v) {
+    size_t mark = kv_begin(w, key, GGUF_U64);
+    put_u64(&w->kv, v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_i64(gguf_writer *w, const char *key, int64_t v) {
+    size_t mark = kv_begin(w, key, GGUF_I64);
+    put_u64(&w->kv, (uint64_t)v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_f32(gguf_writer *w, const char *key, float v) {
+    size_t mark = kv_begin(w, key, GGUF_F32);
+    put_f32(&w->kv, v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_f64(gguf_writer *w, const char *key, double v) {
+    size_t mark = kv_begin(w, key, GGUF_F64);
+    put_f64(&w->kv, v);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_bool(gguf_writer *w, const char *key, bool v) {
+    size_t mark = kv_begin(w, key, GGUF_BOOL);
+    put_u8(&w->kv, v ? 1 : 0);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_str(gguf_writer *w, const char *key, const char *v) {
+    return gguf_w_str_n(w, key, v, strlen(v));
+}
+
+int gguf_w_str_n(gguf_writer *w, const char *key, const char *v, size_t len) {
+    size_t mark = kv_begin(w, key, GGUF_STR);
+    put_str(&w->kv, v, len);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_raw(gguf_writer *w, const char *key, uint32_t type, const void *value, size_t len) {
+    size_t mark = kv_begin(w, key, type);
+    put(&w->kv, value, len);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_arr_u32(gguf_writer *w, const char *key, const uint32_t *v, size_t n) {
+    size_t mark = arr_begin(w, key, GGUF_U32, n);
+    for (size_t i = 0; i < n; i++) put_u32(&w->kv, v[i]);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v, size_t n) {
+    size_t mark = arr_begin(w, key, GGUF_I32, n);
+    for (size_t i = 0; i < n; i++) put_u32(&w->kv, (uint32_t)v[i]);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n) {
+    size_t mark = arr_begin(w, key, GGUF_F32, n);
+    for (size_t i = 0; i < n; i++) put_f32(&w->kv, v[i]);
+    return kv_end(w, key, mark);
+}
+
+int gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *strs,
+                   const size_t *lens, size_t n) {
+    size_t mark = arr_begin(w, key, GGUF_STR, n);
+    for (size_t i = 0; i < n; i++) put_str(&w->kv, strs[i], lens ? lens[i] : strlen(strs[i]));
+    return kv_end(w, key, mark);
+}
+
+/* ========================================================================
+ * Tensors.
+ * ======================================================================== */
+
+int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                  const uint64_t *ne, const void *data, uint64_t nbytes) {
+    if (w->n_t == w->cap_t) {
+        size_t cap = w->cap_t ? w->cap_t * 2 : 16;
+        if (cap > SIZE_MAX / sizeof(*w->t)) return -1;
+        wtensor *t = realloc(w->t, cap * sizeof(*t));
+        if (!t) return -1;
+        w->t = t;
+        w->cap_t = cap;
+    }
+    wtensor *t = &w->t[w->n_t];
+    memset(t, 0, sizeof(*t));
+    t->name = strdup(name);
+    if (n_dims) t->ne = malloc((size_t)n_dims * sizeof(*t->ne));
+    if (!t->name || (n_dims && !t->ne)) {
+        free(t->name);
+        free(t->ne);
+        return -1;
+    }
+    if (n_dims) memcpy(t->ne, ne, (size_t)n_dims * sizeof(*t->ne));
+    t->type = type;
+    t->n_dims = n_dims;
+    t->data = data;
+    t->nbytes = nbytes;
+    w->n_t++;
+    return 0;
+}
+
+/* ========================================================================
+ * Layout and output.
+ * ======================================================================== */
+
+gguf_writer *gguf_writer_new(uint32_t alignment) {
+    if (alignment == 0 || (alignment & (alignment - 1))) return NULL;
+    gguf_writer *w = calloc(1, sizeof(*w));
+    if (w) w->alignment = alignment;
+    return w;
+}
+
+void gguf_writer_free(gguf_writer *w) {
+    if (!w) return;
+    for (size_t i = 0; i < w->n_t; i++) {
+        free(w->t[i].name);
+        free(w->t[i].ne);
+    }
+    free(w->t);
+    free(w->kv.p);
+    free(w);
+}
+
+/* Where everything goes: the header (everything before the data section) in
+ * memory, each tensor's offset inside the data section, the total size. */
+typedef struct layout {
+    wbuf head;               /* header + metadata + tensor infos + padding */
+    uint64_t *rel_off;
+    uint64_t data_bytes;     /* the data section, padded */
+    uint64_t total;
+} layout;
+
+static int align_up(uint64_t v, uint64_t a, uint64_t *out) {
+    uint64_t r = v % a;
+    if (r && v > UINT64_MAX - (a - r)) return -1;
+    *out = r ? v + (a - r) : v;
+    return 0;
+}
+
+/* Each tensor at the next aligned offset after the previous one. */
+static int assign_offsets(const gguf_writer *w, layout *l) {
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n_t; i++) {
+        l->rel_off[i] = off;
+        if (w->t[i].nbytes > UINT64_MAX - off ||
+            align_up(off + w->t[i].nbytes, w->alignment, &off))
+            return -1;
+    }
+    l->data_bytes = off;
+    return 0;
+}
+
+static void put_header(const gguf_writer *w, layout *l) {
+    wbuf *h = &l->head;
+    bool add_alignment = !w->has_alignment_key;
+    put_u32(h, GGUF_MAGIC);
+    put_u32(h, 3);
+    put_u64(h, w->n_t);
+    put_u64(h, w->n_kv + (add_alignment ? 1 : 0));
+    if (add_alignment) {
+        put_str(h, alignment_key, strlen(alignment_key));
+        put_u32(h, GGUF_U32);
+        put_u32(h, w->alignment);
+    }
+    put(h, w->kv.p, w->kv.len);
+    for (size_t i = 0; i < w->n_t; i++) {
+        const wtensor *t = &w->t[i];
+        put_str(h, t->name, strlen(t->name));
+        put_u32(h, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims; d++) put_u64(h, t->ne[d]);
+        put_u32(h, t->type);
+        put_u64(h, l->rel_off[i]);
+    }
+    put_zeros(h, (w->alignment - h->len % w->alignment) % w->alignment);
+}
+
+static void layout_free(layout *l) {
+    free(l->head.p);
+    free(l->rel_off);
+}
+
+static int make_layout(const gguf_writer *w, layout *l, ds4err *err) {
+    memset(l, 0, sizeof(*l));
+    l->rel_off = calloc(w->n_t ? w->n_t : 1, sizeof(*l->rel_off));
+    if (!l->rel_off) return ds4err_set(err, DS4_E_NOMEM, "gguf writer: out of memory");
+    /* Offsets first: they go into the tensor infos. */
+    bool ok = assign_offsets(w, l) == 0;
+    if (ok) put_header(w, l);
+    ok = ok && !l->head.failed && l->data_bytes <= UINT64_MAX - l->head.len;
+    if (!ok) {
+        layout_free(l);
+        return ds4err_set(err, DS4_E_NOMEM, "gguf writer: out of memory or file size overflows "
+                          "64 bits (%zu tensors)", w->n_t);
+    }
+    l->total = l->head.len + l->data_bytes;
+    return 0;
+}
+
+int gguf_writer_to_mem(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) {
+    layout l;
+    if (make_layout(w, &l, err)) return -1;
+    uint8_t *p = l.total <= SIZE_MAX ? calloc(1, (size_t)(l.total ? l.total : 1)) : NULL;
+    if (!p) {
+        layout_free(&l);
+        return ds4err_set(err, DS4_E_NOMEM, "gguf writer: cannot allocate %" PRIu64 " bytes",
+                          l.total);
+    }
+    memcpy(p, l.head.p, l.head.len);
+    for (size_t i = 0; i < w->n_t; i++)
+        if (w->t[i].nbytes)
+            memcpy(p + l.head.len + l.rel_off[i], w->t[i].data, (size_t)w->t[i].nbytes);
+    *buf = p;
+    *len = (size_t)l.total;
+    layout_free(&l);
+    return 0;
+}
+
+static int write_all(int fd, const void *src, uint64_t n) {
+    const uint8_t *p = src;
+    while (n) {
+        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t r = write(fd, p, chunk);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (uint64_t)r;
+    }
+    return 0;
+}
+
+static int write_zeros(int fd, uint64_t n) {
+    static const uint8_t zero[4096];
+    for (; n; n -= n > sizeof(zero) ? sizeof(zero) : n)
+        if (write_all(fd, zero, n > sizeof(zero) ? sizeof(zero) : n)) return -1;
+    return 0;
+}
+
+/* Header, then each tensor followed by zeros up to the next aligned offset
+ * (or to the padded end of the file for the last one). */
+static int write_file(int fd, const gguf_writer *w, const layout *l) {
+    if (write_all(fd, l->head.p, l->head.len)) return -1;
+    for (size_t i = 0; i < w->n_t; i++) {
+        uint64_t end = l->head.len + l->rel_off[i] + w->t[i].nbytes;
+        uint64_t next = i + 1 < w->n_t ? l->head.len + l->rel_off[i + 1] : l->total;
+        if (write_all(fd, w->t[i].data, w->t[i].nbytes) || write_zeros(fd, next - end)) return -1;
+    }
+    return 0;
+}
+
+/* The directory entry of a rename is only durable once the directory itself
+ * is synced. */
+static int sync_dir_of(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return -1;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Fill and sync the temporary file; the name of the failed step, or NULL. */
+static const char *fill_tmp(int fd, const gguf_writer *w, const layout *l) {
+    if (write_file(fd, w, l)) return "write";
+    /* mkstemp makes the file 0600; a model file is meant to be shared. */
+    if (fchmod(fd, 0644)) return "chmod";
+    if (fsync(fd)) return "fsync";
+    return NULL;
+}
+
+int gguf_writer_save(gguf_writer *w, const char *path, ds4err *err) {
+    static const char suffix[] = ".tmp.XXXXXX";
+    layout l;
+    if (make_layout(w, &l, err)) return -1;
+    size_t n = strlen(path);
+    char *tmp = malloc(n + sizeof(suffix));
+    if (!tmp) {
+        layout_free(&l);
+        return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
+    }
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, suffix, sizeof(suffix));
+    const char *failed = NULL;
+    int e = 0;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        failed = "create";
+        e = errno;
+    } else {
+        failed = fill_tmp(fd, w, &l);
+        e = errno;
+        if (close(fd) && !failed) {
+            failed = "close";
+            e = errno;
+        }
+        if (!failed && rename(tmp, path)) {
+            failed = "rename";
+            e = errno;
+        }
+        if (failed) unlink(tmp);
+    }
+    int rc = 0;
+    if (failed)
+        rc = ds4err_set(err, DS4_E_IO, "%s: cannot %s temporary file %s: %s", path, failed, tmp,
+                        strerror(e));
+    else if (sync_dir_of(path))
+        rc = ds4err_set(err, DS4_E_IO, "%s: cannot fsync its directory: %s", path,
+                        strerror(errno));
+    free(tmp);
+    layout_free(&l);
+    return rc;
+}

@@ -1,0 +1,87 @@
+#include "testutil.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int tu_read_file(const char *path, uint8_t **buf, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *p = malloc(cap);
+    while (p) {
+        n += fread(p + n, 1, cap - n, f);
+        if (n < cap) break;
+        uint8_t *q = realloc(p, cap * 2);
+        if (!q) {
+            free(p);
+            p = NULL;
+        } else {
+            p = q;
+            cap *= 2;
+        }
+    }
+    int bad = !p || ferror(f);
+    fclose(f);
+    if (bad) {
+        free(p);
+        return -1;
+    }
+    *buf = p;
+    *len = n;
+    return 0;
+}
+
+char *tu_path(const char *dir, const char *name) {
+    size_t n = strlen(dir) + 1 + strlen(name) + 1;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+char *tu_shared(const char *rel) {
+    char *p = tu_path("../shared", rel);
+    if (p && access(p, F_OK) == 0) return p;
+    fprintf(stderr, "skipping: %s not found (the shared fixtures live in ../shared, relative to "
+            "the repository root the tests run from)\n", p ? p : rel);
+    free(p);
+    return NULL;
+}
+
+char *tu_tmpdir(void) {
+    const char *base = getenv("TMPDIR");
+    char *p = tu_path(base && *base ? base : "/tmp", "ds4ref-test-XXXXXX");
+    if (p && !mkdtemp(p)) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+int tu_count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+void tu_rmdir(char *dir) {
+    if (!dir) return;
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *p = tu_path(dir, e->d_name);
+            if (p) unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+    free(dir);
+}
