@@ -1,0 +1,56 @@
+/* A session: one sequence being evaluated by an engine, with its attention
+ * state, the tokens it holds and the logits after the last one.
+ *
+ * Evaluation is split into passes of at most `chunk` tokens; any chunking
+ * gives the same bits (forward.h).  Truncation moves the sequence back to an
+ * earlier position: cheaply through the state's rings when they still hold
+ * what that position needs, otherwise by re-evaluating the kept token
+ * history from position 0.  Either way the state afterwards is exactly the
+ * state a fresh evaluation of those tokens would have produced. */
+#ifndef DS4_SESSION_H
+#define DS4_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "forward.h"
+#include "kvstate.h"
+
+typedef struct ds4_session_opts {
+    uint32_t ctx;        /* positions available (0: the model's context_length) */
+    uint32_t chunk;      /* max tokens per forward pass (0: engine capacity) */
+    uint32_t rollback;   /* positions a truncation may go back through the rings */
+} ds4_session_opts;
+
+typedef void (*ds4_progress_fn)(void *ud, uint32_t done, uint32_t total);
+
+typedef struct ds4_session {
+    ds4_engine *e;
+    ds4_kv kv;
+    int32_t *hist;       /* [ctx] tokens at positions [0, kv.pos) */
+    float *logits;       /* [n_vocab] after the last evaluated token */
+    bool has_logits;
+    float *hc_last;      /* [n_hc*n_embd] final HC state of the last token */
+    ds4_progress_fn progress;
+    void *progress_ud;
+} ds4_session;
+
+int ds4_session_init(ds4_session *s, ds4_engine *e, const ds4_session_opts *o, ds4err *err);
+void ds4_session_free(ds4_session *s);
+
+static inline uint32_t ds4_session_pos(const ds4_session *s) { return s->kv.pos; }
+
+/* Append n tokens.  logits_all / hc_all: NULL, or room for n rows of
+ * n_vocab / n_hc*n_embd values (teacher-forced outputs of every token). */
+int ds4_session_eval(ds4_session *s, const int32_t *tokens, uint32_t n, float *logits_all,
+                     float *hc_all, ds4err *err);
+
+/* Move back to position pos (<= current).  Afterwards logits/hc_last are the
+ * ones after token pos-1 (none at pos 0). */
+int ds4_session_truncate(ds4_session *s, uint32_t pos, ds4err *err);
+
+/* Forget everything (position 0). */
+void ds4_session_reset(ds4_session *s);
+
+#endif
