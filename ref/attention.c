@@ -138,13 +138,15 @@ static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_m
         ds4_comp_store(indexer ? &ls->idx : &ls->comp, ape, s->tok[t].pos,
                        s->ckv + (uint64_t)t * width, s->csc + (uint64_t)t * width);
     }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!e->tap)
     for (uint32_t t = 0; t < T; t++) {
         ds4_layer_state *ls = &s->tok[t].kv->L[il];
         ds4_comp_state *cs = indexer ? &ls->idx : &ls->comp;
-        if ((s->tok[t].pos + 1) % cs->ratio == 0)
-            ds4_comp_emit(cs, norm, c->rms_eps, rope, c->n_rot, s->tok[t].pos, indexer,
-                          e->opts.qat);
+        uint32_t pos = s->tok[t].pos;
+        if ((pos + 1) % cs->ratio) continue;
+        ds4_comp_emit(cs, norm, c->rms_eps, rope, c->n_rot, pos, indexer, e->opts.qat);
+        ds4_tap_emit(e, indexer ? "idx_row" : "comp_row", t, DS4_TAP_F32,
+                     ds4_comp_row(cs, pos / cs->ratio), cs->dim);
     }
 }
 
@@ -162,7 +164,7 @@ static int run_indexer(const ds4_engine *e, const ds4_layer *L, uint32_t il, con
         if (v > max_vis) max_vis = v;
     }
     if (scratch_doubles(s, max_vis + 1, err)) return -1;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!e->tap)
     for (uint32_t t = 0; t < T; t++) {
         const ds4_tok *tk = &s->tok[t];
         float *q = s->iq + (uint64_t)t * iq_w;
@@ -177,8 +179,12 @@ static int run_indexer(const ds4_engine *e, const ds4_layer *L, uint32_t il, con
             if (e->opts.qat) ds4_qat_fp4_e2m1(qh, c->idx_dim, NULL);
         }
         double *score = s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride;
+        uint32_t n_scored;
+        uint32_t *sel = s->isel + (uint64_t)t * c->idx_topk;
         s->nsel[t] = ds4_indexer_select(c, &tk->kv->L[il].idx, q, s->iw + (uint64_t)t * c->idx_head,
-                                        tk->pos, s->isel + (uint64_t)t * c->idx_topk, score);
+                                        tk->pos, sel, score, &n_scored);
+        if (n_scored) ds4_tap_emit(e, "indexer_scores", t, DS4_TAP_F64, score, n_scored);
+        ds4_tap_emit(e, "indexer_sel", t, DS4_TAP_I32, sel, s->nsel[t]);
     }
     return 0;
 }

@@ -128,17 +128,40 @@ static void sublayer_out(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T) {
     s->x2 = tmp;
 }
 
-/* One block (trunk layer il, or the MTP block with il = 0 of its state). */
-static int run_block(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T, ds4err *err) {
+void ds4_tap_emit(const ds4_engine *e, const char *name, uint32_t t, uint32_t kind,
+                  const void *data, uint32_t n) {
+    if (!e->tap) return;
+    const ds4_tok *tk = &e->scr->tok[t];
+    ds4_tap ev = {name, e->tap_layer, tk->kv, tk->pos, kind, data, n};
+    e->tap(e->tap_ud, &ev);
+}
+
+/* Report one f32 row per token of a [T][width] array. */
+static void tap_rows(const ds4_engine *e, const char *name, const float *rows, uint64_t width,
+                     uint32_t T) {
+    for (uint32_t t = 0; e->tap && t < T; t++)
+        ds4_tap_emit(e, name, t, DS4_TAP_F32, rows + t * width, (uint32_t)width);
+}
+
+/* One block (trunk layer il, or the MTP block with il = 0 of its state);
+ * tap_layer is the index reported to taps. */
+static int run_block(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t tap_layer,
+                     uint32_t T, ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     const ds4_rope *rope = L->ratio ? &e->rope_comp : &e->rope_dense;
+    uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
+    e->tap_layer = tap_layer;
     sublayer_in(c, s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, T);
     if (ds4_attention(e, L, il, rope, T, err)) return -1;
+    tap_rows(e, "attn_out", s->out, c->n_embd, T);
     sublayer_out(c, s, T);
+    tap_rows(e, "hc_attn", s->x, hc_dim, T);
     sublayer_in(c, s, &L->hc_ffn_fn, &L->hc_ffn_scale, &L->hc_ffn_base, &L->ffn_norm, T);
     ds4_moe(e, L, T);
+    tap_rows(e, "ffn_out", s->out, c->n_embd, T);
     sublayer_out(c, s, T);
+    tap_rows(e, "hc_ffn", s->x, hc_dim, T);
     return 0;
 }
 
@@ -222,7 +245,7 @@ int ds4_forward(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err) 
 #pragma omp parallel for schedule(static)
     for (uint32_t t = 0; t < T; t++) embed(m, s->tok[t].id, s->x + t * hc_dim);
     for (uint32_t il = 0; il < c->n_layer; il++)
-        if (run_block(e, &m->layers[il], il, T, err)) return -1;
+        if (run_block(e, &m->layers[il], il, il, T, err)) return -1;
     for (uint32_t i = 0; i < n_seqs; i++) advance(seqs[i].kv, seqs[i].n);
     outputs(e, seqs, n_seqs);
     return 0;
@@ -287,7 +310,7 @@ int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *e
         }
     mtp_input(e, h_in, T);
     free(h_in);
-    if (run_block(e, &m->mtp->block, 0, T, err)) return -1;
+    if (run_block(e, &m->mtp->block, 0, c->n_layer, T, err)) return -1;
     uint32_t base = 0;
     for (uint32_t i = 0; i < n_seqs; i++) {
         ds4_mtp_seq *q = &seqs[i];

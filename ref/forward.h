@@ -44,6 +44,35 @@ typedef struct ds4_fwd_opts {
 /* Scratch for a batch of up to `cap` tokens; reused across calls. */
 typedef struct ds4_fwd_scratch ds4_fwd_scratch;
 
+/* Debug taps: named intermediate values of every token, so another backend
+ * can find the first layer where it diverges.  The callback runs on one
+ * thread, in batch order, right after the step that produced the value (with
+ * a tap installed, steps that would call it from parallel loops run
+ * serially; the values are the same either way).  Names:
+ *   hc_attn, hc_ffn     f32 [n_hc*n_embd]  HC state after the attention /
+ *                                          FFN sublayer (hc_ffn = block output)
+ *   attn_out, ffn_out   f32 [n_embd]       sublayer output before hc_post
+ *   experts             i32 [n_used]       selected experts, slot order
+ *   expert_weights      f64 [n_used]       their routing weights
+ *   expert_scores       f64 [n_expert]     biased selection scores (score layers)
+ *   indexer_scores      f64 [n_visible]    (only when the indexer must choose)
+ *   indexer_sel         i32 [n]            compressed entries attended, ascending
+ *   comp_row, idx_row   f32 [dim]          compressed row emitted at this position
+ * layer is the block index, n_layer for the MTP block. */
+enum ds4_tap_kind { DS4_TAP_F32, DS4_TAP_I32, DS4_TAP_F64 };
+
+typedef struct ds4_tap {
+    const char *name;
+    uint32_t layer;
+    const struct ds4_kv *seq;
+    uint32_t pos;
+    uint32_t kind;
+    const void *data;
+    uint32_t n;
+} ds4_tap;
+
+typedef void (*ds4_tap_fn)(void *ud, const ds4_tap *t);
+
 typedef struct ds4_engine {
     const ds4_model *m;
     ds4_fwd_opts opts;
@@ -51,6 +80,9 @@ typedef struct ds4_engine {
     ds4_rope rope_comp;    /* ratio>0 layers: compress_rope_freq_base + YaRN */
     ds4_fwd_scratch *scr;
     uint32_t cap;
+    ds4_tap_fn tap;        /* NULL: no taps */
+    void *tap_ud;
+    uint32_t tap_layer;    /* block index the current step reports */
 } ds4_engine;
 
 int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
@@ -121,6 +153,10 @@ struct ds4_fwd_scratch {
     uint32_t attn_p_stride;
 };
 
+/* forward.c: report data of batch token t to the tap (no-op without one). */
+void ds4_tap_emit(const ds4_engine *e, const char *name, uint32_t t, uint32_t kind,
+                  const void *data, uint32_t n);
+
 /* hc.c */
 void ds4_hc_pre(const ds4_config *c, const ds4_mat *fn, const ds4_vec *scale,
                 const ds4_vec *base, const float *x, float *y, float *post, float *comb);
@@ -144,7 +180,8 @@ void ds4_comp_emit(ds4_comp_state *cs, const ds4_vec *norm, float eps, const ds4
 
 /* indexer.c: selected compressed entries for one token, ascending. */
 uint32_t ds4_indexer_select(const ds4_config *c, const ds4_comp_state *idx, const float *q,
-                            const float *w, uint32_t pos, uint32_t *sel, double *score_tmp);
+                            const float *w, uint32_t pos, uint32_t *sel, double *score_tmp,
+                            uint32_t *n_scored);
 
 /* moe.c: the FFN sublayer's MoE + shared expert for the batch, a[] -> out[]. */
 void ds4_moe(ds4_engine *e, const ds4_layer *L, uint32_t T);

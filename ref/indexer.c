@@ -43,9 +43,11 @@ static int cmp_u32(const void *a, const void *b) {
 }
 
 uint32_t ds4_indexer_select(const ds4_config *c, const ds4_comp_state *idx, const float *q,
-                            const float *w, uint32_t pos, uint32_t *sel, double *score) {
+                            const float *w, uint32_t pos, uint32_t *sel, double *score,
+                            uint32_t *n_scored) {
     uint32_t n_vis = (pos + 1) / idx->ratio;
     uint32_t k = n_vis < c->idx_topk ? n_vis : c->idx_topk;
+    *n_scored = k == n_vis ? 0 : n_vis;
     if (k == n_vis) {
         /* Everything visible is kept: no need to score. */
         for (uint32_t t = 0; t < n_vis; t++) sel[t] = t;

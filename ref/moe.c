@@ -32,20 +32,23 @@ static int ranks_before(double sa, int32_t ia, double sb, int32_t ib) {
     return ia < ib;
 }
 
-/* Selection and weights of one token. */
-static void route(const ds4_config *c, const ds4_layer *L, const float *logits, int32_t token,
-                  int32_t *sel, double *w) {
+/* Selection and weights of token t. */
+static void route(const ds4_engine *e, const ds4_layer *L, const float *logits, uint32_t t,
+                  int32_t token, int32_t *sel, double *w) {
+    const ds4_config *c = &e->m->cfg;
     uint32_t k = c->n_expert_used;
-    double score[4096];
+    double score[4096], biased[4096];
     for (uint32_t x = 0; x < c->n_expert; x++) score[x] = router_score(logits[x]);
     if (L->hash) {
         memcpy(sel, L->tid2eid + (uint64_t)token * k, sizeof(int32_t) * k);
     } else {
+        for (uint32_t x = 0; x < c->n_expert; x++) biased[x] = score[x] + (double)L->exp_bias.v[x];
+        ds4_tap_emit(e, "expert_scores", t, DS4_TAP_F64, biased, c->n_expert);
         /* Insertion into a sorted list of k: n_expert is small. */
         double best[64];
         uint32_t n = 0;
         for (uint32_t x = 0; x < c->n_expert; x++) {
-            double b = score[x] + (double)L->exp_bias.v[x];
+            double b = biased[x];
             if (n == k && !ranks_before(b, (int32_t)x, best[k - 1], sel[k - 1])) continue;
             uint32_t i = n < k ? n++ : k - 1;
             while (i > 0 && ranks_before(b, (int32_t)x, best[i - 1], sel[i - 1])) {
@@ -60,6 +63,8 @@ static void route(const ds4_config *c, const ds4_layer *L, const float *logits, 
     double sum = 0;
     for (uint32_t i = 0; i < k; i++) sum += score[sel[i]];
     for (uint32_t i = 0; i < k; i++) w[i] = score[sel[i]] / sum * (double)c->expert_scale;
+    ds4_tap_emit(e, "experts", t, DS4_TAP_I32, sel, k);
+    ds4_tap_emit(e, "expert_weights", t, DS4_TAP_F64, w, k);
 }
 
 /* silu(min(g, L)) * clamp(u, -L, L), optionally times the routing weight;
@@ -144,9 +149,9 @@ void ds4_moe(ds4_engine *e, const ds4_layer *L, uint32_t T) {
     ds4_fwd_scratch *s = e->scr;
     uint32_t k = c->n_expert_used;
     ds4_matmul(&L->gate_inp, s->a, c->n_embd, (int)T, s->rlog, c->n_expert);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (!e->tap)
     for (uint32_t t = 0; t < T; t++)
-        route(c, L, s->rlog + (uint64_t)t * c->n_expert, s->tok[t].id, s->sel + t * k,
+        route(e, L, s->rlog + (uint64_t)t * c->n_expert, t, s->tok[t].id, s->sel + t * k,
               s->selw + t * k);
     for (uint32_t x = 0; x < c->n_expert; x++) run_expert(e, L, x, T);
     shared_expert(e, L, T);

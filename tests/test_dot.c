@@ -1,0 +1,375 @@
+/* Tests of quant/dot.c: the canonical summation order and the matrix
+ * kernels built on it.
+ *
+ * The reference is ref_dot below: a deliberately naive transcription of the
+ * order of dot.h (lane i % 16, then the halving tree), written as a plain
+ * loop over i.  The library's version is written for vectorization; the two
+ * must agree bit for bit at any optimization level, which is what makes the
+ * results independent of compiler flags.  Matrix kernels are checked against
+ * ref_dot of the dequantized rows (dequantization has its own tests). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dot.h"
+#include "formats.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float rnd_unit(void) {
+    return (float)((double)(rnd() >> 11) * 0x1p-52 - 1.0);
+}
+
+/* Values over a wide range of magnitudes, so rounding depends on order. */
+static float rnd_wide(void) {
+    return ldexpf(rnd_unit(), (int)(rnd() % 41) - 20);
+}
+
+static uint64_t dbits(double d) {
+    uint64_t u;
+    memcpy(&u, &d, sizeof(u));
+    return u;
+}
+
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+/* The order of dot.h, written the plainest way. */
+static double ref_dot(const float *a, const float *b, uint64_t n) {
+    double lane[16];
+    for (int k = 0; k < 16; k++) lane[k] = 0.0;
+    for (uint64_t i = 0; i < n; i++) {
+        const double p = (double)a[i] * (double)b[i];
+        lane[i % 16] = lane[i % 16] + p;
+    }
+    for (int width = 8; width >= 1; width /= 2)
+        for (int k = 0; k < width; k++) lane[k] = lane[k] + lane[k + width];
+    return lane[0];
+}
+
+/* Left-to-right double sum: what a different order would give. */
+static double sequential_dot(const float *a, const float *b, uint64_t n) {
+    double s = 0.0;
+    for (uint64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+static void assert_same_double(double got, double want, const char *what, long idx) {
+    if (dbits(got) != dbits(want)) {
+        print_error("%s[%ld]: got %a, want %a\n", what, idx, got, want);
+        fail();
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The order itself                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Products chosen so that each plausible other order gives 0 where the
+ * canonical one gives 1:
+ *   - 2^60 (i=0) and -2^60 (i=16) share lane 0, while 1 (i=1) sits in
+ *     lane 1: sequential summation absorbs the 1 into 2^60 first;
+ *   - 8 lanes instead of 16 would put i=0, 8, 16 together;
+ *   - the halving tree adds lane 8 to lane 0 before lane 1 meets either. */
+static void test_lane_order_cancellation(void **state) {
+    (void)state;
+    float a[17] = {0}, b[17] = {0};
+    for (int i = 0; i < 17; i++) b[i] = 1.0f;
+    a[0] = 0x1p60f;
+    a[1] = 1.0f;
+    a[16] = -0x1p60f;
+    assert_same_double(ds4_dot_f32(a, b, 17), 1.0, "lanes", 0);
+    assert_same_double(sequential_dot(a, b, 17), 0.0, "sequential", 0);
+
+    /* i = 0, 8, 16: lanes 0, 8, 0 with 16 lanes; all lane 0 with 8. */
+    memset(a, 0, sizeof(a));
+    a[0] = 0x1p60f;
+    a[8] = 1.0f;
+    a[16] = -0x1p60f;
+    assert_same_double(ds4_dot_f32(a, b, 17), 1.0, "16 lanes", 0);
+
+    /* The tree: lane 0 = 2^60, lane 1 = 1, lane 8 = -2^60.  Halving adds
+     * lane 8 into lane 0 first (0), then lane 1 survives: 1.  Summing the
+     * lanes in index order would give (2^60 + 1) - 2^60 = 0. */
+    memset(a, 0, sizeof(a));
+    a[0] = 0x1p60f;
+    a[1] = 1.0f;
+    a[8] = -0x1p60f;
+    assert_same_double(ds4_dot_f32(a, b, 16), 1.0, "halving tree", 0);
+    double lanes_in_order = 0;
+    for (int k = 0; k < 16; k++) lanes_in_order += (double)a[k];
+    assert_same_double(lanes_in_order, 0.0, "lanes in order", 0);
+
+    /* Products are exact in double: 2^-149 * 2^-149 (far below f32) and
+     * (1 + 2^-23)^2 (47 significant bits) survive unrounded. */
+    const float tiny = 0x1p-149f, one_ulp = 1.0f + 0x1p-23f;
+    assert_same_double(ds4_dot_f32(&tiny, &tiny, 1), 0x1p-298, "exact product", 0);
+    assert_same_double(ds4_dot_f32(&one_ulp, &one_ulp, 1), 1.0 + 0x1p-22 + 0x1p-46, "exact product", 1);
+}
+
+/* Random vectors of every length up to 300 and some long ones, ragged and
+ * not, against the reference; and proof that the data is order-sensitive. */
+static void test_dot_f32_vs_reference(void **state) {
+    (void)state;
+    enum { MAXN = 5000 };
+    float *a = malloc(sizeof(float) * MAXN), *b = malloc(sizeof(float) * MAXN);
+    assert_non_null(a);
+    assert_non_null(b);
+    int differs_from_sequential = 0;
+    for (uint64_t n = 0; n <= MAXN; n = n < 300 ? n + 1 : n + 1173) {
+        for (uint64_t i = 0; i < n; i++) {
+            a[i] = rnd_wide();
+            b[i] = rnd_wide();
+        }
+        const double want = ref_dot(a, b, n);
+        assert_same_double(ds4_dot_f32(a, b, n), want, "dot_f32", (long)n);
+        assert_same_double(ds4_sumsq_f32(a, n), ref_dot(a, a, n), "sumsq", (long)n);
+        differs_from_sequential |= dbits(sequential_dot(a, b, n)) != dbits(want);
+    }
+    assert_true(differs_from_sequential);
+    assert_same_double(ds4_dot_f32(a, b, 0), 0.0, "empty", 0);
+    free(a);
+    free(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rows of every type                                                       */
+/* ------------------------------------------------------------------------ */
+
+static const uint32_t all_types[] = {DS4_TYPE_F32, DS4_TYPE_F16, DS4_TYPE_BF16, DS4_TYPE_I32,
+                                     DS4_TYPE_Q8_0, DS4_TYPE_Q2_K, DS4_TYPE_Q4_K,
+                                     DS4_TYPE_IQ2_XXS};
+enum { NTYPES = sizeof(all_types) / sizeof(all_types[0]) };
+
+/* Random stored data of `type` whose values are all finite: the scales (and
+ * F16/BF16/F32 elements) get a moderate exponent. */
+static void fill_row(uint32_t type, uint8_t *p, uint64_t n) {
+    const ds4_type_info *t = ds4_type_info_get(type);
+    const uint64_t bytes = ds4_row_bytes(type, n);
+    for (uint64_t i = 0; i < bytes; i++) p[i] = (uint8_t)rnd();
+    for (uint64_t b = 0; b < n / t->blck; b++) {
+        uint8_t *blk = p + b * t->bytes;
+        switch (type) {
+        case DS4_TYPE_F32: blk[3] = (uint8_t)((blk[3] & 0x80) | 0x3c | (blk[3] & 3)); break;
+        case DS4_TYPE_F16: blk[1] = (uint8_t)((blk[1] & 0x83) | 0x30); break;
+        case DS4_TYPE_BF16: blk[1] = (uint8_t)((blk[1] & 0x80) | 0x3e); break;
+        case DS4_TYPE_Q8_0:
+        case DS4_TYPE_IQ2_XXS: blk[1] = (uint8_t)((blk[1] & 0x83) | 0x20); break;
+        case DS4_TYPE_Q2_K: blk[81] = (uint8_t)((blk[81] & 0x83) | 0x20); blk[83] = 0x1c; break;
+        case DS4_TYPE_Q4_K: blk[1] = (uint8_t)((blk[1] & 0x83) | 0x20); blk[3] = 0x1c; break;
+        default: break;   /* I32: any value */
+        }
+    }
+}
+
+static double ref_dot_row(uint32_t type, const uint8_t *row, const float *x, uint64_t n) {
+    float *w = malloc(sizeof(float) * (n ? n : 1));
+    assert_non_null(w);
+    assert_int_equal(ds4_dequant_row(type, row, w, n), 0);
+    const double d = ref_dot(w, x, n);
+    free(w);
+    return d;
+}
+
+static void test_dot_row_every_type(void **state) {
+    (void)state;
+    static const uint64_t widths1[] = {1, 15, 16, 17, 255, 256, 257, 700, 4099};
+    static const uint64_t widths32[] = {32, 96, 256, 288, 800, 4096};
+    static const uint64_t widths256[] = {256, 512, 768, 1280, 4096};
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const uint32_t type = all_types[ti];
+        const uint32_t blck = ds4_type_info_get(type)->blck;
+        const uint64_t *widths = blck == 1 ? widths1 : blck == 32 ? widths32 : widths256;
+        const int nw = blck == 1 ? 9 : blck == 32 ? 6 : 5;
+        for (int wi = 0; wi < nw; wi++) {
+            const uint64_t n = widths[wi];
+            uint8_t *row = malloc(ds4_row_bytes(type, n));
+            float *x = malloc(sizeof(float) * n);
+            assert_non_null(row);
+            assert_non_null(x);
+            fill_row(type, row, n);
+            for (uint64_t i = 0; i < n; i++) x[i] = rnd_wide();
+            assert_same_double(ds4_dot_row(type, row, x, n), ref_dot_row(type, row, x, n),
+                               ds4_type_name(type), (long)n);
+            free(row);
+            free(x);
+        }
+        assert_same_double(ds4_dot_row(type, NULL, NULL, 0), 0.0, "empty row", ti);
+    }
+    /* No defined value for an unknown type or a partial block. */
+    float x[32] = {0};
+    uint8_t row[64] = {0};
+    assert_true(isnan(ds4_dot_row(2, row, x, 32)));
+    assert_true(isnan(ds4_dot_row(DS4_TYPE_Q8_0, row, x, 16)));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Matrices                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    ds4_mat W;
+    uint8_t *data;
+    float *x;        /* maxT tokens, stride ldx */
+    uint64_t ldx;
+    int maxT;
+    float *want;     /* want[t * rows + r] */
+} mcase;
+
+static void mcase_init(mcase *c, uint32_t type, uint64_t cols, uint64_t rows, int maxT) {
+    const uint64_t rb = ds4_row_bytes(type, cols);
+    c->data = malloc(rb * rows);
+    assert_non_null(c->data);
+    for (uint64_t r = 0; r < rows; r++) fill_row(type, c->data + r * rb, cols);
+    c->W = (ds4_mat){type, cols, rows, rb, c->data};
+    c->ldx = cols + 5;   /* padded strides catch index mix-ups */
+    c->maxT = maxT;
+    c->x = malloc(sizeof(float) * c->ldx * (uint64_t)maxT);
+    assert_non_null(c->x);
+    for (uint64_t i = 0; i < c->ldx * (uint64_t)maxT; i++) c->x[i] = rnd_unit();
+    c->want = malloc(sizeof(float) * rows * (uint64_t)maxT);
+    assert_non_null(c->want);
+    for (int t = 0; t < maxT; t++)
+        for (uint64_t r = 0; r < rows; r++)
+            c->want[(uint64_t)t * rows + r] =
+                (float)ref_dot_row(type, c->data + r * rb, c->x + (uint64_t)t * c->ldx, cols);
+}
+
+static void mcase_free(mcase *c) {
+    free(c->data);
+    free(c->x);
+    free(c->want);
+}
+
+/* Runs ds4_matmul (r1 == 0) or ds4_matmul_rows [r0, r1) with T tokens into
+ * a padded output and checks every value and that nothing else changed. */
+static void mcase_check(const mcase *c, int T, uint64_t r0, uint64_t r1, int use_rows) {
+    const uint64_t rows = c->W.rows, ldy = rows + 3;
+    const float sentinel = -1234.5f;
+    float *y = malloc(sizeof(float) * ldy * (uint64_t)T);
+    assert_non_null(y);
+    for (uint64_t i = 0; i < ldy * (uint64_t)T; i++) y[i] = sentinel;
+    if (use_rows) ds4_matmul_rows(&c->W, r0, r1, c->x, c->ldx, T, y, ldy);
+    else ds4_matmul(&c->W, c->x, c->ldx, T, y, ldy);
+    for (int t = 0; t < T; t++)
+        for (uint64_t r = 0; r < ldy; r++) {
+            const float got = y[(uint64_t)t * ldy + r];
+            const int inside = r >= r0 && r < r1;
+            const float want = inside ? c->want[(uint64_t)t * rows + r] : sentinel;
+            if (fbits(got) != fbits(want)) {
+                print_error("%s matmul%s T=%d t=%d r=%llu: got %a want %a\n",
+                            ds4_type_name(c->W.type), use_rows ? "_rows" : "", T, t,
+                            (unsigned long long)r, (double)got, (double)want);
+                fail();
+            }
+        }
+    free(y);
+}
+
+/* Every (t, r) value equals the single-token dot of row r, whatever the
+ * number of tokens (1, 7, 64, and 70 which spans two token tiles) and
+ * threads. */
+static void test_matmul_batch_and_threads(void **state) {
+    (void)state;
+    const int saved = omp_get_max_threads();
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const uint32_t type = all_types[ti];
+        const uint32_t blck = ds4_type_info_get(type)->blck;
+        const uint64_t cols = blck == 1 ? 300 : blck == 32 ? 800 : 768;
+        mcase c;
+        mcase_init(&c, type, cols, 37, 70);
+        static const int Ts[] = {1, 7, 64, 70};
+        for (int threads = 1; threads <= 3; threads++) {
+            omp_set_num_threads(threads);
+            for (int k = 0; k < 4; k++) mcase_check(&c, Ts[k], 0, c.W.rows, 0);
+        }
+        omp_set_num_threads(2);
+        mcase_check(&c, 7, 5, 29, 1);
+        mcase_check(&c, 1, 36, 37, 1);
+        mcase_check(&c, 3, 10, 10, 1);
+        mcase_free(&c);
+    }
+    /* Large enough that a single token goes parallel too. */
+    mcase c;
+    mcase_init(&c, DS4_TYPE_Q8_0, 1024, 101, 2);
+    for (int threads = 1; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        mcase_check(&c, 1, 0, c.W.rows, 0);
+        mcase_check(&c, 2, 0, c.W.rows, 0);
+    }
+    mcase_free(&c);
+    omp_set_num_threads(saved);
+}
+
+/* An invalid matrix gives NaN outputs instead of plausible numbers. */
+static void test_matmul_invalid(void **state) {
+    (void)state;
+    uint8_t data[34 * 4] = {0};
+    float x[64] = {0}, y[4];
+    ds4_mat bad_type = {2, 32, 4, 34, data};
+    ds4_matmul(&bad_type, x, 32, 1, y, 4);
+    for (int r = 0; r < 4; r++) assert_true(isnan(y[r]));
+    ds4_mat bad_cols = {DS4_TYPE_Q8_0, 48, 2, 34, data};
+    y[0] = y[1] = 0;
+    ds4_matmul_rows(&bad_cols, 0, 2, x, 48, 1, y, 2);
+    assert_true(isnan(y[0]) && isnan(y[1]));
+}
+
+/* A stacked expert tensor [cols, rows, E]: expert e's row r is stored row
+ * e*rows + r of the whole. */
+static void test_mat_expert(void **state) {
+    (void)state;
+    enum { COLS = 64, ROWS = 3, E = 4 };
+    const uint64_t rb = ds4_row_bytes(DS4_TYPE_Q8_0, COLS);
+    uint8_t *data = malloc(rb * ROWS * E);
+    assert_non_null(data);
+    fill_row(DS4_TYPE_Q8_0, data, (uint64_t)COLS * ROWS * E);
+    const ds4_mat all = {DS4_TYPE_Q8_0, COLS, ROWS, rb, data};
+    float x[COLS], y[ROWS];
+    for (int i = 0; i < COLS; i++) x[i] = rnd_unit();
+    for (uint64_t e = 0; e < E; e++) {
+        const ds4_mat m = ds4_mat_expert(&all, e);
+        assert_int_equal(m.type, DS4_TYPE_Q8_0);
+        assert_int_equal(m.cols, COLS);
+        assert_int_equal(m.rows, ROWS);
+        assert_int_equal(m.row_bytes, rb);
+        assert_ptr_equal(m.data, data + e * ROWS * rb);
+        ds4_matmul(&m, x, COLS, 1, y, ROWS);
+        for (uint64_t r = 0; r < ROWS; r++) {
+            const float want = (float)ref_dot_row(DS4_TYPE_Q8_0, data + (e * ROWS + r) * rb, x, COLS);
+            assert_int_equal(fbits(y[r]), fbits(want));
+        }
+    }
+    free(data);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lane_order_cancellation),
+        cmocka_unit_test(test_dot_f32_vs_reference),
+        cmocka_unit_test(test_dot_row_every_type),
+        cmocka_unit_test(test_matmul_batch_and_threads),
+        cmocka_unit_test(test_matmul_invalid),
+        cmocka_unit_test(test_mat_expert),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
