@@ -36,11 +36,12 @@ typedef struct synth_cfg {
  * (hash-routed, like the real layer 2) and ratio 128 (score-routed); widths
  * just large enough for every block format (256 = one K-quant block).  The
  * window (16) and indexer top-k (4) are small so that both are exercised by
- * sequences of a few dozen tokens.
+ * sequences of a few dozen tokens; 32 indexer heads keep exact ties out of
+ * the indexer (a score is exactly 0 when every head's q.k is negative).
  * fullwidth: DeepSeek V4 Flash's real per-layer dimensions and vocabulary
  * size, with 3 layers and 16 experts: for benchmarks. */
 static const synth_cfg configs[] = {
-    {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 4, 128, 4, 4096,
+    {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
      {0, 0, 4, 128}},
     {"fullwidth", 3, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 1, 128, 64, 128,
      512, 65536, {0, 4, 128}},

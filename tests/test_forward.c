@@ -1,0 +1,324 @@
+/* Bit-exact invariance of the forward pass on the synthetic models.
+ *
+ * The logits (and final HC states) of a token must be the same bits whether it
+ * is evaluated in one prefill, in chunks of any size, one token at a time,
+ * with any number of threads, next to other sequences in one batch, or after
+ * the session was truncated back and re-extended.  Each test compares two
+ * ways of computing the same thing; none compares a path with itself. */
+#include <math.h>
+#include <omp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model.h"
+#include "sample.h"
+#include "session.h"
+#include "synth.h"
+#include "testutil.h"
+
+typedef struct fixture {
+    char *dir;
+    char *path_ds4, *path_f32;
+    ds4_model ds4, f32;
+} fixture;
+
+static uint32_t n_tokens(void) {
+    /* Long enough to emit ratio-128 compressed rows and to make the indexer
+     * choose; shorter under valgrind. */
+    return getenv("DS4REF_VALGRIND") ? 40 : 200;
+}
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof(*f));
+    f->dir = tu_tmpdir();
+    f->path_ds4 = tu_path(f->dir, "tiny.gguf");
+    f->path_f32 = tu_path(f->dir, "tiny-f32.gguf");
+    ds4err err = {0};
+    ds4_synth_opts o = {.config = "tiny", .seed = 7};
+    if (ds4_synth_write(&o, f->path_ds4, NULL, &err)) fail_msg("%s", err.msg);
+    o.f32 = true;
+    if (ds4_synth_write(&o, f->path_f32, NULL, &err)) fail_msg("%s", err.msg);
+    if (ds4_model_open(&f->ds4, f->path_ds4, &err)) fail_msg("%s", err.msg);
+    if (ds4_model_open(&f->f32, f->path_f32, &err)) fail_msg("%s", err.msg);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    ds4_model_close(&f->ds4);
+    ds4_model_close(&f->f32);
+    remove(f->path_ds4);
+    remove(f->path_f32);
+    free(f->path_ds4);
+    free(f->path_f32);
+    tu_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static int32_t *random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
+    int32_t *t = malloc(sizeof(int32_t) * n);
+    for (uint32_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (int32_t)((seed >> 33) % vocab);
+    }
+    return t;
+}
+
+/* Logits of every position, evaluated in passes of `chunk` tokens. */
+static float *eval_all(const ds4_model *m, bool qat, const int32_t *toks, uint32_t n,
+                       uint32_t chunk, float **hc) {
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = qat};
+    assert_int_equal(ds4_engine_init(&e, m, &o, chunk, &err), 0);
+    ds4_session s;
+    ds4_session_opts so = {.ctx = 1024, .chunk = chunk, .rollback = 16};
+    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
+    float *lg = malloc(sizeof(float) * (size_t)n * m->cfg.n_vocab);
+    if (hc) *hc = malloc(sizeof(float) * (size_t)n * m->cfg.n_hc * m->cfg.n_embd);
+    if (ds4_session_eval(&s, toks, n, lg, hc ? *hc : NULL, &err)) fail_msg("%s", err.msg);
+    ds4_session_free(&s);
+    ds4_engine_free(&e);
+    return lg;
+}
+
+static void chunk_invariance(const ds4_model *m, bool qat) {
+    uint32_t n = n_tokens(), V = m->cfg.n_vocab;
+    size_t hc_dim = (size_t)m->cfg.n_hc * m->cfg.n_embd;
+    int32_t *toks = random_tokens(n, V, 11);
+    float *hc_ref, *hc;
+    float *ref = eval_all(m, qat, toks, n, n, &hc_ref);
+    const uint32_t chunks[] = {1, 7, 64};
+    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+        float *lg = eval_all(m, qat, toks, n, chunks[i], &hc);
+        assert_memory_equal(ref, lg, sizeof(float) * n * V);
+        assert_memory_equal(hc_ref, hc, sizeof(float) * n * hc_dim);
+        free(lg);
+        free(hc);
+    }
+    for (size_t i = 0; i < (size_t)n * V; i++) assert_true(isfinite(ref[i]));
+    free(ref);
+    free(hc_ref);
+    free(toks);
+}
+
+static void test_chunks_ds4(void **state) {
+    fixture *f = *state;
+    chunk_invariance(&f->ds4, true);
+    chunk_invariance(&f->ds4, false);
+}
+
+static void test_chunks_f32(void **state) {
+    fixture *f = *state;
+    chunk_invariance(&f->f32, true);
+}
+
+static void test_threads(void **state) {
+    fixture *f = *state;
+    uint32_t n = n_tokens(), V = f->ds4.cfg.n_vocab;
+    int32_t *toks = random_tokens(n, V, 12);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    float *ref = eval_all(&f->ds4, true, toks, n, 64, NULL);
+    for (int t = 2; t <= 3; t++) {
+        omp_set_num_threads(t);
+        float *lg = eval_all(&f->ds4, true, toks, n, 64, NULL);
+        assert_memory_equal(ref, lg, sizeof(float) * n * V);
+        free(lg);
+    }
+    omp_set_num_threads(saved);
+    free(ref);
+    free(toks);
+}
+
+/* Two sequences evaluated together in every forward pass give the same bits
+ * as each evaluated alone. */
+static void test_batched_sequences(void **state) {
+    fixture *f = *state;
+    const ds4_model *m = &f->ds4;
+    uint32_t n = n_tokens(), V = m->cfg.n_vocab, step = 5;
+    int32_t *ta = random_tokens(n, V, 21), *tb = random_tokens(n, V, 22);
+    float *ra = eval_all(m, true, ta, n, n, NULL), *rb = eval_all(m, true, tb, n, n, NULL);
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = true};
+    assert_int_equal(ds4_engine_init(&e, m, &o, 2 * step + 3, &err), 0);
+    ds4_kv ka, kb;
+    assert_int_equal(ds4_kv_init(&ka, &m->cfg, m->cfg.ratio, m->cfg.n_layer, 1024, step + 3, 0, &err), 0);
+    assert_int_equal(ds4_kv_init(&kb, &m->cfg, m->cfg.ratio, m->cfg.n_layer, 1024, step + 3, 0, &err), 0);
+    float *la = malloc(sizeof(float) * (size_t)n * V), *lb = malloc(sizeof(float) * (size_t)n * V);
+    /* Sequence b runs 3 tokens ahead per pass, so positions never line up. */
+    uint32_t pa = 0, pb = 0;
+    while (pa < n || pb < n) {
+        uint32_t na = pa + step <= n ? step : n - pa, nb = pb + step + 3 <= n ? step + 3 : n - pb;
+        ds4_fwd_seq q[2] = {
+            {.kv = &ka, .tokens = ta + pa, .n = na, .logits = la + (size_t)pa * V},
+            {.kv = &kb, .tokens = tb + pb, .n = nb, .logits = lb + (size_t)pb * V},
+        };
+        if (ds4_forward(&e, q, 2, &err)) fail_msg("%s", err.msg);
+        pa += na;
+        pb += nb;
+    }
+    assert_memory_equal(ra, la, sizeof(float) * n * V);
+    assert_memory_equal(rb, lb, sizeof(float) * n * V);
+    ds4_kv_free(&ka);
+    ds4_kv_free(&kb);
+    ds4_engine_free(&e);
+    free(ra);
+    free(rb);
+    free(la);
+    free(lb);
+    free(ta);
+    free(tb);
+}
+
+/* Truncating back and re-extending reproduces the original logits, both
+ * through the rings (short steps back) and through replay (long ones). */
+static void test_truncate(void **state) {
+    fixture *f = *state;
+    const ds4_model *m = &f->ds4;
+    uint32_t n = n_tokens(), V = m->cfg.n_vocab;
+    int32_t *toks = random_tokens(n, V, 31);
+    float *ref = eval_all(m, true, toks, n, n, NULL);
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = true};
+    assert_int_equal(ds4_engine_init(&e, m, &o, 16, &err), 0);
+    ds4_session s;
+    ds4_session_opts so = {.ctx = 1024, .chunk = 16, .rollback = 8};
+    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
+    float *lg = malloc(sizeof(float) * (size_t)n * V);
+    assert_int_equal(ds4_session_eval(&s, toks, n, lg, NULL, &err), 0);
+    /* Positions around window, ratio-4 and ratio-128 boundaries, near (ring)
+     * and far (replay). */
+    const uint32_t targets[] = {n - 1, n - 3, n - 8, n - 9, 129, 128, 127, 17, 16, 4, 3, 1};
+    for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
+        uint32_t p = targets[i];
+        if (p >= n) continue;
+        assert_int_equal(ds4_session_truncate(&s, p, &err), 0);
+        assert_int_equal(ds4_session_pos(&s), p);
+        /* The logits after token p-1 are restored... */
+        assert_memory_equal(s.logits, ref + (size_t)(p - 1) * V, sizeof(float) * V);
+        /* ...and re-extending gives the original rows. */
+        uint32_t len = n - p < 20 ? n - p : 20;
+        assert_int_equal(ds4_session_eval(&s, toks + p, len, lg, NULL, &err), 0);
+        assert_memory_equal(lg, ref + (size_t)p * V, sizeof(float) * len * V);
+        assert_int_equal(ds4_session_truncate(&s, p + len, &err), 0);
+        if (p + len < n)
+            assert_int_equal(ds4_session_eval(&s, toks + p + len, n - p - len, NULL, NULL, &err), 0);
+        assert_int_equal(ds4_session_pos(&s), n);
+    }
+    ds4_session_free(&s);
+    ds4_engine_free(&e);
+    free(lg);
+    free(ref);
+    free(toks);
+}
+
+static void test_bad_requests(void **state) {
+    fixture *f = *state;
+    const ds4_model *m = &f->ds4;
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = true};
+    assert_int_equal(ds4_engine_init(&e, m, &o, 8, &err), 0);
+    ds4_session s;
+    ds4_session_opts so = {.ctx = 10, .chunk = 8, .rollback = 0};
+    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
+    int32_t bad[2] = {1, (int32_t)m->cfg.n_vocab};
+    assert_int_equal(ds4_session_eval(&s, bad, 2, NULL, NULL, &err), -1);
+    assert_int_equal(err.code, DS4_E_RANGE);
+    assert_non_null(strstr(err.msg, "outside the vocabulary"));
+    assert_int_equal(ds4_session_pos(&s), 0);
+    int32_t neg = -3;
+    assert_int_equal(ds4_session_eval(&s, &neg, 1, NULL, NULL, &err), -1);
+    int32_t many[11] = {0};
+    assert_int_equal(ds4_session_eval(&s, many, 11, NULL, NULL, &err), -1);
+    assert_int_equal(err.code, DS4_E_RANGE);
+    assert_non_null(strstr(err.msg, "context of 10 tokens"));
+    assert_int_equal(ds4_session_eval(&s, many, 10, NULL, NULL, &err), 0);
+    assert_int_equal(ds4_session_truncate(&s, 11, &err), -1);
+    assert_int_equal(err.code, DS4_E_RANGE);
+    ds4_session_free(&s);
+    ds4_engine_free(&e);
+}
+
+/* The generator must make models whose top-k choices are not near-ties, or
+ * goldens would depend on the last bit of every kernel. */
+typedef struct gaps {
+    double min_router, min_indexer;
+    uint32_t k, topk;
+} gaps;
+
+static double kth_gap(const double *v, uint32_t n, uint32_t k) {
+    double *c = malloc(sizeof(double) * n), mx = 0;
+    memcpy(c, v, sizeof(double) * n);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = i + 1; j < n; j++)
+            if (c[j] > c[i]) {
+                double t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+            }
+    for (uint32_t i = 0; i < n; i++) mx = fabs(c[i]) > mx ? fabs(c[i]) : mx;
+    double g = (c[k - 1] - c[k]) / mx;
+    free(c);
+    return g;
+}
+
+static void gap_tap(void *ud, const ds4_tap *t) {
+    gaps *g = ud;
+    if (!strcmp(t->name, "expert_scores")) {
+        double x = kth_gap(t->data, t->n, g->k);
+        if (x < g->min_router) g->min_router = x;
+    } else if (!strcmp(t->name, "indexer_scores")) {
+        double x = kth_gap(t->data, t->n, g->topk);
+        if (x < g->min_indexer) g->min_indexer = x;
+    }
+}
+
+static void test_synthetic_margins(void **state) {
+    fixture *f = *state;
+    const ds4_model *m = &f->ds4;
+    uint32_t n = n_tokens();
+    int32_t *toks = random_tokens(n, m->cfg.n_vocab, 41);
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = true};
+    assert_int_equal(ds4_engine_init(&e, m, &o, n, &err), 0);
+    gaps g = {1, 1, m->cfg.n_expert_used, m->cfg.idx_topk};
+    e.tap = gap_tap;
+    e.tap_ud = &g;
+    ds4_session s;
+    ds4_session_opts so = {.ctx = 1024, .chunk = n};
+    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
+    assert_int_equal(ds4_session_eval(&s, toks, n, NULL, NULL, &err), 0);
+    printf("  smallest relative top-k gap: router %.3g, indexer %.3g\n", g.min_router, g.min_indexer);
+    assert_true(g.min_router > 1e-6);
+    assert_true(g.min_indexer > 1e-6);
+    ds4_session_free(&s);
+    ds4_engine_free(&e);
+    free(toks);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chunks_ds4),
+        cmocka_unit_test(test_chunks_f32),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_batched_sequences),
+        cmocka_unit_test(test_truncate),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_synthetic_margins),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
