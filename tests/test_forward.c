@@ -29,10 +29,15 @@ typedef struct fixture {
     ds4_model ds4, f32;
 } fixture;
 
+/* Under valgrind (tests/run_tests.sh sets DS4REF_VALGRIND) the memory
+ * checks matter, not the coverage of long sequences: shorter runs, and the
+ * tests that only repeat the same code paths are skipped. */
+static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
+
 static uint32_t n_tokens(void) {
     /* Long enough to emit ratio-128 compressed rows and to make the indexer
-     * choose; shorter under valgrind. */
-    return getenv("DS4REF_VALGRIND") ? 40 : 200;
+     * choose. */
+    return under_valgrind() ? 24 : 200;
 }
 
 static int setup(void **state) {
@@ -114,16 +119,18 @@ static void chunk_invariance(const ds4_model *m, bool qat) {
 static void test_chunks_ds4(void **state) {
     fixture *f = *state;
     chunk_invariance(&f->ds4, true);
-    chunk_invariance(&f->ds4, false);
+    if (!under_valgrind()) chunk_invariance(&f->ds4, false);
 }
 
 static void test_chunks_f32(void **state) {
     fixture *f = *state;
+    if (under_valgrind()) skip();
     chunk_invariance(&f->f32, true);
 }
 
 static void test_threads(void **state) {
     fixture *f = *state;
+    if (under_valgrind()) skip();
     uint32_t n = n_tokens(), V = f->ds4.cfg.n_vocab;
     int32_t *toks = random_tokens(n, V, 12);
     int saved = omp_get_max_threads();
@@ -288,6 +295,7 @@ static void gap_tap(void *ud, const ds4_tap *t) {
 
 static void test_synthetic_margins(void **state) {
     fixture *f = *state;
+    if (under_valgrind()) skip();
     const ds4_model *m = &f->ds4;
     uint32_t n = n_tokens();
     int32_t *toks = random_tokens(n, m->cfg.n_vocab, 41);
