@@ -43,7 +43,9 @@ $(BUILD)/libds4ref.a: $(LIB_OBJ)
 ds4ref: $(BUILD)/ref/main.o $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-ds4_test: $(BUILD)/tests/ds4_test.o $(BUILD)/libds4ref.a
+DS4T_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/ds4t_*.c)))
+
+ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a

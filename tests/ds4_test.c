@@ -1,0 +1,94 @@
+/* ds4_test: integration tests of ds4ref, with the interface of ds4's test
+ * runner: no argument (or --all) runs every test; flags select tests; the
+ * closing line is "N passed, N failed, N skipped".
+ *
+ * Environment: DS4_TEST_MODEL (default ./ds4flash.gguf), DS4_TEST_VECTOR_FILE
+ * (default ../shared/vectors/official/official.vec), DS4_TEST_MTP. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds4t.h"
+
+extern const ds4t_entry ds4t_golden_vectors;
+
+static const ds4t_entry *const tests[] = {
+    &ds4t_golden_vectors,
+};
+static const size_t n_tests = sizeof(tests) / sizeof(tests[0]);
+
+int ds4t_failures;
+
+void ds4t_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    ds4t_failures++;
+}
+
+int ds4t_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  skipped: ");
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    return DS4T_SKIP;
+}
+
+const char *ds4t_env(const char *name, const char *def) {
+    const char *v = getenv(name);
+    return v && *v ? v : def;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ds4_test [--all | --list | TEST...]\n\ntests:\n");
+    for (size_t i = 0; i < n_tests; i++) fprintf(f, "  %-22s %s\n", tests[i]->flag, tests[i]->help);
+    fprintf(f, "\nenvironment: DS4_TEST_MODEL, DS4_TEST_VECTOR_FILE, DS4_TEST_MTP\n");
+}
+
+int main(int argc, char **argv) {
+    int selected[64] = {0};
+    int any = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--list")) {
+            for (size_t t = 0; t < n_tests; t++) puts(tests[t]->flag);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--all")) {
+            any = 0;
+            continue;
+        }
+        size_t t = 0;
+        while (t < n_tests && strcmp(argv[i], tests[t]->flag)) t++;
+        if (t == n_tests) {
+            fprintf(stderr, "ds4_test: unknown test %s (see --list)\n", argv[i]);
+            return 2;
+        }
+        selected[t] = 1;
+        any = 1;
+    }
+    int passed = 0, failed = 0, skipped = 0;
+    for (size_t t = 0; t < n_tests; t++) {
+        if (any && !selected[t]) continue;
+        printf("%s\n", tests[t]->flag);
+        fflush(stdout);
+        ds4t_failures = 0;
+        int rc = tests[t]->run();
+        if (rc == DS4T_PASS && ds4t_failures) rc = DS4T_FAIL;
+        printf("%s: %s\n", tests[t]->flag + 2, rc == DS4T_PASS ? "OK" : rc == DS4T_SKIP ? "SKIP" : "ERR");
+        passed += rc == DS4T_PASS;
+        failed += rc == DS4T_FAIL;
+        skipped += rc == DS4T_SKIP;
+    }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
