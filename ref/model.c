@@ -416,6 +416,50 @@ static int bind_layer(const gguf_file *g, const ds4_config *c, ds4_layer *L, uin
     return hash ? 0 : default_bias(L, c->n_expert, err);
 }
 
+/* tokenizer.ggml.tokens / token_type / merges -> a tokenizer whose strings
+ * point into the mapping. */
+static int load_tokenizer(ds4_model *m, ds4err *err) {
+    const gguf_file *g = &m->file;
+    if (!gguf_find_kv(g, "tokenizer.ggml.tokens")) return 0;
+    uint64_t n_tok, n_merge = 0;
+    if (gguf_get_arr_str(g, "tokenizer.ggml.tokens", NULL, 0, &n_tok, err)) return -1;
+    if (n_tok > m->cfg.n_vocab)
+        return ds4err_set(err, DS4_E_MODEL, "%s: tokenizer.ggml.tokens has %llu entries, more than vocab_size %u",
+                          g->path, (unsigned long long)n_tok, m->cfg.n_vocab);
+    if (gguf_find_kv(g, "tokenizer.ggml.merges") &&
+        gguf_get_arr_str(g, "tokenizer.ggml.merges", NULL, 0, &n_merge, err))
+        return -1;
+    m->tok_strs = malloc(sizeof(ds4_strref) * (n_tok + n_merge + 1));
+    int32_t *types = NULL;
+    if (!m->tok_strs) return ds4err_set(err, DS4_E_NOMEM, "out of memory loading the tokenizer");
+    ds4_strref *merges = m->tok_strs + n_tok;
+    if (gguf_get_arr_str(g, "tokenizer.ggml.tokens", m->tok_strs, n_tok, &n_tok, err) ||
+        (n_merge && gguf_get_arr_str(g, "tokenizer.ggml.merges", merges, n_merge, &n_merge, err)))
+        return -1;
+    if (gguf_find_kv(g, "tokenizer.ggml.token_type")) {
+        types = malloc(sizeof(int32_t) * (n_tok ? n_tok : 1));
+        if (!types) return ds4err_set(err, DS4_E_NOMEM, "out of memory loading the tokenizer");
+        if (gguf_get_arr_i32(g, "tokenizer.ggml.token_type", types, n_tok, err)) {
+            free(types);
+            return -1;
+        }
+    }
+    int rc = ds4_tok_init(&m->tok, m->tok_strs, (uint32_t)n_tok, types, merges, (uint32_t)n_merge, err);
+    free(types);
+    if (rc) return ds4err_prefix(err, "%s", g->path);
+    m->has_tok = true;
+    return 0;
+}
+
+int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *err) {
+    if (!m->has_tok)
+        return ds4err_set(err, DS4_E_MODEL, "%s has no tokenizer (tokenizer.ggml.tokens): give token ids instead of text",
+                          m->file.path);
+    if (ds4_tok_require_specials(&m->tok, err)) return ds4err_prefix(err, "%s", m->file.path);
+    *out = &m->tok;
+    return 0;
+}
+
 int ds4_model_open(ds4_model *m, const char *path, ds4err *err) {
     memset(m, 0, sizeof(*m));
     if (gguf_open(&m->file, path, err)) return -1;
@@ -436,6 +480,7 @@ int ds4_model_open(ds4_model *m, const char *path, ds4err *err) {
         if (bind_layer(&m->file, &m->cfg, L, m->cfg.ratio[l], l < m->cfg.n_hash_layer, prefix, err))
             goto fail;
     }
+    if (load_tokenizer(m, err)) goto fail;
     return 0;
 fail:
     ds4_model_close(m);
@@ -487,6 +532,10 @@ void ds4_model_close(ds4_model *m) {
         m->layers = NULL;
     }
     free_vecs(ds4_global_specs, ds4_n_global_specs, m);
+    if (m->has_tok) ds4_tok_free(&m->tok);
+    m->has_tok = false;
+    free(m->tok_strs);
+    m->tok_strs = NULL;
     ds4_config_free(&m->cfg);
     gguf_close(&m->file);
 }

@@ -16,6 +16,7 @@
 #include "dot.h"
 #include "err.h"
 #include "gguf.h"
+#include "tokenizer.h"
 
 typedef struct ds4_config {
     uint32_t n_layer;
@@ -121,6 +122,10 @@ typedef struct ds4_model {
     ds4_vec output_hc_base, output_hc_scale;/* [n_hc], [1] */
     ds4_layer *layers;                      /* [n_layer] */
     ds4_mtp *mtp;                           /* NULL unless an MTP file was loaded */
+    /* The tokenizer, when the file has tokenizer.ggml.* keys (has_tok). */
+    bool has_tok;
+    ds4_tokenizer tok;
+    ds4_strref *tok_strs;                   /* borrowed by tok */
 } ds4_model;
 
 /* Read and validate the configuration from a GGUF's metadata. */
@@ -129,6 +134,9 @@ void ds4_config_free(ds4_config *cfg);
 
 /* Open a base model file: metadata, every tensor bound and checked. */
 int ds4_model_open(ds4_model *m, const char *path, ds4err *err);
+
+/* The model's tokenizer, or an error saying the file has none. */
+int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *err);
 
 /* Open and bind an MTP file (tensors mtp.0.*) against an open base model. */
 int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err);

@@ -18,6 +18,7 @@
 
 #include "formats.h"
 #include "gguf_write.h"
+#include "tokenizer.h"
 
 const char *const ds4_synth_configs[] = {"tiny", "fullwidth", NULL};
 
@@ -276,15 +277,6 @@ static int add_tensor(gguf_writer *w, synth_buf *keepbuf, const ds4_synth_opts *
  * Tokenizer of a synthetic model
  * ------------------------------------------------------------------------- */
 
-static const char *const special_tokens[] = {
-    "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<\xef\xbd\x9cUser\xef\xbd\x9c>",
-    "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>",
-    "<think>",
-    "</think>",
-    "\xef\xbd\x9c" "DSML\xef\xbd\x9c",
-};
 
 /* The text the tiny vocabulary's merges are learned from. */
 static const char corpus[] =
@@ -319,9 +311,11 @@ static int byte_char(uint8_t b, char out[3]) {
 }
 
 typedef struct vocab {
-    char **tok;        /* [n] NUL-terminated */
+    char **tok;        /* [n] */
+    size_t *tok_len;   /* [n], NULL: NUL-terminated strings */
     int32_t *type;     /* [n] */
     char **merge;      /* [n_merge] "left right" */
+    size_t *merge_len;
     uint32_t n, n_merge;
 } vocab;
 
@@ -329,9 +323,62 @@ static void vocab_free(vocab *v) {
     for (uint32_t i = 0; i < v->n; i++) free(v->tok[i]);
     for (uint32_t i = 0; i < v->n_merge; i++) free(v->merge[i]);
     free(v->tok);
+    free(v->tok_len);
     free(v->type);
     free(v->merge);
+    free(v->merge_len);
     memset(v, 0, sizeof(v[0]));
+}
+
+static char *memdup0(const char *p, size_t n) {
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, p, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* A Hugging Face tokenizer.json's vocabulary, plus any of ds4's seven
+ * special tokens it lacks (the DeepSeek V3 file has no <think>, </think> or
+ * ｜DSML｜), appended as control tokens so the model has all of them. */
+static int hf_vocab(vocab *v, const char *path, ds4err *err) {
+    ds4_vocab hv;
+    memset(v, 0, sizeof(*v));
+    if (ds4_vocab_from_hf_json(&hv, path, err)) return -1;
+    uint32_t cap = hv.n_tokens + 7;
+    v->tok = calloc(cap, sizeof(char *));
+    v->tok_len = calloc(cap, sizeof(size_t));
+    v->type = calloc(cap, sizeof(int32_t));
+    v->merge = calloc(hv.n_merges + 1, sizeof(char *));
+    v->merge_len = calloc(hv.n_merges + 1, sizeof(size_t));
+    if (!v->tok || !v->tok_len || !v->type || !v->merge || !v->merge_len) goto oom;
+    for (uint32_t i = 0; i < hv.n_tokens; i++) {
+        if (!(v->tok[i] = memdup0(hv.tokens[i].ptr, hv.tokens[i].len))) goto oom;
+        v->tok_len[i] = hv.tokens[i].len;
+        v->type[i] = hv.types ? hv.types[i] : 1;
+        v->n++;
+    }
+    for (uint32_t i = 0; i < hv.n_merges; i++) {
+        if (!(v->merge[i] = memdup0(hv.merges[i].ptr, hv.merges[i].len))) goto oom;
+        v->merge_len[i] = hv.merges[i].len;
+        v->n_merge++;
+    }
+    for (uint32_t k = 0; k < DS4_SPECIAL_COUNT; k++) {
+        const char *sp = ds4_special_str((enum ds4_special)k);
+        size_t len = strlen(sp);
+        uint32_t i = 0;
+        while (i < hv.n_tokens && !(v->tok_len[i] == len && !memcmp(v->tok[i], sp, len))) i++;
+        if (i < hv.n_tokens) continue;
+        if (!(v->tok[v->n] = memdup0(sp, len))) goto oom;
+        v->tok_len[v->n] = len;
+        v->type[v->n++] = 3;
+    }
+    ds4_vocab_free(&hv);
+    return 0;
+oom:
+    ds4_vocab_free(&hv);
+    vocab_free(v);
+    return ds4err_set(err, DS4_E_NOMEM, "out of memory reading %s", path);
 }
 
 /* Training words: maximal runs of letters, digits or other non-space bytes,
@@ -449,8 +496,8 @@ static int tiny_vocab(vocab *v, uint32_t n_vocab, ds4err *err) {
         if (!(v->tok[v->n] = strndup(buf, (size_t)len))) goto oom;
         v->type[v->n++] = 1;
     }
-    for (uint32_t i = 0; i < 7; i++) {
-        if (!(v->tok[v->n] = strdup(special_tokens[i]))) goto oom;
+    for (uint32_t i = 0; i < DS4_SPECIAL_COUNT; i++) {
+        if (!(v->tok[v->n] = strdup(ds4_special_str((enum ds4_special)i)))) goto oom;
         v->type[v->n++] = 3;
     }
     uint32_t nw = split_words(words, 1024);
@@ -576,16 +623,18 @@ static int write_tokenizer(gguf_writer *w, const vocab *v) {
     int rc = 0;
     rc |= gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
     rc |= gguf_w_str(w, "tokenizer.ggml.pre", "joyai-llm");
-    rc |= gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, NULL, v->n);
+    rc |= gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, v->tok_len, v->n);
     rc |= gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->type, v->n);
     rc |= gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, v->n);
-    rc |= gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merge, NULL,
+    rc |= gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merge, v->merge_len,
                          v->n_merge);
     uint32_t bos = 0, eos = 0;
     for (uint32_t i = 0; i < v->n; i++) {
-        if (!strcmp(v->tok[i], special_tokens[0])) bos = i;
-        if (!strcmp(v->tok[i], special_tokens[1])) eos = i;
+        if (!strcmp(v->tok[i], ds4_special_str(DS4_SPECIAL_BOS))) bos = i;
+        if (!strcmp(v->tok[i], ds4_special_str(DS4_SPECIAL_EOS))) eos = i;
     }
+    /* (Strings are NUL-terminated copies, so strcmp sees them whole unless a
+     * token contains a NUL byte, which no special token does.) */
     rc |= gguf_w_u32(w, "tokenizer.ggml.bos_token_id", bos);
     rc |= gguf_w_u32(w, "tokenizer.ggml.eos_token_id", eos);
     rc |= gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
@@ -657,10 +706,9 @@ int ds4_synth_write(const ds4_synth_opts *o, const char *path, const char *mtp_p
     const synth_cfg *s = find_cfg(o->config);
     if (!s) return ds4err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny or fullwidth)",
                               o->config);
-    if (o->vocab_from)
-        return ds4err_set(err, DS4_E_UNSUPPORTED, "--vocab-from is not available yet");
     vocab v;
-    if (tiny_vocab(&v, s->n_vocab, err)) return -1;
+    if (o->vocab_from ? hf_vocab(&v, o->vocab_from, err) : tiny_vocab(&v, s->n_vocab, err))
+        return -1;
     ds4_config c;
     cfg_to_config(s, &c, v.n);
     int rc = write_base(o, s, &c, &v, path, err);
