@@ -61,5 +61,8 @@ models/tiny.gguf: ds4ref-mkmodel
 test: all
 	@tests/run_tests.sh $(BUILD)
 
+vectors: ds4ref ds4ref-mkmodel
+	tools/make_vectors.sh
+
 clean:
 	rm -rf $(BUILD) $(TOOLS) models
