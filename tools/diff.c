@@ -1,0 +1,193 @@
+/* ds4ref-diff: compare another implementation's output against a golden.
+ *
+ *   ds4ref-diff [options] GOLDEN OTHER
+ *
+ * Both files may be a ds4ref golden, a ds4 --dump-logprobs JSON or an
+ * official.vec file (the kind is told from the content).  The figures and
+ * their definitions live in ref/diffmetrics.h; this is the front end that
+ * loads, prints and turns thresholds into an exit status. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diffmetrics.h"
+
+static const char usage[] =
+    "usage: ds4ref-diff [options] GOLDEN OTHER\n"
+    "\n"
+    "Compares OTHER with GOLDEN (the reference) step by step.  Either file may\n"
+    "be a ds4ref golden (ds4ref --golden-out), a ds4 --dump-logprobs JSON or an\n"
+    "official.vec file; the kind is detected from the content.\n"
+    "\n"
+    "Per step: token agreement (bytes, and ids when both sides have them), top-1/\n"
+    "top-5/top-20 overlap, max and mean |dlogprob| over the tokens in both top\n"
+    "lists, KL(GOLDEN || OTHER) over those tokens renormalized, bit-exactness.\n"
+    "Steps are compared up to the first divergence of the greedy tokens: after\n"
+    "it the two runs continue from different prefixes.\n"
+    "\n"
+    "options:\n"
+    "  --case ID              case to use from an official.vec file (needed when\n"
+    "                         it holds more than one)\n"
+    "  --all-steps            compare every common step, also after a divergence\n"
+    "                         (for an OTHER teacher-forced on GOLDEN's tokens)\n"
+    "  --max-dlogprob X       fail if some |dlogprob| exceeds X\n"
+    "  --min-top1 F           fail if OTHER reproduces less than the fraction F of\n"
+    "                         GOLDEN's greedy tokens (0..1)\n"
+    "  --min-top5-overlap F   fail if the mean top-5 overlap fraction is below F\n"
+    "  --min-top20-overlap F  the same for top-20\n"
+    "  --max-kl X             fail if the KL of some step exceeds X\n"
+    "  --exact                fail unless OTHER is bit-identical to GOLDEN in\n"
+    "                         everything both record (tokens, logits, logprobs,\n"
+    "                         logits digests, prompt, step count, model)\n"
+    "  --json                 print the report as one JSON object\n"
+    "  -q, --quiet            omit the per-step lines\n"
+    "  -h, --help             this text\n"
+    "\n"
+    "A threshold whose figure cannot be measured (say, KL against a file with one\n"
+    "alternative per step) counts as violated.  Differing prompts always fail.\n"
+    "\n"
+    "exit status: 0 within the thresholds, 1 a threshold violated, 2 usage error,\n"
+    "3 I/O error, 4 malformed input, 6 out of memory.\n";
+
+static int fail_usage(const char *msg, const char *arg) {
+    fprintf(stderr, "ds4ref-diff: %s%s%s (try --help)\n", msg, arg ? ": " : "", arg ? arg : "");
+    return DS4_E_ARG;
+}
+
+/* A number in [lo, hi]; -1 when arg is not one. */
+static int parse_num(const char *arg, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (!*arg || *end || errno || !isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+typedef struct opts {
+    const char *golden, *other, *case_id;
+    bool all_steps, json, quiet;
+    ds4_diff_limits lim;
+} opts;
+
+/* 0 when parsed, -1 for --help, else an exit status. */
+static int parse_args(int argc, char **argv, opts *o) {
+    ds4_diff_limits_none(&o->lim);
+    const struct {
+        const char *flag;
+        double hi;
+        double *dst;
+    } nums[] = {
+        {"--max-dlogprob", INFINITY, &o->lim.max_dlogprob},
+        {"--min-top1", 1, &o->lim.min_top1},
+        {"--min-top5-overlap", 1, &o->lim.min_top5},
+        {"--min-top20-overlap", 1, &o->lim.min_top20},
+        {"--max-kl", INFINITY, &o->lim.max_kl},
+    };
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool matched = false;
+        for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]); k++) {
+            if (strcmp(a, nums[k].flag)) continue;
+            if (i + 1 >= argc) return fail_usage("missing value after", a);
+            if (parse_num(argv[++i], 0, nums[k].hi, nums[k].dst))
+                return fail_usage(nums[k].hi == 1 ? "expected a fraction 0..1 after"
+                                                  : "expected a number >= 0 after", a);
+            matched = true;
+        }
+        if (matched) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return -1;
+        if (!strcmp(a, "--case")) {
+            if (i + 1 >= argc) return fail_usage("missing value after", a);
+            o->case_id = argv[++i];
+        } else if (!strcmp(a, "--all-steps")) {
+            o->all_steps = true;
+        } else if (!strcmp(a, "--exact")) {
+            o->lim.exact = true;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = true;
+        } else if (a[0] == '-' && a[1]) {
+            return fail_usage("unknown option", a);
+        } else if (npos == 0) {
+            o->golden = a;
+            npos++;
+        } else if (npos == 1) {
+            o->other = a;
+            npos++;
+        } else {
+            return fail_usage("too many files", a);
+        }
+    }
+    if (npos != 2) return fail_usage("expected two files, GOLDEN and OTHER", NULL);
+    return 0;
+}
+
+static int fail_err(const ds4err *e) {
+    fprintf(stderr, "ds4ref-diff: %s\n", e->msg);
+    return e->code ? e->code : DS4_E_INTERNAL;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    memset(&o, 0, sizeof(o));
+    int rc = parse_args(argc, argv, &o);
+    if (rc < 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (rc) return rc;
+
+    ds4err err = {0};
+    ds4_golden a, b;
+    if (ds4_trace_load(o.golden, o.case_id, &a, &err)) return fail_err(&err);
+    if (ds4_trace_load(o.other, o.case_id, &b, &err)) {
+        ds4_golden_free(&a);
+        return fail_err(&err);
+    }
+    ds4_diff_opts dopt = {.all_steps = o.all_steps};
+    ds4_diff_report r;
+    ds4_buf why = {0}, out = {0};
+    if (ds4_diff_compute(&a, &b, &dopt, &r, &err)) {
+        rc = fail_err(&err);
+        goto done;
+    }
+    uint32_t bad = ds4_diff_check(&r, &o.lim, &why);
+    if (o.json) {
+        rc = ds4_diff_format_json(&r, &a, &b, o.golden, o.other, &why, &out, &err);
+    } else {
+        rc = ds4_diff_format_text(&r, &a, &b, o.golden, o.other, o.quiet, &out, &err);
+        if (bad) {
+            ds4_buf_puts(&out, "result: FAIL\n");
+            size_t pos = 0;
+            while (pos < why.len) {
+                const char *nl = memchr(why.p + pos, '\n', why.len - pos);
+                size_t n = (size_t)(nl - (why.p + pos));
+                ds4_buf_puts(&out, "  violated: ");
+                ds4_buf_put(&out, why.p + pos, n + 1);
+                pos += n + 1;
+            }
+        } else {
+            ds4_buf_puts(&out, "result: PASS\n");
+        }
+    }
+    if (rc || out.failed || why.failed) {
+        rc = rc ? fail_err(&err) : (fprintf(stderr, "ds4ref-diff: out of memory\n"), DS4_E_NOMEM);
+    } else if (fwrite(out.p, 1, out.len, stdout) != out.len || fflush(stdout)) {
+        fprintf(stderr, "ds4ref-diff: cannot write the report: %s\n", strerror(errno));
+        rc = DS4_E_IO;
+    } else {
+        rc = bad ? 1 : 0;
+    }
+    ds4_diff_report_free(&r);
+done:
+    ds4_buf_free(&why);
+    ds4_buf_free(&out);
+    ds4_golden_free(&a);
+    ds4_golden_free(&b);
+    return rc;
+}
