@@ -11,9 +11,10 @@
 
 #include "ds4t.h"
 
-extern const ds4t_entry ds4t_golden_vectors;
+extern const ds4t_entry ds4t_golden_vectors, ds4t_logprob_vectors;
 
 static const ds4t_entry *const tests[] = {
+    &ds4t_logprob_vectors,
     &ds4t_golden_vectors,
 };
 static const size_t n_tests = sizeof(tests) / sizeof(tests[0]);

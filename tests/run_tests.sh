@@ -19,6 +19,10 @@ for t in "$build"/test_*; do
 done
 
 run "ds4_test" ./ds4_test
+# The --logprob-vectors code path on the default synthetic model, with an
+# official.vec that ds4ref wrote for it (the real model is not available in CI).
+run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf \
+    DS4_TEST_VECTOR_FILE=vectors/tiny.vec ./ds4_test --logprob-vectors
 
 # valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list)
 if command -v valgrind >/dev/null 2>&1; then

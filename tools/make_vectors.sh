@@ -20,3 +20,14 @@ while IFS= read -r line; do
     echo "vectors/$name.jsonl"
 done < vectors/manifest.txt
 cp "$new" vectors/manifest.txt
+
+# An official.vec made by ds4ref on the default tiny model, so that the
+# --logprob-vectors code path of ds4_test runs in CI without the real model.
+model="$tmp/tiny-ds4-1.gguf"
+[ -f "$model" ] || ./ds4ref-mkmodel --config tiny --types ds4 --seed 1 --no-mtp -o "$model"
+rm -f vectors/tiny.vec
+for p in capital code story; do
+    ./ds4ref -m "$model" --prompt-file "vectors/prompts/$p.txt" -sys "" --nothink -n 16 \
+        --ignore-eos --vec-out vectors/tiny.vec --vec-id "$p" > /dev/null
+done
+echo vectors/tiny.vec
