@@ -317,10 +317,11 @@ static int copy_tid2eid(int32_t **out, const gguf_tensor *t, const ds4_config *c
     memcpy(tab, t->data, sizeof(int32_t) * t->n_elem);
     for (uint64_t i = 0; i < t->n_elem; i++) {
         if (tab[i] < 0 || (uint32_t)tab[i] >= c->n_expert) {
+            int32_t bad = tab[i];
             free(tab);
             return ds4err_set(err, DS4_E_MODEL,
                               "tensor %s: token %llu routes to expert %d, expected 0..%u",
-                              t->name, (unsigned long long)(i / c->n_expert_used), tab[i],
+                              t->name, (unsigned long long)(i / c->n_expert_used), bad,
                               c->n_expert - 1);
         }
     }

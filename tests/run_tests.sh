@@ -24,6 +24,8 @@ run "ds4_test" ./ds4_test
 run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf \
     DS4_TEST_VECTOR_FILE=vectors/tiny.vec ./ds4_test --logprob-vectors
 
+run "cli" bash tests/cli.sh
+
 # valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list)
 if command -v valgrind >/dev/null 2>&1; then
     while read -r name args; do

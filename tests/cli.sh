@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# End-to-end checks of the command-line tools on the default synthetic model:
+# outputs that must be bit-identical across threads and chunk sizes, the
+# tokenizer modes, file formats and error exit statuses.
+set -uo pipefail
+model=models/tiny.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+check() {   # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+
+quiet() { "$@" > /dev/null 2>&1; }
+
+status_is() {   # status_is WANT COMMAND...
+    local want=$1; shift
+    "$@" > /dev/null 2> "$tmp/stderr"
+    local got=$?
+    [ "$got" -eq "$want" ] || { echo "  exit status $got, expected $want: $(cat "$tmp/stderr")"; return 1; }
+    [ "$(wc -l < "$tmp/stderr")" -ge 1 ] || [ "$want" -eq 0 ]
+}
+
+# Goldens: bit-identical whatever the threads and chunk size.
+./ds4ref -m $model -p "Hello there" -n 40 --ignore-eos -t 1 --chunk 1 --golden-out "$tmp/a.jsonl" > /dev/null
+./ds4ref -m $model -p "Hello there" -n 40 --ignore-eos -t 2 --chunk 64 --golden-out "$tmp/b.jsonl" > /dev/null
+# The header records the chunk size, which never changes a number: compare the steps.
+check "golden identical across threads and chunks" cmp -s <(tail -n +2 "$tmp/a.jsonl") <(tail -n +2 "$tmp/b.jsonl")
+check "ds4ref-diff --exact accepts them" quiet ./ds4ref-diff --exact "$tmp/a.jsonl" "$tmp/b.jsonl"
+check "golden ends complete" grep -q '"complete":true' "$tmp/a.jsonl"
+
+# Teacher-forced logits: [n_tokens][n_vocab] f32.
+printf '256 258 72 101 108 108 111 259 261' > "$tmp/toks.txt"
+./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32"
+./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --chunk 2 -t 1 --logits-out "$tmp/l2.f32"
+check "logits-out size is 9 x 512 x 4" test "$(stat -c %s "$tmp/l1.f32")" -eq $((9 * 512 * 4))
+check "logits-out identical across chunks" cmp -s "$tmp/l1.f32" "$tmp/l2.f32"
+
+# Tokenizer modes.
+printf 'Hello world' > "$tmp/text.txt"
+ids=$(./ds4ref -m $model --tokenize-file "$tmp/text.txt")
+check "--tokenize-file prints ids" test -n "$ids"
+./ds4ref -m $model -p "hi" --nothink -sys "" --dump-tokens > "$tmp/dump.txt"
+check "--nothink -sys \"\" renders BOS User ... Assistant </think>" \
+    grep -q '^\[256, 258, .*, 259, 261\]$' "$tmp/dump.txt"
+
+# Dump and vec outputs parse back (ds4ref-diff reads both).
+./ds4ref -m $model -p "Hello there" -n 16 --ignore-eos --golden-out "$tmp/c.jsonl" \
+    --dump-logprobs "$tmp/d.json" --vec-out "$tmp/v.vec" --vec-id t > /dev/null
+check "dump-logprobs agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/d.json" --min-top1 1 --max-dlogprob 1e-6
+check "vec case agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/v.vec" --min-top1 1 --max-dlogprob 1e-6
+check "the first 16 steps of a longer run are the same" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/a.jsonl" --all-steps --min-top1 1 --max-dlogprob 0
+
+# Errors: one line on stderr, distinct statuses.
+check "unknown option -> 2" status_is 2 ./ds4ref --bogus
+check "missing model -> 3" status_is 3 ./ds4ref -m "$tmp/none.gguf" -p hi
+printf 'GGUFxxxx' > "$tmp/bad.gguf"
+check "malformed model -> 4" status_is 4 ./ds4ref -m "$tmp/bad.gguf" -p hi
+printf '1 2 999999' > "$tmp/badtok.txt"
+check "token id out of range -> 7" status_is 7 ./ds4ref -m $model --tokens-file "$tmp/badtok.txt" -n 1
+check "context too small for the prompt -> 7" status_is 7 ./ds4ref -m $model -p "Hello there" --ctx 3 -n 1
+check "--help -> 0" status_is 0 ./ds4ref --help
+
+[ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"
+exit $((fails != 0))

@@ -1,0 +1,225 @@
+/* Model validation: a file that is valid GGUF but not a valid DS4 model must
+ * be refused with a message that names the tensor or key and what was
+ * expected; the published files' quirks must load.  Each case rewrites the
+ * synthetic tiny model with one change (a key replaced or dropped, a tensor
+ * dropped, renamed, re-typed, re-shaped or with altered data). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "formats.h"
+#include "gguf_write.h"
+#include "model.h"
+#include "synth.h"
+#include "testutil.h"
+
+typedef struct fixture {
+    char *dir, *base, *variant;
+    gguf_file src;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof(*f));
+    f->dir = tu_tmpdir();
+    f->base = tu_path(f->dir, "tiny.gguf");
+    f->variant = tu_path(f->dir, "variant.gguf");
+    ds4err err = {0};
+    ds4_synth_opts o = {.config = "tiny", .seed = 3};
+    if (ds4_synth_write(&o, f->base, NULL, &err)) fail_msg("%s", err.msg);
+    if (gguf_open(&f->src, f->base, &err)) fail_msg("%s", err.msg);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    gguf_close(&f->src);
+    remove(f->base);
+    remove(f->variant);
+    free(f->base);
+    free(f->variant);
+    tu_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+/* One change to apply while copying. */
+typedef struct change {
+    const char *key;           /* metadata key to replace (with u32 value) or drop */
+    bool drop_key;
+    uint32_t u32;
+    const char *tensor;        /* tensor to drop, rename, retype or reshape */
+    bool drop_tensor;
+    const char *rename;
+    uint32_t type;             /* retype (0 = keep; DS4_TYPE_F32 is 0, so use type_set) */
+    bool type_set;
+    bool swap_dims;            /* reshape [a, b] -> [b, a] */
+    void (*patch)(uint8_t *data, uint64_t nbytes);   /* alter a copy of the data */
+} change;
+
+static void write_variant(fixture *f, const change *c) {
+    const gguf_file *g = &f->src;
+    gguf_writer *w = gguf_writer_new((uint32_t)g->alignment);
+    ds4err err = {0};
+    assert_non_null(w);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        if (c->key && !strcmp(kv->key, c->key)) {
+            if (!c->drop_key) assert_int_equal(gguf_w_u32(w, kv->key, c->u32), 0);
+            continue;
+        }
+        uint64_t next;
+        assert_int_equal(gguf_skip_value(g, kv->type, kv->value_off, &next, &err), 0);
+        assert_int_equal(gguf_w_raw(w, kv->key, kv->type, g->map + kv->value_off,
+                                    (size_t)(next - kv->value_off)), 0);
+    }
+    uint8_t *patched = NULL;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        uint64_t ne[GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof(ne));
+        const char *name = t->name;
+        uint32_t type = t->type;
+        const uint8_t *data = t->data;
+        if (c->tensor && !strcmp(name, c->tensor)) {
+            if (c->drop_tensor) continue;
+            if (c->rename) name = c->rename;
+            if (c->type_set) type = c->type;
+            if (c->swap_dims) {
+                ne[0] = t->ne[1];
+                ne[1] = t->ne[0];
+            }
+            if (c->patch) {
+                patched = malloc(t->nbytes);
+                memcpy(patched, t->data, t->nbytes);
+                c->patch(patched, t->nbytes);
+                data = patched;
+            }
+        }
+        assert_int_equal(gguf_w_tensor(w, name, type, t->n_dims, ne, data, t->nbytes), 0);
+    }
+    if (gguf_writer_save(w, f->variant, &err)) fail_msg("%s", err.msg);
+    gguf_writer_free(w);
+    free(patched);
+}
+
+/* The variant must fail with every substring of `want` in the message. */
+static void refused(fixture *f, const change *c, const char *want1, const char *want2) {
+    write_variant(f, c);
+    ds4_model m;
+    ds4err err = {0};
+    assert_int_equal(ds4_model_open(&m, f->variant, &err), -1);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, want1));
+    if (want2) assert_non_null(strstr(err.msg, want2));
+    assert_non_null(strstr(err.msg, "variant.gguf"));
+    assert_null(strchr(err.msg, '\n'));
+}
+
+static void loads(fixture *f, const change *c) {
+    write_variant(f, c);
+    ds4_model m;
+    ds4err err = {0};
+    if (ds4_model_open(&m, f->variant, &err)) fail_msg("%s", err.msg);
+    ds4_model_close(&m);
+}
+
+static void test_missing_tensor(void **state) {
+    change c = {.tensor = "blk.2.indexer.proj.weight", .drop_tensor = true};
+    refused(*state, &c, "required tensor is missing: blk.2.indexer.proj.weight", "[256 (n_embd), 32 (indexer heads)]");
+}
+
+static void test_indexer_underscore_spelling(void **state) {
+    change c = {.tensor = "blk.2.indexer.proj.weight", .rename = "blk.2.indexer_proj.weight"};
+    loads(*state, &c);
+}
+
+static void test_optional_router_bias(void **state) {
+    change c = {.tensor = "blk.3.exp_probs_b.bias", .drop_tensor = true};
+    loads(*state, &c);
+}
+
+static void test_wrong_shape(void **state) {
+    change c = {.tensor = "blk.1.attn_q_a.weight", .swap_dims = true};
+    refused(*state, &c, "tensor blk.1.attn_q_a.weight has shape [64, 256]",
+            "expected [256 (n_embd), 64 (q_lora_rank)]");
+}
+
+static void test_wrong_type(void **state) {
+    /* Same byte size (4 per element), a type no norm weight can have. */
+    change c = {.tensor = "blk.0.attn_norm.weight", .type = DS4_TYPE_I32, .type_set = true};
+    refused(*state, &c, "tensor blk.0.attn_norm.weight has type i32", "expected f32, f16 or bf16");
+}
+
+static void test_wrong_i32_table_type(void **state) {
+    change c = {.tensor = "blk.0.ffn_gate_tid2eid.weight", .type = DS4_TYPE_F32, .type_set = true};
+    refused(*state, &c, "tensor blk.0.ffn_gate_tid2eid.weight has type f32", "expected i32");
+}
+
+static void test_metadata_kv_heads(void **state) {
+    change c = {.key = "deepseek4.attention.head_count_kv", .u32 = 2};
+    refused(*state, &c, "deepseek4.attention.head_count_kv = 2", "one shared KV head");
+}
+
+static void test_metadata_missing_key(void **state) {
+    change c = {.key = "deepseek4.expert_count", .drop_key = true};
+    refused(*state, &c, "deepseek4.expert_count", NULL);
+}
+
+static void test_metadata_ratios_wrong_type(void **state) {
+    change c = {.key = "deepseek4.attention.compress_ratios", .u32 = 4};
+    refused(*state, &c, "deepseek4.attention.compress_ratios", "one per layer");
+}
+
+static void test_metadata_inconsistent_dims(void **state) {
+    /* The tensors still say 256: every shape check names the mismatch. */
+    change c = {.key = "deepseek4.embedding_length", .u32 = 512};
+    refused(*state, &c, "has shape", "(n_embd)");
+}
+
+static void bad_expert_id(uint8_t *data, uint64_t nbytes) {
+    int32_t v = 99;
+    assert_true(nbytes >= 12);
+    memcpy(data + 8, &v, 4);
+}
+
+static void test_hash_table_range(void **state) {
+    change c = {.tensor = "blk.1.ffn_gate_tid2eid.weight", .patch = bad_expert_id};
+    refused(*state, &c, "routes to expert 99", "expected 0..7");
+}
+
+static void nan_first(uint8_t *data, uint64_t nbytes) {
+    float v = NAN;
+    assert_true(nbytes >= 4);
+    memcpy(data, &v, 4);
+}
+
+static void test_non_finite_norm(void **state) {
+    change c = {.tensor = "output_norm.weight", .patch = nan_first};
+    refused(*state, &c, "output_norm.weight: element 0 is not finite", NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_missing_tensor),
+        cmocka_unit_test(test_indexer_underscore_spelling),
+        cmocka_unit_test(test_optional_router_bias),
+        cmocka_unit_test(test_wrong_shape),
+        cmocka_unit_test(test_wrong_type),
+        cmocka_unit_test(test_wrong_i32_table_type),
+        cmocka_unit_test(test_metadata_kv_heads),
+        cmocka_unit_test(test_metadata_missing_key),
+        cmocka_unit_test(test_metadata_ratios_wrong_type),
+        cmocka_unit_test(test_metadata_inconsistent_dims),
+        cmocka_unit_test(test_hash_table_range),
+        cmocka_unit_test(test_non_finite_norm),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
