@@ -56,8 +56,9 @@ static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap) {
     s->selw = alloc_n(T * k, sizeof(double), &fail);
     s->eout = alloc_n(T * k * c->n_embd, sizeof(float), &fail);
     s->ex = alloc_n(T * k * c->n_embd, sizeof(float), &fail);
-    s->eg = alloc_n(T * k * c->n_ff, sizeof(float), &fail);
-    s->eu = alloc_n(T * k * c->n_ff, sizeof(float), &fail);
+    /* Routed rows, then the shared expert's T rows (moe.c). */
+    s->eg = alloc_n(T * (k + 1) * c->n_ff, sizeof(float), &fail);
+    s->eu = alloc_n(T * (k + 1) * c->n_ff, sizeof(float), &fail);
     s->eo = alloc_n(T * k * c->n_embd, sizeof(float), &fail);
     s->elist = alloc_n(T * k, sizeof(uint32_t), &fail);
     s->sh = alloc_n(T * c->n_embd, sizeof(float), &fail);
@@ -101,24 +102,36 @@ static void embed(const ds4_model *m, int32_t id, float *x) {
         memcpy(x + (uint64_t)h * c->n_embd, x, sizeof(float) * c->n_embd);
 }
 
-/* hc_pre + RMSNorm for every token: s->x -> s->a (and post/comb). */
+/* hc_pre + RMSNorm of batch token t: s->x -> s->a (and post/comb). */
+static void sublayer_in_tok(const ds4_config *c, ds4_fwd_scratch *s, const ds4_mat *fn,
+                            const ds4_vec *scale, const ds4_vec *base, const ds4_vec *norm,
+                            uint32_t t) {
+    uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
+    float *y = s->y + (uint64_t)t * c->n_embd;
+    ds4_hc_pre(c, fn, scale, base, s->x + t * hc_dim, y, s->post + (uint64_t)t * c->n_hc,
+               s->comb + (uint64_t)t * c->n_hc * c->n_hc);
+    ds4_rms_norm(y, norm->v, c->n_embd, c->rms_eps, s->a + (uint64_t)t * c->n_embd);
+}
+
+/* Every token of the batch.  A single token is evaluated outside any
+ * parallel construct (not even an inactive one), so ds4_hc_pre can spread
+ * its mixes over the threads with the persistent OpenMP team; a nested
+ * region would start new threads every time. */
 static void sublayer_in(const ds4_config *c, ds4_fwd_scratch *s, const ds4_mat *fn,
                         const ds4_vec *scale, const ds4_vec *base, const ds4_vec *norm,
                         uint32_t T) {
-    uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
-#pragma omp parallel for schedule(static)
-    for (uint32_t t = 0; t < T; t++) {
-        float *y = s->y + (uint64_t)t * c->n_embd;
-        ds4_hc_pre(c, fn, scale, base, s->x + t * hc_dim, y, s->post + (uint64_t)t * c->n_hc,
-                   s->comb + (uint64_t)t * c->n_hc * c->n_hc);
-        ds4_rms_norm(y, norm->v, c->n_embd, c->rms_eps, s->a + (uint64_t)t * c->n_embd);
+    if (T == 1) {
+        sublayer_in_tok(c, s, fn, scale, base, norm, 0);
+        return;
     }
+#pragma omp parallel for schedule(static)
+    for (uint32_t t = 0; t < T; t++) sublayer_in_tok(c, s, fn, scale, base, norm, t);
 }
 
 /* hc_post for every token: (s->out, s->x) -> s->x. */
 static void sublayer_out(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T) {
     uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T > 1)
     for (uint32_t t = 0; t < T; t++)
         ds4_hc_post(c, s->out + (uint64_t)t * c->n_embd, s->x + t * hc_dim,
                     s->post + (uint64_t)t * c->n_hc, s->comb + (uint64_t)t * c->n_hc * c->n_hc,
@@ -242,7 +255,7 @@ int ds4_forward(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err) 
                               seqs[i].kv->n_layer, c->n_layer);
     if (!T) return 0;
     uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T > 1)
     for (uint32_t t = 0; t < T; t++) embed(m, s->tok[t].id, s->x + t * hc_dim);
     for (uint32_t il = 0; il < c->n_layer; il++)
         if (run_block(e, &m->layers[il], il, il, T, err)) return -1;
@@ -315,10 +328,14 @@ int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *e
     for (uint32_t i = 0; i < n_seqs; i++) {
         ds4_mtp_seq *q = &seqs[i];
         const float *xs = s->x + (uint64_t)base * hc_dim;
+        uint32_t first = q->first_out < q->n ? q->first_out : q->n;
         if (q->h_out) memcpy(q->h_out, xs, sizeof(float) * hc_dim * q->n);
-        if (q->logits)
+        if (q->n && q->h_last)
+            memcpy(q->h_last, xs + (uint64_t)(q->n - 1) * hc_dim, sizeof(float) * hc_dim);
+        if (q->logits && first < q->n)
             ds4_output_head(m, &m->mtp->hc_head_fn, &m->mtp->hc_head_scale, &m->mtp->hc_head_base,
-                            &m->mtp->norm, xs, q->n, s->head_y, q->logits);
+                            &m->mtp->norm, xs + (uint64_t)first * hc_dim, q->n - first, s->head_y,
+                            q->logits);
         advance(q->kv, q->n);
         base += q->n;
     }

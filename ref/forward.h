@@ -95,15 +95,19 @@ void ds4_engine_free(ds4_engine *e);
 int ds4_forward(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err);
 
 /* One MTP step batch: for each token t, input HC state h[t] (n_hc*n_embd) and
- * token id ids[t] at position pos[t] of the MTP state kv.  Writes the block's
- * output HC state (for chaining) and, if logits != NULL, the draft logits. */
+ * token id ids[t] at positions kv->pos.. of the MTP state kv.  Writes the
+ * block's output HC state (for chaining) and, if logits != NULL, the draft
+ * logits of tokens [first_out, n) (catch-up rows only need their KV rows, so
+ * they skip the LM head). */
 typedef struct ds4_mtp_seq {
     ds4_kv *kv;            /* MTP block state */
     const float *h;        /* [n][n_hc*n_embd] */
     const int32_t *tokens; /* [n] */
     uint32_t n;
     float *h_out;          /* NULL or [n][n_hc*n_embd] */
-    float *logits;         /* NULL or [n][n_vocab] */
+    float *h_last;         /* NULL or the output HC state of the last token */
+    float *logits;         /* NULL or rows for tokens [first_out, n) */
+    uint32_t first_out;
 } ds4_mtp_seq;
 
 int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *err);

@@ -27,7 +27,7 @@ static int token_bytes(void *ud, int32_t id, ds4_buf *out, ds4err *err) {
 static int on_step(void *ud, uint32_t step, const ds4_gen_step *st) {
     run_ctx *r = ud;
     (void)step;
-    if (ds4_golden_writer_step(r->w, st, token_bytes, (void *)r->tok, r->err)) {
+    if (r->w && ds4_golden_writer_step(r->w, st, token_bytes, (void *)r->tok, r->err)) {
         r->failed = 1;
         return 1;
     }
@@ -105,19 +105,29 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
         if (prompt[i] < 0 || (uint32_t)prompt[i] >= s->e->m->cfg.n_vocab)
             return ds4err_set(err, DS4_E_RANGE, "prompt token %u is %d, outside the vocabulary [0, %u)",
                               i, prompt[i], s->e->m->cfg.n_vocab);
-    ds4_golden_header h;
-    if (fill_header(s, prompt, n_prompt, o, &h, err)) {
+    ds4_spec_cfg plain = {0};
+    const ds4_spec_cfg *sc = o->spec ? o->spec : &plain;
+    bool sampled = sc->temp > 0;
+    if (sampled && (o->golden_path || o->dump_path || o->vec_path || out))
+        return ds4err_set(err, DS4_E_ARG, "goldens, dumps and vec cases record greedy decoding: "
+                                          "use --temp 0");
+    ds4_golden_writer *w = NULL;
+    int rc = 0;
+    if (!sampled) {
+        ds4_golden_header h;
+        if (fill_header(s, prompt, n_prompt, o, &h, err)) {
+            free_header_ids(&h);
+            return -1;
+        }
+        h.settings.mtp_draft = sc->drafter ? sc->n_draft : 0;
+        rc = ds4_golden_writer_open(&w, o->golden_path, &h, err);
         free_header_ids(&h);
-        return -1;
+        if (rc) return -1;
     }
-    ds4_golden_writer *w;
-    int rc = ds4_golden_writer_open(&w, o->golden_path, &h, err);
-    free_header_ids(&h);
-    if (rc) return -1;
     ds4_session_reset(s);
     ds4_stop stop = DS4_STOP_LENGTH;
     run_ctx r = {tok, o, w, err, 0, false};
-    if (ds4_session_eval(s, prompt, n_prompt, NULL, NULL, err)) {
+    if (ds4_spec_prefill(sc->drafter, &s, &prompt, &n_prompt, 1, err)) {
         stop = DS4_STOP_ERROR;
     } else {
         bool clamped;
@@ -129,7 +139,8 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
         if (!steps) {
             ds4err_set(err, DS4_E_NOMEM, "out of memory");
             stop = DS4_STOP_ERROR;
-        } else if (ds4_generate_greedy(s, &go, steps, &done, on_step, &r, err) || r.failed) {
+        } else if (ds4_spec_generate1(s, sc, &go, o->seed, steps, &done, on_step, &r, o->stats,
+                                      err) || r.failed) {
             stop = DS4_STOP_ERROR;
         } else if (r.interrupted) {
             stop = DS4_STOP_INTERRUPTED;
@@ -140,6 +151,10 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
         }
         ds4_gen_steps_free(steps, done);
         free(steps);
+    }
+    if (!w) {
+        if (stop == DS4_STOP_ERROR) return -1;
+        return r.interrupted ? ds4err_set(err, DS4_E_INTERRUPTED, "interrupted") : 0;
     }
     /* The outputs are written whatever happened: an interrupted or failed run
      * leaves a golden marked incomplete, never a truncated file. */

@@ -13,6 +13,7 @@
 #include "err.h"
 #include "golden.h"
 #include "session.h"
+#include "spec.h"
 
 #define DS4REF_VERSION "0.1.0"
 
@@ -33,9 +34,16 @@ typedef struct ds4_run_opts {
     /* Set asynchronously (SIGINT): generation stops and the outputs are
      * written, marked incomplete. */
     volatile sig_atomic_t *stop;
+    /* Speculative decoding and/or sampling (NULL: plain greedy).  Greedy
+     * speculation gives the same records as plain greedy; sampled runs
+     * (temp > 0) record no golden, dump or vec output. */
+    const ds4_spec_cfg *spec;
+    uint64_t seed;
+    ds4_spec_stats *stats;        /* added to, when not NULL */
 } ds4_run_opts;
 
-/* Evaluate prompt[0..n_prompt) on a fresh session and generate.  tok may be
+/* Evaluate prompt[0..n_prompt) on a fresh session and generate (the
+ * drafter of o->spec, if any, is shown the prompt too).  tok may be
  * NULL (token bytes are then empty).  On success *out (if not NULL) holds
  * the golden (caller frees with ds4_golden_free). */
 int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,

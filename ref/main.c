@@ -18,6 +18,8 @@
 #include "goldenrun.h"
 #include "model.h"
 #include "session.h"
+#include "mtp.h"
+#include "spec.h"
 
 typedef struct cli {
     const char *model, *mtp;
@@ -34,6 +36,10 @@ typedef struct cli {
     const char *tokenize_file;
     bool dump_tokens;
     bool no_stop_eos;
+    uint32_t mtp_draft;
+    bool spec_report;
+    uint64_t seed;
+    const char *batch_prompts;
 } cli;
 
 static volatile sig_atomic_t interrupted;
@@ -53,6 +59,9 @@ static void usage(FILE *f) {
             "  -m, --model FILE        GGUF model (default ./ds4flash.gguf, else the\n"
             "                          synthetic default model built by make)\n"
             "  --mtp FILE              MTP draft head GGUF\n"
+            "  --mtp-draft N           speculative decoding with N drafts per cycle (1..16);\n"
+            "                          the output is bit-identical to plain decoding\n"
+            "  --spec-report           print the draft acceptance line at the end\n"
             "prompt (one of):\n"
             "  -p, --prompt TEXT       user message, rendered with the chat template\n"
             "  --prompt-file FILE      the same, read byte for byte from FILE\n"
@@ -63,6 +72,8 @@ static void usage(FILE *f) {
             "generation:\n"
             "  -n, --tokens N          tokens to generate (default 128)\n"
             "  --temp T                0 = greedy (default; ties to the lowest id)\n"
+            "  --seed S                sampling seed for --temp > 0 (default 1)\n"
+            "  --batch-prompts FILE    decode every line of FILE as a prompt, together\n"
             "  --ignore-eos            do not stop at the end-of-sentence token\n"
             "  -c, --ctx N             context size (default: the model's, at most 32768)\n"
             "  --chunk N               tokens per forward pass (default 256; never\n"
@@ -103,6 +114,7 @@ static int parse_args(int argc, char **argv, cli *c) {
     c->chunk = 256;
     c->qat = true;
     c->top_k = 20;
+    c->seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -118,6 +130,7 @@ static int parse_args(int argc, char **argv, cli *c) {
         if (!strcmp(a, "--think-max")) { c->think_max = true; c->nothink = false; continue; }
         if (!strcmp(a, "--dump-tokens")) { c->dump_tokens = true; continue; }
         if (!strcmp(a, "--ignore-eos")) { c->no_stop_eos = true; continue; }
+        if (!strcmp(a, "--spec-report")) { c->spec_report = true; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "ds4ref: %s needs a value (see --help)\n", a);
             return -1;
@@ -136,6 +149,19 @@ static int parse_args(int argc, char **argv, cli *c) {
         else if (!strcmp(a, "--vec-out")) c->vec_out = v;
         else if (!strcmp(a, "--vec-id")) c->vec_id = v;
         else if (!strcmp(a, "--tokenize-file")) c->tokenize_file = v;
+        else if (!strcmp(a, "--batch-prompts")) c->batch_prompts = v;
+        else if (!strcmp(a, "--mtp-draft")) {
+            if (parse_long(a, v, 1, DS4_SPEC_MAX_DRAFT, &x)) return -1;
+            c->mtp_draft = (uint32_t)x;
+        } else if (!strcmp(a, "--seed")) {
+            char *end;
+            errno = 0;
+            c->seed = strtoull(v, &end, 10);
+            if (!*v || *end || errno) {
+                fprintf(stderr, "ds4ref: --seed expects a non-negative integer, got '%s'\n", v);
+                return -1;
+            }
+        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--tokens")) {
             if (parse_long(a, v, 0, INT_MAX, &c->n_predict)) return -1;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
@@ -169,13 +195,22 @@ static int parse_args(int argc, char **argv, cli *c) {
             return -1;
         }
     }
-    int sources = !!c->prompt + !!c->prompt_file + !!c->tokens_file;
+    int sources = !!c->prompt + !!c->prompt_file + !!c->tokens_file + !!c->batch_prompts;
     if (sources > 1) {
-        fprintf(stderr, "ds4ref: specify only one prompt source (-p, --prompt-file, --tokens-file)\n");
+        fprintf(stderr, "ds4ref: specify only one prompt source (-p, --prompt-file, --tokens-file, "
+                        "--batch-prompts)\n");
         return -1;
     }
-    if (c->temp > 0) {
-        fprintf(stderr, "ds4ref: --temp > 0 (sampling) is not supported yet; use --temp 0\n");
+    if (c->mtp_draft && !c->mtp) {
+        fprintf(stderr, "ds4ref: --mtp-draft needs the MTP head: --mtp FILE\n");
+        return -1;
+    }
+    if (c->temp > 0 && (c->golden_out || c->dump_logprobs || c->vec_out)) {
+        fprintf(stderr, "ds4ref: goldens, dumps and vec cases record greedy decoding: use --temp 0\n");
+        return -1;
+    }
+    if (c->batch_prompts && (c->golden_out || c->dump_logprobs || c->vec_out || c->logits_out)) {
+        fprintf(stderr, "ds4ref: --batch-prompts prints text only; record goldens one prompt at a time\n");
         return -1;
     }
     return 0;
@@ -316,7 +351,21 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
-static int generate(const cli *c, ds4_session *s, const ds4_model *m, const ds4_tokens *ids,
+/* Everything generation needs besides the session. */
+typedef struct gen_env {
+    const ds4_model *m;
+    ds4_spec_cfg spec;
+    ds4_spec_stats stats;
+} gen_env;
+
+static void print_report(const cli *c, const gen_env *g) {
+    if (!c->spec_report) return;
+    char line[160];
+    ds4_spec_report(&g->stats, line, sizeof(line));
+    fprintf(stderr, "%s\n", line);
+}
+
+static int generate(const cli *c, gen_env *g, ds4_session *s, const ds4_tokens *ids,
                     const char *text, size_t text_len, ds4err *err) {
     char vec_id[96];
     snprintf(vec_id, sizeof(vec_id), "%s", c->vec_id ? c->vec_id
@@ -336,11 +385,141 @@ static int generate(const cli *c, ds4_session *s, const ds4_model *m, const ds4_
         .prompt_text_len = text_len,
         .on_text = print_text,
         .stop = &interrupted,
+        .spec = &g->spec,
+        .seed = c->seed,
+        .stats = &g->stats,
     };
-    const ds4_tokenizer *tok = m->has_tok ? &m->tok : NULL;
+    const ds4_tokenizer *tok = g->m->has_tok ? &g->m->tok : NULL;
     int rc = ds4_run_golden(s, tok, ids->ids, (uint32_t)ids->n, &o, NULL, err);
     printf("\n");
+    print_report(c, g);
     return rc;
+}
+
+/* --batch-prompts: one prompt per line, decoded together (each row its own
+ * session and positions); every row's text is printed at the end. */
+typedef struct batch_row {
+    ds4_session s;
+    ds4_tokens ids;
+    ds4_buf text;
+    bool live;
+} batch_row;
+
+typedef struct row_out {
+    const ds4_tokenizer *tok;
+    ds4_buf *text;
+} row_out;
+
+static int collect_text(void *ud, uint32_t step, const ds4_gen_step *st) {
+    row_out *r = ud;
+    ds4err e = {0};
+    (void)step;
+    ds4_tok_decode(r->tok, &st->token, 1, r->text, &e);
+    return interrupted != 0;
+}
+
+static int read_batch(const char *path, char **buf, char ***lines, uint32_t *n, ds4err *err) {
+    size_t len;
+    if (ds4_read_file(path, (size_t)1 << 30, buf, &len, err)) return -1;
+    *n = 0;
+    *lines = malloc(sizeof(char *) * (len / 1 + 1));
+    if (!*lines) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    for (char *p = *buf, *end = *buf + len; p < end;) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *stop = nl ? nl : end;
+        if (stop > p) {
+            *stop = '\0';
+            (*lines)[(*n)++] = p;
+        }
+        p = stop + 1;
+    }
+    if (!*n) return ds4err_set(err, DS4_E_ARG, "%s holds no prompt (one per line)", path);
+    return 0;
+}
+
+static int run_batch(const cli *c, ds4_model *m, ds4_engine *e, gen_env *g, uint32_t ctx,
+                     ds4err *err) {
+    char *buf = NULL, **lines = NULL;
+    uint32_t n = 0;
+    const ds4_tokenizer *tok;
+    if (read_batch(c->batch_prompts, &buf, &lines, &n, err) || ds4_model_tokenizer(m, &tok, err)) {
+        free(buf);
+        free(lines);
+        return -1;
+    }
+    batch_row *rows = calloc(n, sizeof(batch_row));
+    ds4_spec_row *sr = calloc(n, sizeof(ds4_spec_row));
+    ds4_session **ss = calloc(n, sizeof(ds4_session *));
+    const int32_t **prompts = calloc(n, sizeof(int32_t *));
+    uint32_t *lens = calloc(n, sizeof(uint32_t));
+    row_out *outs = calloc(n, sizeof(row_out));
+    int rc = -1;
+    if (!rows || !sr || !ss || !prompts || !lens || !outs) {
+        ds4err_set(err, DS4_E_NOMEM, "out of memory");
+        goto done;
+    }
+    const char *sys = c->system ? c->system : DS4_CHAT_DEFAULT_SYSTEM;
+    ds4_chat_opts co = {.thinking = !c->nothink, .effort_max = c->think_max};
+    uint32_t rollback = ds4_spec_rollback(c->mtp_draft ? c->mtp_draft : 1);
+    ds4_session_opts so = {.ctx = ctx, .chunk = c->chunk, .rollback = rollback > 32 ? rollback : 32};
+    for (uint32_t i = 0; i < n; i++) {
+        if (ds4_chat_prompt_ids(tok, sys, strlen(sys), lines[i], strlen(lines[i]), &co,
+                                &rows[i].ids, err) ||
+            ds4_session_init(&rows[i].s, e, &so, err))
+            goto done;
+        rows[i].live = true;
+        if (rows[i].ids.n > ctx) {
+            ds4err_set(err, DS4_E_RANGE, "prompt %u has %zu tokens, more than the context of %u",
+                       i + 1, rows[i].ids.n, ctx);
+            goto done;
+        }
+        ss[i] = &rows[i].s;
+        prompts[i] = rows[i].ids.ids;
+        lens[i] = (uint32_t)rows[i].ids.n;
+        outs[i] = (row_out){tok, &rows[i].text};
+        uint64_t room = (uint64_t)ctx - lens[i] + 1;
+        sr[i] = (ds4_spec_row){.s = ss[i], .seed = c->seed + i, .cb = collect_text, .ud = &outs[i],
+                               .n_steps = (uint32_t)(room < (uint64_t)c->n_predict ? room : (uint64_t)c->n_predict)};
+        sr[i].steps = calloc(sr[i].n_steps ? sr[i].n_steps : 1, sizeof(ds4_gen_step));
+        if (!sr[i].steps) {
+            ds4err_set(err, DS4_E_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    ds4_gen_opts go = {.n_steps = (uint32_t)c->n_predict, .top_k = 1,
+                       .eos = ds4_tok_special(tok, DS4_SPECIAL_EOS), .stop_at_eos = !c->no_stop_eos};
+    if (ds4_spec_prefill(g->spec.drafter, ss, prompts, lens, n, err) ||
+        ds4_spec_generate(&g->spec, &go, sr, n, &g->stats, err))
+        goto done;
+    for (uint32_t i = 0; i < n; i++)
+        printf("--- prompt %u: %s\n%.*s\n", i + 1, lines[i], (int)rows[i].text.len,
+               rows[i].text.p ? rows[i].text.p : "");
+    print_report(c, g);
+    rc = 0;
+done:
+    for (uint32_t i = 0; rows && i < n; i++) {
+        if (rows[i].live) ds4_session_free(&rows[i].s);
+        ds4_tokens_free(&rows[i].ids);
+        ds4_buf_free(&rows[i].text);
+        if (sr && sr[i].steps) {
+            ds4_gen_steps_free(sr[i].steps, sr[i].n_done);
+            free(sr[i].steps);
+        }
+    }
+    free(rows);
+    free(sr);
+    free(ss);
+    free(prompts);
+    free(lens);
+    free(outs);
+    free(lines);
+    free(buf);
+    return rc;
+}
+
+static uint32_t default_ctx(const ds4_model *m) {
+    uint32_t cl = m->cfg.context_length;
+    return cl && cl < 32768 ? cl : 32768;
 }
 
 static int run(const cli *c, ds4err *err) {
@@ -355,22 +534,42 @@ static int run(const cli *c, ds4err *err) {
     ds4_engine e;
     ds4_session s;
     bool have_engine = false, have_session = false;
+    gen_env g = {.m = &m, .spec = {.temp = c->temp}};
     if (c->mtp && ds4_model_load_mtp(&m, c->mtp, err)) goto done;
     if (c->tokenize_file) {
         rc = tokenize_file(&m, c->tokenize_file, err);
         goto done;
     }
-    if (build_prompt(c, &m, &ids, &text, &text_len, err)) goto done;
+    if (!c->batch_prompts && build_prompt(c, &m, &ids, &text, &text_len, err)) goto done;
     if (c->dump_tokens) {
         rc = dump_tokens(&m, &ids, err);
         goto done;
     }
+    uint32_t ctx = c->ctx ? c->ctx : default_ctx(&m);
+    uint32_t rows = 1;
+    if (c->batch_prompts) {
+        char *tmp = NULL, **lines = NULL;
+        if (read_batch(c->batch_prompts, &tmp, &lines, &rows, err)) {
+            free(tmp);
+            free(lines);
+            goto done;
+        }
+        free(tmp);
+        free(lines);
+    }
     ds4_fwd_opts fo = {.qat = c->qat};
-    if (ds4_engine_init(&e, &m, &fo, c->chunk, err)) goto done;
+    /* Rows of a batch share every forward pass. */
+    if (ds4_engine_init(&e, &m, &fo, c->chunk * rows, err)) goto done;
     have_engine = true;
-    uint32_t ctx = c->ctx ? c->ctx : (m.cfg.context_length && m.cfg.context_length < 32768
-                                          ? m.cfg.context_length : 32768);
-    ds4_session_opts so = {.ctx = ctx, .chunk = c->chunk, .rollback = 32};
+    if (c->mtp_draft && ds4_mtp_drafter_new(&g.spec.drafter, &e, rows, ctx, c->chunk, c->mtp_draft, err))
+        goto done;
+    g.spec.n_draft = c->mtp_draft;
+    if (c->batch_prompts) {
+        rc = run_batch(c, &m, &e, &g, ctx, err);
+        goto done;
+    }
+    uint32_t rollback = ds4_spec_rollback(c->mtp_draft ? c->mtp_draft : 1);
+    ds4_session_opts so = {.ctx = ctx, .chunk = c->chunk, .rollback = rollback > 32 ? rollback : 32};
     if (ds4_session_init(&s, &e, &so, err)) goto done;
     have_session = true;
     if (isatty(2) && ids.n > c->chunk) s.progress = progress;
@@ -381,8 +580,9 @@ static int run(const cli *c, ds4err *err) {
             goto done;
         }
     }
-    rc = generate(c, &s, &m, &ids, text, text_len, err);
+    rc = generate(c, &g, &s, &ids, text, text_len, err);
 done:
+    if (g.spec.drafter) ds4_drafter_free(g.spec.drafter);
     if (have_session) ds4_session_free(&s);
     if (have_engine) ds4_engine_free(&e);
     ds4_tokens_free(&ids);

@@ -46,9 +46,35 @@ static inline uint32_t ds4_session_pos(const ds4_session *s) { return s->kv.pos;
 int ds4_session_eval(ds4_session *s, const int32_t *tokens, uint32_t n, float *logits_all,
                      float *hc_all, ds4err *err);
 
+/* One session's part of a joint evaluation (ds4_session_eval_many). */
+typedef struct ds4_session_req {
+    ds4_session *s;
+    const int32_t *tokens;
+    uint32_t n;
+    float *logits_all;   /* NULL, or room for n rows of n_vocab logits */
+    float *hc_all;       /* NULL, or room for n rows of n_hc*n_embd values */
+} ds4_session_req;
+
+/* Append tokens to several sessions of one engine at once: each forward pass
+ * carries up to `chunk` tokens of every session (its own chunk size), as
+ * many as the engine's capacity holds, sessions in order.  Every value is
+ * the same bits as evaluating each session alone (forward.h).  Nothing is
+ * touched when a request is bad (context room, token ids, a session listed
+ * twice, sessions of different engines). */
+int ds4_session_eval_many(ds4_session_req *reqs, uint32_t n_reqs, ds4err *err);
+
 /* Move back to position pos (<= current).  Afterwards logits/hc_last are the
  * ones after token pos-1 (none at pos 0). */
 int ds4_session_truncate(ds4_session *s, uint32_t pos, ds4err *err);
+
+/* Keep the first pos positions (1 <= pos <= current) of what was evaluated,
+ * moving back through the state's rings only, and install the logits and
+ * final HC state after token pos-1, which the caller kept from the forward
+ * pass that evaluated it (a speculative verify batch).  Nothing is
+ * re-evaluated, so the rings must still hold what position pos needs
+ * (ds4_kv_can_truncate): an error (DS4_E_RANGE) otherwise. */
+int ds4_session_rewind(ds4_session *s, uint32_t pos, const float *logits, const float *hc_last,
+                       ds4err *err);
 
 /* Forget everything (position 0). */
 void ds4_session_reset(ds4_session *s);

@@ -31,6 +31,22 @@ check "golden identical across threads and chunks" cmp -s <(tail -n +2 "$tmp/a.j
 check "ds4ref-diff --exact accepts them" quiet ./ds4ref-diff --exact "$tmp/a.jsonl" "$tmp/b.jsonl"
 check "golden ends complete" grep -q '"complete":true' "$tmp/a.jsonl"
 
+# Speculative decoding with the MTP head: the same records as plain greedy.
+./ds4ref -m $model --mtp models/tiny-mtp.gguf --mtp-draft 3 -p "Hello there" -n 40 --ignore-eos \
+    --chunk 2 --spec-report --golden-out "$tmp/s.jsonl" > /dev/null 2> "$tmp/report.txt"
+check "speculative golden --exact equal to plain" quiet ./ds4ref-diff --exact "$tmp/a.jsonl" "$tmp/s.jsonl"
+check "--spec-report prints the acceptance line" grep -q '^mtp accept: iters=[0-9]* proposed=' "$tmp/report.txt"
+printf 'Hello there\nWhat is the capital of Italy?\n' > "$tmp/batch.txt"
+./ds4ref -m $model --mtp models/tiny-mtp.gguf --mtp-draft 2 --batch-prompts "$tmp/batch.txt" -n 12 \
+    --ignore-eos > "$tmp/batch.out"
+./ds4ref -m $model -p "What is the capital of Italy?" -n 12 --ignore-eos > "$tmp/single.out"
+check "a batched row prints what the prompt alone prints" \
+    test "$(sed -n 4p "$tmp/batch.out")" = "$(head -1 "$tmp/single.out")"
+./ds4ref -m $model -p "Hello there" --temp 0.9 --seed 7 -n 20 --ignore-eos > "$tmp/t1.out"
+./ds4ref -m $model -p "Hello there" --temp 0.9 --seed 7 -n 20 --ignore-eos -t 1 --chunk 3 > "$tmp/t2.out"
+check "sampling is reproducible from its seed" cmp -s "$tmp/t1.out" "$tmp/t2.out"
+check "--temp > 0 refuses --golden-out" status_is 2 ./ds4ref -m $model -p hi --temp 1 --golden-out "$tmp/x"
+
 # Teacher-forced logits: [n_tokens][n_vocab] f32.
 printf '256 258 72 101 108 108 111 259 261' > "$tmp/toks.txt"
 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32"

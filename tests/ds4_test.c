@@ -10,12 +10,15 @@
 #include <string.h>
 
 #include "ds4t.h"
+#include "reslimit.h"
 
 extern const ds4t_entry ds4t_golden_vectors, ds4t_logprob_vectors;
+extern const ds4t_entry ds4t_mtp_verify_depth;
 
 static const ds4t_entry *const tests[] = {
     &ds4t_logprob_vectors,
     &ds4t_golden_vectors,
+    &ds4t_mtp_verify_depth,
 };
 static const size_t n_tests = sizeof(tests) / sizeof(tests[0]);
 
@@ -53,6 +56,13 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* A model truncated while a test reads it ends with one line and
+     * DS4_EXIT_SIGBUS, not "Bus error". */
+    ds4err err = {0};
+    if (ds4_sigbus_install("ds4_test", &err)) {
+        fprintf(stderr, "ds4_test: %s\n", err.msg);
+        return err.code;
+    }
     int selected[64] = {0};
     int any = 0;
     for (int i = 1; i < argc; i++) {
