@@ -193,7 +193,7 @@ static int rd_str(parser *p, const char *field, gguf_str *s) {
  * that callers get a C string. */
 static int rd_name(parser *p, const char *field, char **out) {
     uint64_t at = p->pos;
-    gguf_str s;
+    gguf_str s = {0};
     if (rd_str(p, field, &s)) return -1;
     if (s.len == 0) return bad(p, field, at, "empty %s: expected at least 1 byte, got 0", field);
     const char *nul = memchr(s.ptr, 0, s.len);
@@ -275,7 +275,7 @@ static int check_array(parser *p, int depth, uint32_t *elem_type, uint64_t *n, u
 /* Validate one value of `type` at the cursor and move past it.  `depth` is
  * the number of arrays this value is an element of. */
 static int check_value(parser *p, uint32_t type, int depth, const char *field) {
-    gguf_str s;
+    gguf_str s = {0};
     uint32_t et;
     uint64_t n, first;
     switch (type) {
@@ -838,14 +838,14 @@ static const char want_i32[] = "an integer in [-2147483648, 2147483647]";
 static const char want_f32[] = "a finite value representable as f32";
 
 static int to_u32(const where *w, uint32_t type, uint32_t *out, ds4err *err) {
-    wide v;
+    wide v = {0};
     if (int_in_range(w, type, 0, UINT32_MAX, want_u32, &v, err)) return -1;
     *out = (uint32_t)v.mag;
     return 0;
 }
 
 static int to_i32(const where *w, uint32_t type, int32_t *out, ds4err *err) {
-    wide v;
+    wide v = {0};
     if (int_in_range(w, type, (uint64_t)INT32_MAX + 1, INT32_MAX, want_i32, &v, err)) return -1;
     *out = (int32_t)wide_i64(v);
     return 0;
@@ -880,7 +880,7 @@ int gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out, ds4err *err
     if (!kv) return -1;
     if (!vtype_is_int(kv->type)) return wrong_type(g, kv, "an integer (u64)", err);
     where w = {g, kv, UINT64_MAX, kv->value_off};
-    wide v;
+    wide v = {0};
     if (int_in_range(&w, kv->type, 0, UINT64_MAX, want_u64, &v, err)) return -1;
     *out = v.mag;
     return 0;
