@@ -5,13 +5,18 @@
 # golden vectors in vectors/ are the test.
 
 CC      ?= cc
-OPT     ?= -O2
+# -O3: the portable kernels vectorize better; the bits are the same at any
+# level.  For speed build with ARCH=-march=native (AVX-512/AVX2 kernels,
+# docs/PERFORMANCE.md); the bits are the same there too.
+OPT     ?= -O3
 ARCH    ?=
 CFLAGS  ?= $(OPT) $(ARCH) -g
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
             -ffp-contract=off -fno-fast-math -fopenmp -Iquant -Iref -Iinclude
 LDLIBS  = -lpcre2-8 -lm
 BUILD  ?= build
+# Where the binaries go; tools/portability.sh gives each build of its matrix its own.
+BINDIR ?= .
 
 ALL_CFLAGS = $(BASEFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS = -fopenmp $(LDFLAGS) $(EXTRA_LDFLAGS)
@@ -25,7 +30,7 @@ TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
 TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c))
 
-TOOLS     = ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(wildcard tools/*.c)))
+TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(wildcard tools/*.c))))
 
 DEFAULT_MODEL = models/tiny.gguf
 
@@ -40,29 +45,78 @@ $(BUILD)/libds4ref.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-ds4ref: $(BUILD)/ref/main.o $(BUILD)/libds4ref.a
+$(BINDIR)/ds4ref: $(BUILD)/ref/main.o $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 DS4T_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/ds4t_*.c)))
 
-ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/libds4ref.a
+$(BINDIR)/ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a
+$(BINDIR)/ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
 
-models/tiny.gguf: ds4ref-mkmodel
+models/tiny.gguf: $(BINDIR)/ds4ref-mkmodel
 	@mkdir -p models
-	./ds4ref-mkmodel --config tiny --types ds4 --seed 1 -o $@
+	$(BINDIR)/ds4ref-mkmodel --config tiny --types ds4 --seed 1 -o $@
 
 test: all
 	@tests/run_tests.sh $(BUILD)
 
 vectors: ds4ref ds4ref-mkmodel
 	tools/make_vectors.sh
+
+# Throughput (docs/PERFORMANCE.md): decode/prefill CSV on the default tiny
+# model and the matrix kernels.  bench-fullwidth also makes the 2.4 GB
+# fullwidth synthetic model (real per-layer dimensions) once and times it
+# layer by layer.  Build with ARCH=-march=native for representative numbers.
+FULLWIDTH_MODEL = models/fullwidth.gguf
+bench: $(BINDIR)/ds4ref-bench $(DEFAULT_MODEL)
+	$(BINDIR)/ds4ref-bench -m $(DEFAULT_MODEL) -p 64,256 -n 32
+	$(BINDIR)/ds4ref-bench --kernels --kernel-rows 1024
+
+$(FULLWIDTH_MODEL): $(BINDIR)/ds4ref-mkmodel
+	@mkdir -p models
+	$(BINDIR)/ds4ref-mkmodel --config fullwidth --types ds4 --no-mtp -o $@
+
+.PHONY: bench-fullwidth
+bench-fullwidth: $(BINDIR)/ds4ref-bench $(FULLWIDTH_MODEL)
+	$(BINDIR)/ds4ref-bench -m $(FULLWIDTH_MODEL) -p 64 -n 16 --layers
+
+# Rebuild with gcc/clang x -O0/-O2/-O3 x native/generic (and aarch64 under
+# qemu when installed) and require every golden of vectors/ bit for bit; see
+# docs/PORTABILITY.md.  portability-short is the subset that make test runs.
+.PHONY: portability portability-short
+portability:
+	tools/portability.sh full
+portability-short:
+	tools/portability.sh short
+
+# Sanitizers (docs/RELIABILITY.md): the whole tree built with clang and ASan
+# (with LeakSanitizer) or UBSan, then `make test` on it.  Each builds in
+# $(BUILD)/asan or $(BUILD)/ubsan, a mirror whose sources are links to these,
+# with its own objects, binaries and models: nothing of the default build is
+# touched.  Fuzzing: tests/fuzz/fuzz.sh (libFuzzer); CI runs fuzz-smoke.
+SAN_CC ?= clang
+FUZZ_SECONDS ?= 3600
+FUZZ_SMOKE_SECONDS ?= 30
+asan: SAN_FLAGS = -fsanitize=address -fno-omit-frame-pointer
+ubsan: SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+.PHONY: asan ubsan fuzz fuzz-smoke
+asan ubsan:
+	@mkdir -p $(BUILD)/$@
+	@for f in Makefile include quant ref tests tools vectors; do \
+	    if [ -e $$f ]; then ln -sfn $(CURDIR)/$$f $(BUILD)/$@/$$f; fi; done
+	@if [ -e ../shared ]; then ln -sfn $(abspath ../shared) $(BUILD)/shared; fi
+	DS4REF_SANITIZER=$@ $(MAKE) -C $(BUILD)/$@ CC=$(SAN_CC) OPT=-O1 BUILD=build BINDIR=. \
+	    EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)" test
+fuzz:
+	FUZZ_BUILD=$(BUILD)/fuzz tests/fuzz/fuzz.sh long $(FUZZ_SECONDS)
+fuzz-smoke:
+	FUZZ_BUILD=$(BUILD)/fuzz tests/fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECONDS)
 
 clean:
 	rm -rf $(BUILD) $(TOOLS) models

@@ -59,4 +59,30 @@ void ds4_matmul(const ds4_mat *W, const float *x, uint64_t ldx, int T,
 void ds4_matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1,
                      const float *x, uint64_t ldx, int T, float *y, uint64_t ldy);
 
+/* One product of ds4_matmul_many: y[t*ldy + r] = dot(row r of W, x + t*ldx)
+ * for t < T. */
+typedef struct ds4_matmul_op {
+    const ds4_mat *W;
+    const float *x;
+    uint64_t ldx;
+    int T;
+    float *y;
+    uint64_t ldy;
+} ds4_matmul_op;
+
+/* Independent products (no op may read another's output) in one parallel
+ * region: one fork/join instead of n_ops, and the threads share the work of
+ * all of them.  Every value equals ds4_matmul's. */
+void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops);
+
+/* The kernels are chosen at compile time from the target: "avx512"
+ * (AVX-512F/DQ + FMA + F16C), "avx2" (AVX2 + FMA + F16C) or "portable" (plain
+ * C that any compiler may vectorize).  All give the same bits. */
+const char *ds4_dot_kernels(void);
+
+/* ds4_matmul_rows computed with the portable C kernels whatever the target,
+ * so a test can check that the vector kernels give the same bits. */
+void ds4_matmul_rows_portable(const ds4_mat *W, uint64_t r0, uint64_t r1, const float *x,
+                              uint64_t ldx, int T, float *y, uint64_t ldy);
+
 #endif

@@ -88,14 +88,17 @@ static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_s
 static void project(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
-    ds4_matmul(&L->q_a, s->a, c->n_embd, (int)T, s->qr, c->q_lora);
-#pragma omp parallel for schedule(static)
+    const ds4_matmul_op ops[2] = {
+        {&L->q_a, s->a, c->n_embd, (int)T, s->qr, c->q_lora},
+        {&L->kv, s->a, c->n_embd, (int)T, s->kvrow, c->head_dim},
+    };
+    ds4_matmul_many(ops, 2);
+#pragma omp parallel for schedule(static) if (T > 1)
     for (uint32_t t = 0; t < T; t++) {
         float *qr = s->qr + (uint64_t)t * c->q_lora;
         ds4_rms_norm(qr, L->q_a_norm.v, c->q_lora, c->rms_eps, qr);
     }
     ds4_matmul(&L->q_b, s->qr, c->q_lora, (int)T, s->q, (uint64_t)c->n_head * c->head_dim);
-    ds4_matmul(&L->kv, s->a, c->n_embd, (int)T, s->kvrow, c->head_dim);
 }
 
 /* Step 2: q heads and the KV row, which goes into the window ring. */
@@ -104,7 +107,7 @@ static void prepare_q_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t hd = c->head_dim, nope = hd - c->n_rot;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T > 1)
     for (uint32_t t = 0; t < T; t++) {
         const ds4_tok *tk = &s->tok[t];
         float cs[2 * DS4_ROPE_MAX_PAIRS];
@@ -130,15 +133,18 @@ static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_m
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t width = (uint32_t)wkv->rows;
-    ds4_matmul(wkv, s->a, c->n_embd, (int)T, s->ckv, width);
-    ds4_matmul(wgate, s->a, c->n_embd, (int)T, s->csc, width);
-#pragma omp parallel for schedule(static)
+    const ds4_matmul_op ops[2] = {
+        {wkv, s->a, c->n_embd, (int)T, s->ckv, width},
+        {wgate, s->a, c->n_embd, (int)T, s->csc, width},
+    };
+    ds4_matmul_many(ops, 2);
+#pragma omp parallel for schedule(static) if (T > 1)
     for (uint32_t t = 0; t < T; t++) {
         ds4_layer_state *ls = &s->tok[t].kv->L[il];
         ds4_comp_store(indexer ? &ls->idx : &ls->comp, ape, s->tok[t].pos,
                        s->ckv + (uint64_t)t * width, s->csc + (uint64_t)t * width);
     }
-#pragma omp parallel for schedule(dynamic, 1) if (!e->tap)
+#pragma omp parallel for schedule(dynamic, 1) if (T > 1 && !e->tap)
     for (uint32_t t = 0; t < T; t++) {
         ds4_layer_state *ls = &s->tok[t].kv->L[il];
         ds4_comp_state *cs = indexer ? &ls->idx : &ls->comp;
@@ -156,15 +162,18 @@ static int run_indexer(const ds4_engine *e, const ds4_layer *L, uint32_t il, con
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t iq_w = c->idx_head * c->idx_dim;
-    ds4_matmul(&L->idx_q_b, s->qr, c->q_lora, (int)T, s->iq, iq_w);
-    ds4_matmul(&L->idx_proj, s->a, c->n_embd, (int)T, s->iw, c->idx_head);
+    const ds4_matmul_op ops[2] = {
+        {&L->idx_q_b, s->qr, c->q_lora, (int)T, s->iq, iq_w},
+        {&L->idx_proj, s->a, c->n_embd, (int)T, s->iw, c->idx_head},
+    };
+    ds4_matmul_many(ops, 2);
     uint32_t max_vis = 0;
     for (uint32_t t = 0; t < T; t++) {
         uint32_t v = (s->tok[t].pos + 1) / 4;
         if (v > max_vis) max_vis = v;
     }
     if (scratch_doubles(s, max_vis + 1, err)) return -1;
-#pragma omp parallel for schedule(dynamic, 1) if (!e->tap)
+#pragma omp parallel for schedule(dynamic, 1) if (T > 1 && !e->tap)
     for (uint32_t t = 0; t < T; t++) {
         const ds4_tok *tk = &s->tok[t];
         float *q = s->iq + (uint64_t)t * iq_w;
@@ -211,13 +220,23 @@ static int attend(const ds4_engine *e, const ds4_layer *L, uint32_t il, const ds
         attend_head(c, L, s, t, il, h, s->q + t * qdim + (uint64_t)h * hd, o, p);
         ds4_rope_apply(rope, o + hd - c->n_rot, s->tok[t].pos, true);
     }
-    /* Group g reads heads [g*H/G, (g+1)*H/G), i.e. a contiguous slice of o. */
+    /* Group g reads heads [g*H/G, (g+1)*H/G), i.e. a contiguous slice of o;
+     * the groups are independent products, computed in one region. */
     uint64_t gin = qdim / c->o_groups, low_w = (uint64_t)c->o_groups * c->o_lora;
-    for (uint32_t g = 0; g < c->o_groups; g++) {
-        ds4_mat sub = L->out_a;
-        sub.rows = c->o_lora;
-        sub.data = L->out_a.data + (uint64_t)g * c->o_lora * L->out_a.row_bytes;
-        ds4_matmul(&sub, s->o + g * gin, qdim, (int)T, s->low + (uint64_t)g * c->o_lora, low_w);
+    enum { BATCH = 64 };
+    ds4_mat sub[BATCH];
+    ds4_matmul_op ops[BATCH];
+    for (uint32_t g0 = 0; g0 < c->o_groups; g0 += BATCH) {
+        uint32_t ng = c->o_groups - g0 < BATCH ? c->o_groups - g0 : BATCH;
+        for (uint32_t k = 0; k < ng; k++) {
+            uint32_t g = g0 + k;
+            sub[k] = L->out_a;
+            sub[k].rows = c->o_lora;
+            sub[k].data = L->out_a.data + (uint64_t)g * c->o_lora * L->out_a.row_bytes;
+            ops[k] = (ds4_matmul_op){&sub[k], s->o + g * gin, qdim, (int)T,
+                                     s->low + (uint64_t)g * c->o_lora, low_w};
+        }
+        ds4_matmul_many(ops, (int)ng);
     }
     ds4_matmul(&L->out_b, s->low, low_w, (int)T, s->out, c->n_embd);
     return 0;

@@ -13,6 +13,8 @@
  * output row is rounded to f32 once. */
 #include <math.h>
 
+#include <omp.h>
+
 #include "detmath.h"
 #include "forward.h"
 
@@ -32,10 +34,14 @@ void ds4_rms_norm(const float *x, const float *w, uint32_t n, float eps, float *
 }
 
 /* mix[k] = (fn row k . x) * rsqrt(mean(x^2) + eps), the official order
- * (F.linear on the raw state, then the norm factor). */
+ * (F.linear on the raw state, then the norm factor).  Called for one token
+ * outside any parallel region (decode), the rows are spread over the
+ * threads; inside the callers' per-token loops they are not, since a nested
+ * team would be made of new threads every time. */
 static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, double *mix) {
     uint32_t n = c->n_hc * c->n_embd;
     double rs = rms_scale(x, n, c->rms_eps);
+#pragma omp parallel for schedule(static) if (omp_get_level() == 0)
     for (uint64_t k = 0; k < fn->rows; k++)
         mix[k] = ds4_dot_row(fn->type, fn->data + k * fn->row_bytes, x, n) * rs;
 }

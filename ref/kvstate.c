@@ -2,8 +2,11 @@
  * kvstate.h for the layout and why it is indexed by absolute position. */
 #include "kvstate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "reslimit.h"
 
 /* Slots of the compressor input ring: the inputs of the window being pooled
  * and, for the overlapping ratio-4 compressor, of the window before it, plus
@@ -60,18 +63,36 @@ static void comp_free(ds4_comp_state *s) {
     memset(s, 0, sizeof(*s));
 }
 
+/* Refuse sizes the state cannot have, before allocating anything: ring
+ * capacities must fit their 32-bit counters, and the whole state must fit
+ * in the memory this process can get (reslimit.h).  calloc of a too-large
+ * state could succeed (pages are only committed when rows are written) and
+ * the process would then be killed deep inside a long prefill; an error
+ * naming the numbers now is kinder. */
+static int check_size(const ds4_config *c, uint64_t bytes, uint32_t ctx, uint32_t chunk,
+                      uint32_t rollback, ds4err *err) {
+    if (raw_cap(c, chunk, rollback) > UINT32_MAX || hist_cap(4, chunk, rollback) > UINT32_MAX)
+        return ds4err_set(err, DS4_E_ARG, "chunk %u + rollback %u positions overflow the state's rings",
+                          chunk, rollback);
+    char what[80];
+    snprintf(what, sizeof(what), "the attention state for --ctx %u", ctx);
+    return ds4_check_memory(bytes, what, err);
+}
+
 int ds4_kv_init(ds4_kv *kv, const ds4_config *c, const uint32_t *ratios, uint32_t n_layer,
                 uint32_t ctx, uint32_t chunk, uint32_t rollback, ds4err *err) {
     memset(kv, 0, sizeof(*kv));
     if (ctx < 1 || chunk < 1)
         return ds4err_set(err, DS4_E_ARG, "context and chunk size must be at least 1");
+    uint64_t need = ds4_kv_bytes(c, ratios, n_layer, ctx, chunk, rollback);
+    if (check_size(c, need, ctx, chunk, rollback, err)) return -1;
     kv->n_layer = n_layer;
     kv->ctx = ctx;
     kv->head_dim = c->head_dim;
     kv->swa = c->swa;
     kv->chunk = chunk;
     kv->rollback = rollback;
-    kv->bytes = ds4_kv_bytes(c, ratios, n_layer, ctx, chunk, rollback);
+    kv->bytes = need;
     kv->L = calloc(n_layer, sizeof(ds4_layer_state));
     if (!kv->L) goto oom;
     for (uint32_t l = 0; l < n_layer; l++) {
@@ -86,7 +107,9 @@ int ds4_kv_init(ds4_kv *kv, const ds4_config *c, const uint32_t *ratios, uint32_
 oom:
     ds4_kv_free(kv);
     return ds4err_set(err, DS4_E_NOMEM,
-                      "cannot allocate the attention state for a context of %u tokens", ctx);
+                      "cannot allocate the attention state for a context of %u tokens (%.2f GiB): "
+                      "use a smaller context (--ctx)",
+                      ctx, (double)need / (1024.0 * 1024.0 * 1024.0));
 }
 
 void ds4_kv_free(ds4_kv *kv) {

@@ -11,9 +11,10 @@
  * is sum over the selected experts in ascending expert id (the official
  * loop order) plus the shared expert, in double, rounded once.
  *
- * Experts are evaluated expert by expert over all tokens of the batch that
- * chose them, so a prefill reads each expert's weights once; every (token,
- * row) value is still the canonical dot, identical to one-token decode. */
+ * Each expert is evaluated over all tokens of the batch that chose it, so a
+ * prefill reads each expert's weights once, and the experts' products run
+ * together in a few parallel regions (run_batch); every (token, row) value
+ * is still the canonical dot, identical to one-token decode. */
 #include <math.h>
 #include <string.h>
 
@@ -80,50 +81,112 @@ static float swiglu(float g, float u, float limit, double weight) {
     return (float)(weight * v);
 }
 
-/* Run expert x for every (token, slot) that selected it. */
-static void run_expert(const ds4_engine *e, const ds4_layer *L, uint32_t x, uint32_t T) {
-    const ds4_config *c = &e->m->cfg;
-    ds4_fwd_scratch *s = e->scr;
+/* Gather the batch by expert: rows [first[x], first[x+1]) of ex are the
+ * inputs of the (token, slot) pairs that chose expert x, in token order, and
+ * elist[row] = token * k + slot. */
+static void gather(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T, uint32_t *first) {
     uint32_t k = c->n_expert_used, m = 0;
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t i = 0; i < k; i++)
-            if ((uint32_t)s->sel[t * k + i] == x) {
-                s->elist[m] = t * k + i;
-                memcpy(s->ex + (uint64_t)m * c->n_embd, s->a + (uint64_t)t * c->n_embd,
-                       sizeof(float) * c->n_embd);
-                m++;
-            }
-    if (!m) return;
-    ds4_mat gate = ds4_mat_expert(&L->gate_exps, x), up = ds4_mat_expert(&L->up_exps, x);
-    ds4_mat down = ds4_mat_expert(&L->down_exps, x);
-    ds4_matmul(&gate, s->ex, c->n_embd, (int)m, s->eg, c->n_ff);
-    ds4_matmul(&up, s->ex, c->n_embd, (int)m, s->eu, c->n_ff);
-    for (uint32_t r = 0; r < m; r++) {
-        double w = s->selw[s->elist[r]];
-        float *g = s->eg + (uint64_t)r * c->n_ff, *u = s->eu + (uint64_t)r * c->n_ff;
-        for (uint32_t f = 0; f < c->n_ff; f++) g[f] = swiglu(g[f], u[f], L->clamp_exp, w);
+    for (uint32_t x = 0; x < c->n_expert; x++) {
+        first[x] = m;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < k; i++)
+                if ((uint32_t)s->sel[t * k + i] == x) {
+                    s->elist[m] = t * k + i;
+                    memcpy(s->ex + (uint64_t)m * c->n_embd, s->a + (uint64_t)t * c->n_embd,
+                           sizeof(float) * c->n_embd);
+                    m++;
+                }
     }
-    ds4_matmul(&down, s->eg, c->n_ff, (int)m, s->eo, c->n_embd);
-    for (uint32_t r = 0; r < m; r++)
-        memcpy(s->eout + (uint64_t)s->elist[r] * c->n_embd, s->eo + (uint64_t)r * c->n_embd,
-               sizeof(float) * c->n_embd);
+    first[c->n_expert] = m;
 }
 
-static void shared_expert(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
+/* Experts are evaluated in batches of at most BATCH selected experts: one
+ * parallel region for all their gate and up projections, one for all their
+ * down projections, so a decode step of 6 experts and the shared expert
+ * costs two fork/joins instead of 21.  Every (row, token) value is the
+ * canonical dot of ds4_matmul whatever the batching. */
+enum { BATCH = 32 };
+
+typedef struct expert_batch {
+    ds4_mat gate[BATCH], up[BATCH], down[BATCH];
+    ds4_matmul_op ops[2 * BATCH + 2];
+} expert_batch;
+
+/* The routed experts [x0, x1) (those with rows) and, if shared, the shared
+ * expert, whose rows follow the T*k routed ones in eg/eu. */
+static void run_batch(const ds4_engine *e, const ds4_layer *L, uint32_t T, const uint32_t *first,
+                      uint32_t x0, uint32_t x1, bool shared, expert_batch *b) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
-    ds4_matmul(&L->sh_gate, s->a, c->n_embd, (int)T, s->eg, c->n_ff);
-    ds4_matmul(&L->sh_up, s->a, c->n_embd, (int)T, s->eu, c->n_ff);
-    for (uint64_t i = 0; i < (uint64_t)T * c->n_ff; i++)
-        s->eg[i] = swiglu(s->eg[i], s->eu[i], L->clamp_shexp, 1.0);
-    ds4_matmul(&L->sh_down, s->eg, c->n_ff, (int)T, s->sh, c->n_embd);
+    uint64_t n = c->n_embd, ff = c->n_ff, sh_row = (uint64_t)T * c->n_expert_used;
+    int no = 0, nb = 0;
+    for (uint32_t x = x0; x < x1; x++) {
+        uint32_t m = first[x + 1] - first[x];
+        if (!m) continue;
+        b->gate[nb] = ds4_mat_expert(&L->gate_exps, x);
+        b->up[nb] = ds4_mat_expert(&L->up_exps, x);
+        b->ops[no++] = (ds4_matmul_op){&b->gate[nb], s->ex + first[x] * n, n, (int)m,
+                                       s->eg + first[x] * ff, ff};
+        b->ops[no++] = (ds4_matmul_op){&b->up[nb], s->ex + first[x] * n, n, (int)m,
+                                       s->eu + first[x] * ff, ff};
+        nb++;
+    }
+    if (shared) {
+        b->ops[no++] = (ds4_matmul_op){&L->sh_gate, s->a, n, (int)T, s->eg + sh_row * ff, ff};
+        b->ops[no++] = (ds4_matmul_op){&L->sh_up, s->a, n, (int)T, s->eu + sh_row * ff, ff};
+    }
+    ds4_matmul_many(b->ops, no);
+    /* SwiGLU, scaled by the routing weight (1 for the shared expert). */
+    uint64_t r0 = first[x0], r1 = first[x1];
+#pragma omp parallel for schedule(static) if (T > 1)
+    for (uint64_t r = r0; r < r1; r++) {
+        double w = s->selw[s->elist[r]];
+        float *g = s->eg + r * ff, *u = s->eu + r * ff;
+        for (uint64_t f = 0; f < ff; f++) g[f] = swiglu(g[f], u[f], L->clamp_exp, w);
+    }
+    if (shared) {
+        float *g = s->eg + sh_row * ff, *u = s->eu + sh_row * ff;
+        for (uint64_t i = 0; i < (uint64_t)T * ff; i++) g[i] = swiglu(g[i], u[i], L->clamp_shexp, 1.0);
+    }
+    no = nb = 0;
+    for (uint32_t x = x0; x < x1; x++) {
+        uint32_t m = first[x + 1] - first[x];
+        if (!m) continue;
+        b->down[nb] = ds4_mat_expert(&L->down_exps, x);
+        b->ops[no++] = (ds4_matmul_op){&b->down[nb], s->eg + first[x] * ff, ff, (int)m,
+                                       s->eo + first[x] * n, n};
+        nb++;
+    }
+    if (shared)
+        b->ops[no++] = (ds4_matmul_op){&L->sh_down, s->eg + sh_row * ff, ff, (int)T, s->sh, n};
+    ds4_matmul_many(b->ops, no);
+    for (uint64_t r = r0; r < r1; r++)
+        memcpy(s->eout + (uint64_t)s->elist[r] * n, s->eo + r * n, sizeof(float) * n);
+}
+
+/* All selected experts, BATCH at a time, and the shared expert with the
+ * first batch. */
+static void run_experts(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
+    const ds4_config *c = &e->m->cfg;
+    uint32_t first[4097];
+    expert_batch b;
+    gather(c, e->scr, T, first);
+    uint32_t x0 = 0;
+    bool shared = true;
+    while (x0 < c->n_expert || shared) {
+        uint32_t x1 = x0, used = 0;
+        for (; x1 < c->n_expert && used < BATCH; x1++) used += first[x1 + 1] > first[x1];
+        run_batch(e, L, T, first, x0, x1, shared, &b);
+        shared = false;
+        x0 = x1;
+    }
 }
 
 /* out = sum of expert outputs in ascending expert id (slot order for equal
  * ids) + shared, in double. */
 static void combine(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T) {
     uint32_t k = c->n_expert_used, n = c->n_embd;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T > 1)
     for (uint32_t t = 0; t < T; t++) {
         uint32_t order[64];
         for (uint32_t i = 0; i < k; i++) {
@@ -149,11 +212,10 @@ void ds4_moe(ds4_engine *e, const ds4_layer *L, uint32_t T) {
     ds4_fwd_scratch *s = e->scr;
     uint32_t k = c->n_expert_used;
     ds4_matmul(&L->gate_inp, s->a, c->n_embd, (int)T, s->rlog, c->n_expert);
-#pragma omp parallel for schedule(static) if (!e->tap)
+#pragma omp parallel for schedule(static) if (T > 1 && !e->tap)
     for (uint32_t t = 0; t < T; t++)
         route(e, L, s->rlog + (uint64_t)t * c->n_expert, t, s->tok[t].id, s->sel + t * k,
               s->selw + t * k);
-    for (uint32_t x = 0; x < c->n_expert; x++) run_expert(e, L, x, T);
-    shared_expert(e, L, T);
+    run_experts(e, L, T);
     combine(c, s, T);
 }

@@ -362,8 +362,115 @@ static void test_mat_expert(void **state) {
     free(data);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Vector kernels against the portable ones                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The lemma behind the vector kernels' fused multiply-adds: for f32 a, b
+ * and any double c, fma(a, b, c) == c + (double)a * (double)b, because the
+ * product of two f32 values is exact in double.  Checked on random values
+ * over the whole f32 range, subnormals, extremes and signed zeros. */
+static void test_fma_equals_mul_add(void **state) {
+    (void)state;
+    static const float special[] = {0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 0x1p-126f,
+                                    0x1.fffffep127f, -0x1.fffffep127f, 1.0f + 0x1p-23f,
+                                    3.0f, 0x1.fffffep-1f};
+    enum { NS = sizeof(special) / sizeof(special[0]) };
+    for (int i = 0; i < 200000; i++) {
+        float a, b;
+        uint32_t ua = (uint32_t)rnd(), ub = (uint32_t)rnd();
+        if (i < NS * NS) {
+            a = special[i / NS];
+            b = special[i % NS];
+        } else {
+            /* Any finite f32 bit pattern: exponent 0xff becomes 0xfe. */
+            if ((ua >> 23 & 0xff) == 0xff) ua &= ~0x00800000u;
+            if ((ub >> 23 & 0xff) == 0xff) ub &= ~0x00800000u;
+            memcpy(&a, &ua, 4);
+            memcpy(&b, &ub, 4);
+        }
+        const double c = (i & 1) ? (double)rnd_wide() * (double)rnd_wide() : ldexp((double)rnd_unit(), (int)(rnd() % 600) - 300);
+        const double fused = fma((double)a, (double)b, c);
+        const double plain = c + (double)a * (double)b;
+        if (dbits(fused) != dbits(plain)) {
+            print_error("fma(%a, %a, %a) = %a, mul+add = %a\n", (double)a, (double)b, c, fused, plain);
+            fail();
+        }
+    }
+}
+
+/* Runs the same product through ds4_matmul_rows (the compiled vector
+ * kernels) and ds4_matmul_rows_portable, and requires the same bits
+ * (NaN == NaN). */
+static void check_vector_vs_portable(const ds4_mat *W, const float *x, uint64_t ldx, int T) {
+    const uint64_t rows = W->rows;
+    float *a = malloc(sizeof(float) * rows * (uint64_t)T), *b = malloc(sizeof(float) * rows * (uint64_t)T);
+    assert_non_null(a);
+    assert_non_null(b);
+    ds4_matmul_rows(W, 0, rows, x, ldx, T, a, rows);
+    ds4_matmul_rows_portable(W, 0, rows, x, ldx, T, b, rows);
+    for (uint64_t i = 0; i < rows * (uint64_t)T; i++) {
+        if (fbits(a[i]) != fbits(b[i]) && !(isnan(a[i]) && isnan(b[i]))) {
+            print_error("%s %s cols=%llu T=%d [%llu]: vector %a, portable %a\n",
+                        ds4_dot_kernels(), ds4_type_name(W->type), (unsigned long long)W->cols, T,
+                        (unsigned long long)i, (double)a[i], (double)b[i]);
+            fail();
+        }
+    }
+    free(a);
+    free(b);
+}
+
+/* Every type, widths with and without a partial chunk, token counts around
+ * the tile size, activations over a wide range of magnitudes; then rows
+ * with NaN/Inf block scales and F16 rows with subnormals, infinities and
+ * NaNs, which the vector kernels hand back to the portable code. */
+static void test_vector_kernels_match_portable(void **state) {
+    (void)state;
+    const char *k = ds4_dot_kernels();
+    assert_true(!strcmp(k, "avx512") || !strcmp(k, "avx2") || !strcmp(k, "portable"));
+    static const int Ts[] = {1, 2, 7, 8, 9, 17};
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const uint32_t type = all_types[ti];
+        const uint32_t blck = ds4_type_info_get(type)->blck;
+        const uint64_t widths[] = {blck == 1 ? 23 : blck, blck == 1 ? 531 : blck * (blck == 32 ? 17 : 3)};
+        for (int wi = 0; wi < 2; wi++) {
+            const uint64_t cols = widths[wi], rows = 13, rb = ds4_row_bytes(type, cols);
+            uint8_t *data = malloc(rb * rows);
+            float *x = malloc(sizeof(float) * cols * 17);
+            assert_non_null(data);
+            assert_non_null(x);
+            for (uint64_t r = 0; r < rows; r++) fill_row(type, data + r * rb, cols);
+            for (uint64_t i = 0; i < cols * 17; i++) x[i] = rnd_wide();
+            const ds4_mat W = {type, cols, rows, rb, data};
+            for (int q = 0; q < 6; q++) check_vector_vs_portable(&W, x, cols, Ts[q]);
+            /* Special scales: row 3's first block and row 7's last block. */
+            const ds4_type_info *t = ds4_type_info_get(type);
+            if (t->blck > 1) {
+                static const int off[] = {[DS4_TYPE_Q8_0] = 0, [DS4_TYPE_Q2_K] = 80,
+                                          [DS4_TYPE_Q4_K] = 2, [DS4_TYPE_IQ2_XXS] = 0};
+                uint8_t *b3 = data + 3 * rb + off[type];
+                uint8_t *b7 = data + 7 * rb + rb - t->bytes + off[type];
+                b3[0] = 0x00, b3[1] = 0x7c;   /* +Inf */
+                b7[0] = 0x01, b7[1] = 0xfe;   /* NaN */
+            } else if (type == DS4_TYPE_F16) {
+                uint8_t *e = data + 5 * rb;
+                e[0] = 0x01, e[1] = 0x00;     /* smallest subnormal */
+                e[40] = 0xff, e[41] = 0x03;   /* largest subnormal */
+                e[2 * 17] = 0x00, e[2 * 17 + 1] = 0xfc;   /* -Inf */
+                data[9 * rb + 6] = 0x00, data[9 * rb + 7] = 0x7e;   /* NaN */
+            }
+            for (int q = 0; q < 6; q++) check_vector_vs_portable(&W, x, cols, Ts[q]);
+            free(data);
+            free(x);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fma_equals_mul_add),
+        cmocka_unit_test(test_vector_kernels_match_portable),
         cmocka_unit_test(test_lane_order_cancellation),
         cmocka_unit_test(test_dot_f32_vs_reference),
         cmocka_unit_test(test_dot_row_every_type),
