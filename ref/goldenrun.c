@@ -15,7 +15,8 @@ typedef struct run_ctx {
     ds4_golden_writer *w;
     ds4err *err;
     int failed;
-    bool interrupted;
+    bool interrupted;      /* the stop flag was set (SIGINT) */
+    bool caller_stopped;   /* on_step asked to stop */
 } run_ctx;
 
 static int token_bytes(void *ud, int32_t id, ds4_buf *out, ds4err *err) {
@@ -26,7 +27,6 @@ static int token_bytes(void *ud, int32_t id, ds4_buf *out, ds4err *err) {
 
 static int on_step(void *ud, uint32_t step, const ds4_gen_step *st) {
     run_ctx *r = ud;
-    (void)step;
     if (r->w && ds4_golden_writer_step(r->w, st, token_bytes, (void *)r->tok, r->err)) {
         r->failed = 1;
         return 1;
@@ -40,6 +40,10 @@ static int on_step(void *ud, uint32_t step, const ds4_gen_step *st) {
     }
     if (r->o->stop && *r->o->stop) {
         r->interrupted = true;
+        return 1;
+    }
+    if (r->o->on_step && r->o->on_step(r->o->step_ud, step, st)) {
+        r->caller_stopped = true;
         return 1;
     }
     return 0;
@@ -126,7 +130,7 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
     }
     ds4_session_reset(s);
     ds4_stop stop = DS4_STOP_LENGTH;
-    run_ctx r = {tok, o, w, err, 0, false};
+    run_ctx r = {tok, o, w, err, 0, false, false};
     if (ds4_spec_prefill(sc->drafter, &s, &prompt, &n_prompt, 1, err)) {
         stop = DS4_STOP_ERROR;
     } else {
@@ -142,7 +146,8 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
         } else if (ds4_spec_generate1(s, sc, &go, o->seed, steps, &done, on_step, &r, o->stats,
                                       err) || r.failed) {
             stop = DS4_STOP_ERROR;
-        } else if (r.interrupted) {
+        } else if (r.interrupted || r.caller_stopped) {
+            /* Fewer steps than asked: the golden says so (incomplete). */
             stop = DS4_STOP_INTERRUPTED;
         } else if (done && go.stop_at_eos && steps[done - 1].token == go.eos) {
             stop = DS4_STOP_EOS;
@@ -171,7 +176,7 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
     }
     ds4_golden_writer_free(w);
     if (stop == DS4_STOP_ERROR) return -1;
-    if (stop == DS4_STOP_INTERRUPTED && !rc)
+    if (stop == DS4_STOP_INTERRUPTED && r.interrupted && !rc)
         return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted: outputs written and marked incomplete");
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "generate.h"
 #include "golden.h"
 #include "session.h"
 #include "spec.h"
@@ -31,6 +32,10 @@ typedef struct ds4_run_opts {
     /* Called with each generated token's bytes (e.g. to print the text). */
     void (*on_text)(void *ud, const uint8_t *bytes, size_t n);
     void *ud;
+    /* Called with each step's full record; non-zero stops generation (the
+     * outputs are then finished as complete, stop "length"). */
+    ds4_gen_cb on_step;
+    void *step_ud;
     /* Set asynchronously (SIGINT): generation stops and the outputs are
      * written, marked incomplete. */
     volatile sig_atomic_t *stop;

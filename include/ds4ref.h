@@ -1,0 +1,267 @@
+/* ds4ref.h — the public C API of ds4ref, the CPU reference implementation of
+ * DeepSeek V4 Flash inference.
+ *
+ * One header, plain C, usable from C and C++.  Link with libds4ref
+ * (`pkg-config --cflags --libs ds4ref`).
+ *
+ * Numbers: every logit ds4ref produces is bit-identical whatever the thread
+ * count, the chunk size, the batch composition, the compiler or the CPU
+ * (docs/NUMERICS.md).  A backend can therefore compare its own values with
+ * ds4ref's exactly where its arithmetic is the same, and with a tolerance
+ * where it is not; the debug taps give every intermediate tensor of every
+ * layer so the first divergence can be found.
+ *
+ * Errors: every function that can fail returns 0 on success or a
+ * DS4REF_E_* code, and fills the ds4ref_error the caller passed (which may be
+ * NULL) with the same code and a one-line message naming the file, key,
+ * tensor or argument involved.  The library never prints and never exits.
+ *
+ * Threads: a model may be shared by several sessions, but calls on one model
+ * (and its sessions) must not run concurrently.  Each call parallelizes
+ * internally with OpenMP (set the thread count with ds4ref_set_threads or
+ * OMP_NUM_THREADS). */
+#ifndef DS4REF_H
+#define DS4REF_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS4REF_API_VERSION 1
+
+/* ------------------------------------------------------------------ errors */
+
+enum ds4ref_status {
+    DS4REF_OK = 0,
+    DS4REF_E_ARG = 2,          /* bad argument */
+    DS4REF_E_IO = 3,           /* a file could not be opened, read or written */
+    DS4REF_E_FORMAT = 4,       /* malformed file (GGUF, golden, JSON, vectors) */
+    DS4REF_E_MODEL = 5,        /* valid GGUF, but not a valid DeepSeek V4 model */
+    DS4REF_E_NOMEM = 6,        /* out of memory, or a size that cannot fit */
+    DS4REF_E_RANGE = 7,        /* token id, position or context out of range */
+    DS4REF_E_UNSUPPORTED = 8,
+    DS4REF_E_MISMATCH = 9,     /* a comparison failed */
+    DS4REF_E_INTERRUPTED = 10, /* stopped on request (outputs written, incomplete) */
+    DS4REF_E_INTERNAL = 11
+};
+
+typedef struct ds4ref_error {
+    int code;
+    char message[512];
+} ds4ref_error;
+
+/* "DS4REF_E_RANGE" etc. */
+const char *ds4ref_status_name(int code);
+const char *ds4ref_version(void);
+
+/* Release memory the library returned (token arrays, strings). */
+void ds4ref_free(void *p);
+
+/* OpenMP threads for every later call (0: the OpenMP default). */
+void ds4ref_set_threads(int n);
+
+/* ------------------------------------------------------------------ models */
+
+typedef struct ds4ref_model ds4ref_model;
+
+typedef struct ds4ref_model_options {
+    const char *path;          /* base model GGUF */
+    const char *mtp_path;      /* MTP head GGUF, or NULL */
+    int qat;                   /* 1: official FP8 KV / FP4 indexer simulation (default) */
+    uint32_t max_batch;        /* most tokens of one forward pass (default 256) */
+} ds4ref_model_options;
+
+void ds4ref_model_options_init(ds4ref_model_options *o);
+int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_error *err);
+void ds4ref_model_close(ds4ref_model *m);
+
+typedef struct ds4ref_model_info {
+    uint32_t n_layer, n_embd, n_vocab, n_head, head_dim, n_hc;
+    uint32_t n_expert, n_expert_used, context_length;
+    int has_mtp, has_tokenizer;
+    int32_t bos, eos;          /* -1 without a tokenizer */
+} ds4ref_model_info;
+
+void ds4ref_model_get_info(const ds4ref_model *m, ds4ref_model_info *info);
+
+/* A weight tensor of the model (names as in the GGUF; the MTP file's are
+ * mtp.0.*), dequantized exactly to f32, in GGUF element order (ne[0]
+ * fastest).  ne[] gets the shape (unused dims 1).  *data: free with
+ * ds4ref_free.  For a backend that wants to recompute a step itself. */
+int ds4ref_tensor_f32(const ds4ref_model *m, const char *name, float **data, uint64_t ne[4],
+                      ds4ref_error *err);
+
+/* --------------------------------------------------------------- tokenizer */
+
+#define DS4REF_TOKENIZE_SPECIAL 1u   /* recognise special-token strings in the text */
+
+/* Token ids of text[0..len) (no BOS added).  *ids: free with ds4ref_free. */
+int ds4ref_tokenize(const ds4ref_model *m, const char *text, size_t len, unsigned flags,
+                    int32_t **ids, size_t *n, ds4ref_error *err);
+
+/* The bytes of ids[0..n).  *bytes (NUL-terminated for convenience): free with
+ * ds4ref_free. */
+int ds4ref_detokenize(const ds4ref_model *m, const int32_t *ids, size_t n, char **bytes,
+                      size_t *len, ds4ref_error *err);
+
+/* The vocabulary string of one token as stored (byte-alphabet form), valid as
+ * long as the model is open. */
+int ds4ref_token_string(const ds4ref_model *m, int32_t id, const char **s, size_t *len,
+                        ds4ref_error *err);
+
+typedef struct ds4ref_chat_options {
+    const char *system;        /* system prompt; NULL: none */
+    size_t system_len;
+    int thinking;              /* 1: ends with <think>; 0: with </think> */
+    int think_max;             /* the official "max" reasoning effort */
+} ds4ref_chat_options;
+
+/* A one-user-turn chat prompt rendered with the official template and
+ * tokenized as the official pipeline does.  A prompt starting with the BOS
+ * string is taken as already rendered. */
+int ds4ref_chat_prompt(const ds4ref_model *m, const char *prompt, size_t len,
+                       const ds4ref_chat_options *o, int32_t **ids, size_t *n,
+                       ds4ref_error *err);
+
+/* ---------------------------------------------------------------- sessions */
+
+typedef struct ds4ref_session ds4ref_session;
+
+typedef struct ds4ref_session_options {
+    uint32_t ctx;              /* positions available (0: the model's, at most 32768) */
+    uint32_t chunk;            /* tokens per forward pass (0: the model's max_batch) */
+} ds4ref_session_options;
+
+int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_session **out,
+                       ds4ref_error *err);
+void ds4ref_session_free(ds4ref_session *s);
+
+/* Tokens evaluated so far (the next position). */
+uint32_t ds4ref_session_pos(const ds4ref_session *s);
+
+/* Append n tokens.  logits: NULL, or room for n rows of n_vocab floats that
+ * receive the logits after each of them. */
+int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *logits,
+                        ds4ref_error *err);
+
+/* Go back to position pos (<= current); the state is exactly the one a fresh
+ * evaluation of the first pos tokens gives. */
+int ds4ref_session_truncate(ds4ref_session *s, uint32_t pos, ds4ref_error *err);
+
+/* The logits (n_vocab floats) after token pos, for any evaluated position.
+ * The last position is immediate; an earlier one is recomputed exactly
+ * (truncate, re-evaluate, restore), which costs a forward pass from pos. */
+int ds4ref_session_logits(ds4ref_session *s, uint32_t pos, float *out, ds4ref_error *err);
+
+typedef struct ds4ref_logprob {
+    int32_t id;
+    float logit;
+    double logprob;            /* logit - logsumexp(all logits), in double */
+} ds4ref_logprob;
+
+/* The k most likely next tokens after position pos (by logit, ties to the
+ * lowest id), *n = number written. */
+int ds4ref_session_top_logprobs(ds4ref_session *s, uint32_t pos, uint32_t k,
+                                ds4ref_logprob *out, uint32_t *n, ds4ref_error *err);
+
+/* -------------------------------------------------------------- generation */
+
+typedef struct ds4ref_step {
+    uint32_t index;
+    int32_t id;                /* the chosen token */
+    const uint8_t *bytes;      /* its bytes */
+    size_t n_bytes;
+    float logit;
+    double logprob;
+    uint32_t n_top;            /* alternatives, by logit (greedy runs only) */
+    const ds4ref_logprob *top;
+    const uint8_t *logits_sha256;   /* 32 bytes, digest of the logits vector */
+} ds4ref_step;
+
+/* Return non-zero to stop generating. */
+typedef int (*ds4ref_step_fn)(void *ud, const ds4ref_step *step);
+
+typedef struct ds4ref_generate_options {
+    uint32_t n_tokens;         /* tokens to generate */
+    uint32_t top_k;            /* alternatives per step (default 20) */
+    int stop_at_eos;           /* default 1 */
+    double temperature;        /* 0: greedy */
+    uint64_t seed;             /* sampling seed (temperature > 0) */
+    uint32_t mtp_draft;        /* 0: no speculation; 1..16 with an MTP head */
+    const char *golden_path;   /* outputs, or NULL (greedy runs only) */
+    const char *dump_path;
+    const char *vec_path;
+    const char *vec_id;
+    const char *vec_prompt_path;
+    const uint8_t *prompt_text;   /* recorded in the golden */
+    size_t prompt_text_len;
+    /* Set to non-zero asynchronously (e.g. by a SIGINT handler): generation
+     * stops, outputs are written marked incomplete, DS4REF_E_INTERRUPTED. */
+    volatile sig_atomic_t *stop;
+    struct ds4ref_spec_stats *stats;   /* NULL, or added to (speculation) */
+} ds4ref_generate_options;
+
+/* Speculative decoding counters. */
+typedef struct ds4ref_spec_stats {
+    uint64_t passes;           /* trunk forward passes of the decode loop */
+    uint64_t iters;            /* cycles that verified at least one draft */
+    uint64_t proposed;         /* drafts verified */
+    uint64_t accepted;         /* drafts accepted */
+} ds4ref_spec_stats;
+
+/* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y". */
+void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size);
+
+void ds4ref_generate_options_init(ds4ref_generate_options *o);
+
+/* Evaluate the prompt on the (reset) session and generate, calling fn after
+ * each token.  Greedy by default; speculative with an MTP head and
+ * mtp_draft > 0 (bit-identical to greedy); sampled with temperature > 0. */
+int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
+                    const ds4ref_generate_options *o, ds4ref_step_fn fn, void *ud,
+                    ds4ref_error *err);
+
+/* Several prompts decoded together: rows[i] (sessions of one model) gets
+ * prompts[i]; every forward pass carries tokens of every row, each row at its
+ * own positions, and each row's stream is bit-identical to decoding it alone.
+ * Row r samples with seed o->seed + r.  fn gets the row index; outputs
+ * (golden, dump, vec) are not written in this mode. */
+typedef int (*ds4ref_row_step_fn)(void *ud, uint32_t row, const ds4ref_step *step);
+
+int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *prompts,
+                          const size_t *n_prompt, size_t n_rows,
+                          const ds4ref_generate_options *o, ds4ref_row_step_fn fn, void *ud,
+                          ds4ref_error *err);
+
+/* ---------------------------------------------------------------- taps */
+
+enum ds4ref_tap_kind { DS4REF_TAP_F32, DS4REF_TAP_I32, DS4REF_TAP_F64 };
+
+/* One intermediate value of one token (names in forward.h / the docs):
+ * hc_attn, hc_ffn, attn_out, ffn_out, experts, expert_weights, expert_scores,
+ * indexer_scores, indexer_sel, comp_row, idx_row.  layer = n_layer for the
+ * MTP block.  data is valid during the callback only. */
+typedef struct ds4ref_tap {
+    const char *name;
+    uint32_t layer;
+    uint32_t pos;
+    int kind;
+    const void *data;
+    uint32_t n;
+} ds4ref_tap;
+
+typedef void (*ds4ref_tap_fn)(void *ud, const ds4ref_tap *t);
+
+/* Install (fn != NULL) or remove a tap for every later evaluation on this
+ * model's sessions. */
+void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
