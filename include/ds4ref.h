@@ -113,6 +113,9 @@ int ds4ref_detokenize(const ds4ref_model *m, const int32_t *ids, size_t n, char 
 int ds4ref_token_string(const ds4ref_model *m, int32_t id, const char **s, size_t *len,
                         ds4ref_error *err);
 
+/* ds4's default system prompt on the command line. */
+#define DS4REF_DEFAULT_SYSTEM "You are a helpful assistant"
+
 typedef struct ds4ref_chat_options {
     const char *system;        /* system prompt; NULL: none */
     size_t system_len;
@@ -134,6 +137,10 @@ typedef struct ds4ref_session ds4ref_session;
 typedef struct ds4ref_session_options {
     uint32_t ctx;              /* positions available (0: the model's, at most 32768) */
     uint32_t chunk;            /* tokens per forward pass (0: the model's max_batch) */
+    /* NULL, or called after every forward pass of a multi-pass evaluation
+     * (a long prompt) with the tokens done so far. */
+    void (*progress)(void *ud, uint32_t done, uint32_t total);
+    void *progress_ud;
 } ds4ref_session_options;
 
 int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_session **out,

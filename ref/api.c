@@ -259,6 +259,10 @@ int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_
         return fail(err, &e);
     }
     s->model = m;
+    if (o && o->progress) {
+        s->s.progress = o->progress;
+        s->s.progress_ud = o->progress_ud;
+    }
     *out = s;
     ok(err);
     return 0;

@@ -1,25 +1,21 @@
 /* ds4ref: the command line.  Flags follow ds4's where ds4 has them.
  *
- * Everything numeric happens in the library; this file parses arguments,
- * picks the model, turns the prompt into tokens and routes the run to one of:
- * tokenizing, teacher-forced logits, or generation (plain, or recorded as a
- * golden / ds4 logprob dump / official.vec case). */
+ * Everything happens in the library, through its public API (ds4ref.h) only;
+ * this file parses arguments, picks the model, turns the prompt into tokens
+ * and routes the run to one of: tokenizing, teacher-forced logits, or
+ * generation (plain, speculative, sampled, batched, or recorded as a golden /
+ * ds4 logprob dump / official.vec case). */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <limits.h>
-#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
-#include "fileio.h"
-#include "goldenrun.h"
-#include "model.h"
-#include "session.h"
-#include "mtp.h"
-#include "spec.h"
+#include "ds4ref.h"
 
 typedef struct cli {
     const char *model, *mtp;
@@ -91,7 +87,7 @@ static void usage(FILE *f) {
             "  --tokenize-file FILE    print the ids of FILE's raw bytes and exit\n"
             "  --dump-tokens           print the prompt's ids and strings and exit\n"
             "  -h, --help, --version\n",
-            DS4_CHAT_DEFAULT_SYSTEM);
+            DS4REF_DEFAULT_SYSTEM);
 }
 
 /* ---- argument parsing ---- */
@@ -122,7 +118,7 @@ static int parse_args(int argc, char **argv, cli *c) {
             exit(0);
         }
         if (!strcmp(a, "--version")) {
-            printf("ds4ref %s\n", DS4REF_VERSION);
+            printf("ds4ref %s\n", ds4ref_version());
             exit(0);
         }
         if (!strcmp(a, "--think")) { c->nothink = false; c->think_max = false; continue; }
@@ -151,7 +147,7 @@ static int parse_args(int argc, char **argv, cli *c) {
         else if (!strcmp(a, "--tokenize-file")) c->tokenize_file = v;
         else if (!strcmp(a, "--batch-prompts")) c->batch_prompts = v;
         else if (!strcmp(a, "--mtp-draft")) {
-            if (parse_long(a, v, 1, DS4_SPEC_MAX_DRAFT, &x)) return -1;
+            if (parse_long(a, v, 1, 16, &x)) return -1;
             c->mtp_draft = (uint32_t)x;
         } else if (!strcmp(a, "--seed")) {
             char *end;
@@ -174,7 +170,7 @@ static int parse_args(int argc, char **argv, cli *c) {
             if (parse_long(a, v, 1, 4096, &x)) return -1;
             c->threads = (int)x;
         } else if (!strcmp(a, "--logprobs-top-k")) {
-            if (parse_long(a, v, 1, DS4_GOLDEN_MAX_TOP, &x)) return -1;
+            if (parse_long(a, v, 1, 1024, &x)) return -1;
             c->top_k = (uint32_t)x;
         } else if (!strcmp(a, "--temp")) {
             char *end;
@@ -244,82 +240,156 @@ found:
     return buf;
 }
 
+/* ---- small file helpers ---- */
+
+static int set_err(ds4ref_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int set_err(ds4ref_error *err, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    err->code = code;
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static int read_all(const char *path, char **buf, size_t *len, ds4ref_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return set_err(err, DS4REF_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap + 1);
+    while (b) {
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        char *nb = cap < ((size_t)1 << 30) ? realloc(b, 2 * cap + 1) : NULL;
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b) return set_err(err, DS4REF_E_NOMEM, "%s: too large or out of memory", path);
+    if (bad) {
+        free(b);
+        return set_err(err, DS4REF_E_IO, "%s: read error", path);
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+/* Write a whole file through a temporary name and rename(): never a
+ * truncated file at `path`. */
+static int write_atomic(const char *path, const void *data, size_t n, ds4ref_error *err) {
+    size_t len = strlen(path) + 16;
+    char *tmp = malloc(len);
+    if (!tmp) return set_err(err, DS4REF_E_NOMEM, "out of memory");
+    snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int rc = 0;
+    if (!f) {
+        rc = set_err(err, DS4REF_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    } else {
+        bool ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+        ok = (fclose(f) == 0) && ok;
+        if (!ok || rename(tmp, path)) {
+            rc = set_err(err, DS4REF_E_IO, "%s: cannot write: %s", path, strerror(errno));
+            remove(tmp);
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
 /* ---- prompt ---- */
 
-static int read_tokens_file(const char *path, ds4_tokens *out, ds4err *err) {
+typedef struct ids {
+    int32_t *v;
+    size_t n;
+} ids;
+
+static int read_tokens_file(const char *path, ids *out, ds4ref_error *err) {
     char *buf;
     size_t len;
-    if (ds4_read_file(path, (size_t)1 << 30, &buf, &len, err)) return -1;
-    char *p = buf, *end = buf + len;
-    int rc = 0;
-    while (p < end && !rc) {
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    if (read_all(path, &buf, &len, err)) return err->code;
+    out->v = malloc(sizeof(int32_t) * (len / 2 + 1));
+    out->n = 0;
+    int rc = out->v ? 0 : set_err(err, DS4REF_E_NOMEM, "out of memory");
+    for (char *p = buf, *end = buf + len; !rc && p < end;) {
+        while (p < end && strchr(" \n\t\r", *p)) p++;
         if (p == end) break;
         char *q = p;
         long v = 0;
         while (q < end && *q >= '0' && *q <= '9' && v <= INT32_MAX) v = v * 10 + (*q++ - '0');
-        if (q == p || v > INT32_MAX || (q < end && !strchr(" \n\t\r", *q))) {
-            rc = ds4err_set(err, DS4_E_FORMAT, "%s: byte %ld: expected a decimal token id",
-                            path, (long)(p - buf));
-            break;
-        }
-        rc = ds4_tokens_push(out, (int32_t)v, err);
+        if (q == p || v > INT32_MAX || (q < end && !strchr(" \n\t\r", *q)))
+            rc = set_err(err, DS4REF_E_FORMAT, "%s: byte %ld: expected a decimal token id", path,
+                         (long)(p - buf));
+        else
+            out->v[out->n++] = (int32_t)v;
         p = q;
     }
     free(buf);
     return rc;
 }
 
+static int chat_ids(const cli *c, ds4ref_model *m, const char *text, size_t len, ids *out,
+                    ds4ref_error *err) {
+    const char *sys = c->system ? c->system : DS4REF_DEFAULT_SYSTEM;
+    ds4ref_chat_options co = {.system = sys, .system_len = strlen(sys),
+                              .thinking = !c->nothink, .think_max = c->think_max};
+    return ds4ref_chat_prompt(m, text, len, &co, &out->v, &out->n, err);
+}
+
 /* The prompt's token ids, and its text when it came as text. */
-static int build_prompt(const cli *c, const ds4_model *m, ds4_tokens *ids, char **text,
-                        size_t *text_len, ds4err *err) {
+static int build_prompt(const cli *c, ds4ref_model *m, ids *out, char **text, size_t *text_len,
+                        ds4ref_error *err) {
     *text = NULL;
     *text_len = 0;
-    if (c->tokens_file) return read_tokens_file(c->tokens_file, ids, err);
+    if (c->tokens_file) return read_tokens_file(c->tokens_file, out, err);
     if (c->prompt_file) {
-        if (ds4_read_file(c->prompt_file, (size_t)1 << 30, text, text_len, err)) return -1;
+        if (read_all(c->prompt_file, text, text_len, err)) return err->code;
     } else if (c->prompt) {
         *text_len = strlen(c->prompt);
-        *text = malloc(*text_len + 1);
-        if (!*text) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
-        memcpy(*text, c->prompt, *text_len + 1);
+        *text = strdup(c->prompt);
+        if (!*text) return set_err(err, DS4REF_E_NOMEM, "out of memory");
     } else {
-        return ds4err_set(err, DS4_E_ARG, "no prompt: give -p TEXT, --prompt-file FILE or --tokens-file FILE");
+        return set_err(err, DS4REF_E_ARG,
+                       "no prompt: give -p TEXT, --prompt-file FILE or --tokens-file FILE");
     }
-    const ds4_tokenizer *tok;
-    if (ds4_model_tokenizer(m, &tok, err)) return -1;
-    const char *sys = c->system ? c->system : DS4_CHAT_DEFAULT_SYSTEM;
-    ds4_chat_opts co = {.thinking = !c->nothink, .effort_max = c->think_max};
-    return ds4_chat_prompt_ids(tok, sys, strlen(sys), *text, *text_len, &co, ids, err);
+    return chat_ids(c, m, *text, *text_len, out, err);
 }
 
 /* ---- modes ---- */
 
-static int tokenize_file(const ds4_model *m, const char *path, ds4err *err) {
-    const ds4_tokenizer *tok;
+static int tokenize_file(ds4ref_model *m, const char *path, ds4ref_error *err) {
     char *buf;
     size_t len;
-    if (ds4_model_tokenizer(m, &tok, err)) return -1;
-    if (ds4_read_file(path, (size_t)1 << 30, &buf, &len, err)) return -1;
-    ds4_tokens ids = {0};
-    int rc = ds4_tok_encode(tok, buf, len, 0, &ids, err);
-    for (size_t i = 0; !rc && i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
+    ids t = {0};
+    if (read_all(path, &buf, &len, err)) return err->code;
+    int rc = ds4ref_tokenize(m, buf, len, 0, &t.v, &t.n, err);
+    for (size_t i = 0; !rc && i < t.n; i++) printf(i ? " %d" : "%d", t.v[i]);
     if (!rc) printf("\n");
-    ds4_tokens_free(&ids);
+    ds4ref_free(t.v);
     free(buf);
     return rc;
 }
 
-static int dump_tokens(const ds4_model *m, const ds4_tokens *ids, ds4err *err) {
-    const ds4_tokenizer *tok;
-    if (ds4_model_tokenizer(m, &tok, err)) return -1;
+static int dump_tokens(ds4ref_model *m, const ids *t, ds4ref_error *err) {
     printf("[");
-    for (size_t i = 0; i < ids->n; i++) printf(i ? ", %d" : "%d", ids->ids[i]);
+    for (size_t i = 0; i < t->n; i++) printf(i ? ", %d" : "%d", t->v[i]);
     printf("]\n");
-    for (size_t i = 0; i < ids->n; i++) {
-        ds4_strref s;
-        if (ds4_tok_text(tok, ids->ids[i], &s, err)) return -1;
-        printf("%6d  %.*s\n", ids->ids[i], (int)s.len, s.ptr);
+    for (size_t i = 0; i < t->n; i++) {
+        const char *s;
+        size_t len;
+        if (ds4ref_token_string(m, t->v[i], &s, &len, err)) return err->code;
+        printf("%6d  %.*s\n", t->v[i], (int)len, s);
     }
     return 0;
 }
@@ -330,20 +400,24 @@ static void progress(void *ud, uint32_t done, uint32_t total) {
     if (done == total) fprintf(stderr, "\n");
 }
 
-static int write_logits(ds4_session *s, const ds4_tokens *ids, const char *path, ds4err *err) {
-    uint32_t V = s->e->m->cfg.n_vocab;
-    float *lg = malloc(sizeof(float) * ids->n * V);
-    if (!lg) return ds4err_set(err, DS4_E_NOMEM, "out of memory for %zu x %u logits", ids->n, V);
-    int rc = ds4_session_eval(s, ids->ids, (uint32_t)ids->n, lg, NULL, err);
-    if (!rc) rc = ds4_write_file_atomic(path, lg, sizeof(float) * ids->n * V, err);
+static int write_logits(ds4ref_model *m, ds4ref_session *s, const ids *t, const char *path,
+                        ds4ref_error *err) {
+    ds4ref_model_info in;
+    ds4ref_model_get_info(m, &in);
+    float *lg = malloc(sizeof(float) * t->n * in.n_vocab);
+    if (!lg)
+        return set_err(err, DS4REF_E_NOMEM, "out of memory for %zu x %u logits", t->n, in.n_vocab);
+    int rc = ds4ref_session_eval(s, t->v, t->n, lg, err);
+    if (!rc) rc = write_atomic(path, lg, sizeof(float) * t->n * in.n_vocab, err);
     free(lg);
     return rc;
 }
 
-static void print_text(void *ud, const uint8_t *bytes, size_t n) {
+static int print_step(void *ud, const ds4ref_step *st) {
     (void)ud;
-    fwrite(bytes, 1, n, stdout);
+    fwrite(st->bytes, 1, st->n_bytes, stdout);
     fflush(stdout);
+    return 0;
 }
 
 static const char *base_name(const char *p) {
@@ -351,79 +425,78 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
-/* Everything generation needs besides the session. */
-typedef struct gen_env {
-    const ds4_model *m;
-    ds4_spec_cfg spec;
-    ds4_spec_stats stats;
-} gen_env;
-
-static void print_report(const cli *c, const gen_env *g) {
+static void print_report(const cli *c, const ds4ref_spec_stats *st) {
     if (!c->spec_report) return;
     char line[160];
-    ds4_spec_report(&g->stats, line, sizeof(line));
+    ds4ref_spec_report(st, line, sizeof(line));
     fprintf(stderr, "%s\n", line);
 }
 
-static int generate(const cli *c, gen_env *g, ds4_session *s, const ds4_tokens *ids,
-                    const char *text, size_t text_len, ds4err *err) {
+static void gen_options(const cli *c, ds4ref_generate_options *o, ds4ref_spec_stats *st) {
+    ds4ref_generate_options_init(o);
+    o->n_tokens = (uint32_t)c->n_predict;
+    o->top_k = c->top_k;
+    o->stop_at_eos = !c->no_stop_eos;
+    o->temperature = c->temp;
+    o->seed = c->seed;
+    o->mtp_draft = c->mtp_draft;
+    o->stop = &interrupted;
+    o->stats = st;
+}
+
+static int generate(const cli *c, ds4ref_session *s, const ids *t, const char *text,
+                    size_t text_len, ds4ref_error *err) {
     char vec_id[96];
     snprintf(vec_id, sizeof(vec_id), "%s", c->vec_id ? c->vec_id
                                           : c->prompt_file ? base_name(c->prompt_file) : "ds4ref");
     char *dot = strrchr(vec_id, '.');
     if (!c->vec_id && dot) *dot = '\0';
-    ds4_run_opts o = {
-        .n_steps = (uint32_t)c->n_predict,
-        .top_k = c->top_k,
-        .stop_at_eos = !c->no_stop_eos,
-        .golden_path = c->golden_out,
-        .dump_path = c->dump_logprobs,
-        .vec_path = c->vec_out,
-        .vec_id = vec_id,
-        .vec_prompt_path = c->prompt_file ? c->prompt_file : "prompt.txt",
-        .prompt_text = (const uint8_t *)text,
-        .prompt_text_len = text_len,
-        .on_text = print_text,
-        .stop = &interrupted,
-        .spec = &g->spec,
-        .seed = c->seed,
-        .stats = &g->stats,
-    };
-    const ds4_tokenizer *tok = g->m->has_tok ? &g->m->tok : NULL;
-    int rc = ds4_run_golden(s, tok, ids->ids, (uint32_t)ids->n, &o, NULL, err);
+    ds4ref_spec_stats st = {0};
+    ds4ref_generate_options o;
+    gen_options(c, &o, &st);
+    o.golden_path = c->golden_out;
+    o.dump_path = c->dump_logprobs;
+    o.vec_path = c->vec_out;
+    o.vec_id = vec_id;
+    o.vec_prompt_path = c->prompt_file ? c->prompt_file : "prompt.txt";
+    o.prompt_text = (const uint8_t *)text;
+    o.prompt_text_len = text_len;
+    int rc = ds4ref_generate(s, t->v, t->n, &o, print_step, NULL, err);
     printf("\n");
-    print_report(c, g);
+    print_report(c, &st);
     return rc;
 }
 
 /* --batch-prompts: one prompt per line, decoded together (each row its own
  * session and positions); every row's text is printed at the end. */
-typedef struct batch_row {
-    ds4_session s;
-    ds4_tokens ids;
-    ds4_buf text;
-    bool live;
-} batch_row;
+typedef struct batch_text {
+    char *p;
+    size_t len, cap;
+} batch_text;
 
-typedef struct row_out {
-    const ds4_tokenizer *tok;
-    ds4_buf *text;
-} row_out;
-
-static int collect_text(void *ud, uint32_t step, const ds4_gen_step *st) {
-    row_out *r = ud;
-    ds4err e = {0};
-    (void)step;
-    ds4_tok_decode(r->tok, &st->token, 1, r->text, &e);
+static int collect_row(void *ud, uint32_t row, const ds4ref_step *st) {
+    batch_text *t = (batch_text *)ud + row;
+    if (t->len + st->n_bytes > t->cap) {
+        size_t cap = 2 * (t->len + st->n_bytes) + 64;
+        char *np = realloc(t->p, cap);
+        if (!np) return 1;
+        t->p = np;
+        t->cap = cap;
+    }
+    memcpy(t->p + t->len, st->bytes, st->n_bytes);
+    t->len += st->n_bytes;
     return interrupted != 0;
 }
 
-static int read_batch(const char *path, char **buf, char ***lines, uint32_t *n, ds4err *err) {
+/* The prompt lines of a batch file (non-empty lines, no newline). */
+static int read_batch(const char *path, char **buf, char ***lines, uint32_t *n,
+                      ds4ref_error *err) {
     size_t len;
-    if (ds4_read_file(path, (size_t)1 << 30, buf, &len, err)) return -1;
+    *lines = NULL;
+    if (read_all(path, buf, &len, err)) return err->code;
     *n = 0;
-    *lines = malloc(sizeof(char *) * (len / 1 + 1));
-    if (!*lines) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    *lines = malloc(sizeof(char *) * (len + 1));
+    if (!*lines) return set_err(err, DS4REF_E_NOMEM, "out of memory");
     for (char *p = *buf, *end = *buf + len; p < end;) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *stop = nl ? nl : end;
@@ -433,175 +506,104 @@ static int read_batch(const char *path, char **buf, char ***lines, uint32_t *n, 
         }
         p = stop + 1;
     }
-    if (!*n) return ds4err_set(err, DS4_E_ARG, "%s holds no prompt (one per line)", path);
+    if (!*n) return set_err(err, DS4REF_E_ARG, "%s holds no prompt (one per line)", path);
     return 0;
 }
 
-static int run_batch(const cli *c, ds4_model *m, ds4_engine *e, gen_env *g, uint32_t ctx,
-                     ds4err *err) {
-    char *buf = NULL, **lines = NULL;
-    uint32_t n = 0;
-    const ds4_tokenizer *tok;
-    if (read_batch(c->batch_prompts, &buf, &lines, &n, err) || ds4_model_tokenizer(m, &tok, err)) {
-        free(buf);
-        free(lines);
-        return -1;
+static int run_batch(const cli *c, ds4ref_model *m, char **lines, uint32_t n,
+                     const ds4ref_session_options *so, ds4ref_error *err) {
+    ds4ref_session **rows = calloc(n, sizeof(*rows));
+    ids *prompts = calloc(n, sizeof(*prompts));
+    const int32_t **pv = calloc(n, sizeof(*pv));
+    size_t *lens = calloc(n, sizeof(*lens));
+    batch_text *texts = calloc(n, sizeof(*texts));
+    int rc = rows && prompts && pv && lens && texts ? 0 : set_err(err, DS4REF_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; !rc && i < n; i++) {
+        rc = chat_ids(c, m, lines[i], strlen(lines[i]), &prompts[i], err);
+        if (!rc) rc = ds4ref_session_new(m, so, &rows[i], err);
+        pv[i] = prompts[i].v;
+        lens[i] = prompts[i].n;
     }
-    batch_row *rows = calloc(n, sizeof(batch_row));
-    ds4_spec_row *sr = calloc(n, sizeof(ds4_spec_row));
-    ds4_session **ss = calloc(n, sizeof(ds4_session *));
-    const int32_t **prompts = calloc(n, sizeof(int32_t *));
-    uint32_t *lens = calloc(n, sizeof(uint32_t));
-    row_out *outs = calloc(n, sizeof(row_out));
-    int rc = -1;
-    if (!rows || !sr || !ss || !prompts || !lens || !outs) {
-        ds4err_set(err, DS4_E_NOMEM, "out of memory");
-        goto done;
-    }
-    const char *sys = c->system ? c->system : DS4_CHAT_DEFAULT_SYSTEM;
-    ds4_chat_opts co = {.thinking = !c->nothink, .effort_max = c->think_max};
-    uint32_t rollback = ds4_spec_rollback(c->mtp_draft ? c->mtp_draft : 1);
-    ds4_session_opts so = {.ctx = ctx, .chunk = c->chunk, .rollback = rollback > 32 ? rollback : 32};
-    for (uint32_t i = 0; i < n; i++) {
-        if (ds4_chat_prompt_ids(tok, sys, strlen(sys), lines[i], strlen(lines[i]), &co,
-                                &rows[i].ids, err) ||
-            ds4_session_init(&rows[i].s, e, &so, err))
-            goto done;
-        rows[i].live = true;
-        if (rows[i].ids.n > ctx) {
-            ds4err_set(err, DS4_E_RANGE, "prompt %u has %zu tokens, more than the context of %u",
-                       i + 1, rows[i].ids.n, ctx);
-            goto done;
-        }
-        ss[i] = &rows[i].s;
-        prompts[i] = rows[i].ids.ids;
-        lens[i] = (uint32_t)rows[i].ids.n;
-        outs[i] = (row_out){tok, &rows[i].text};
-        uint64_t room = (uint64_t)ctx - lens[i] + 1;
-        sr[i] = (ds4_spec_row){.s = ss[i], .seed = c->seed + i, .cb = collect_text, .ud = &outs[i],
-                               .n_steps = (uint32_t)(room < (uint64_t)c->n_predict ? room : (uint64_t)c->n_predict)};
-        sr[i].steps = calloc(sr[i].n_steps ? sr[i].n_steps : 1, sizeof(ds4_gen_step));
-        if (!sr[i].steps) {
-            ds4err_set(err, DS4_E_NOMEM, "out of memory");
-            goto done;
-        }
-    }
-    ds4_gen_opts go = {.n_steps = (uint32_t)c->n_predict, .top_k = 1,
-                       .eos = ds4_tok_special(tok, DS4_SPECIAL_EOS), .stop_at_eos = !c->no_stop_eos};
-    if (ds4_spec_prefill(g->spec.drafter, ss, prompts, lens, n, err) ||
-        ds4_spec_generate(&g->spec, &go, sr, n, &g->stats, err))
-        goto done;
-    for (uint32_t i = 0; i < n; i++)
-        printf("--- prompt %u: %s\n%.*s\n", i + 1, lines[i], (int)rows[i].text.len,
-               rows[i].text.p ? rows[i].text.p : "");
-    print_report(c, g);
-    rc = 0;
-done:
+    ds4ref_spec_stats st = {0};
+    ds4ref_generate_options o;
+    gen_options(c, &o, &st);
+    if (!rc) rc = ds4ref_generate_batch(rows, pv, lens, n, &o, collect_row, texts, err);
+    for (uint32_t i = 0; !rc && i < n; i++)
+        printf("--- prompt %u: %s\n%.*s\n", i + 1, lines[i], (int)texts[i].len,
+               texts[i].p ? texts[i].p : "");
+    if (!rc) print_report(c, &st);
     for (uint32_t i = 0; rows && i < n; i++) {
-        if (rows[i].live) ds4_session_free(&rows[i].s);
-        ds4_tokens_free(&rows[i].ids);
-        ds4_buf_free(&rows[i].text);
-        if (sr && sr[i].steps) {
-            ds4_gen_steps_free(sr[i].steps, sr[i].n_done);
-            free(sr[i].steps);
-        }
+        ds4ref_session_free(rows[i]);
+        ds4ref_free(prompts[i].v);
+        free(texts[i].p);
     }
     free(rows);
-    free(sr);
-    free(ss);
     free(prompts);
+    free(pv);
     free(lens);
-    free(outs);
-    free(lines);
-    free(buf);
+    free(texts);
     return rc;
 }
 
-static uint32_t default_ctx(const ds4_model *m) {
-    uint32_t cl = m->cfg.context_length;
-    return cl && cl < 32768 ? cl : 32768;
-}
-
-static int run(const cli *c, ds4err *err) {
+static int run(const cli *c, ds4ref_error *err) {
     char model_buf[PATH_MAX];
-    const char *path = pick_model(c, model_buf, sizeof(model_buf));
-    ds4_model m;
-    if (ds4_model_open(&m, path, err)) return -1;
-    int rc = -1;
-    ds4_tokens ids = {0};
-    char *text = NULL;
-    size_t text_len = 0;
-    ds4_engine e;
-    ds4_session s;
-    bool have_engine = false, have_session = false;
-    gen_env g = {.m = &m, .spec = {.temp = c->temp}};
-    if (c->mtp && ds4_model_load_mtp(&m, c->mtp, err)) goto done;
-    if (c->tokenize_file) {
-        rc = tokenize_file(&m, c->tokenize_file, err);
-        goto done;
-    }
-    if (!c->batch_prompts && build_prompt(c, &m, &ids, &text, &text_len, err)) goto done;
-    if (c->dump_tokens) {
-        rc = dump_tokens(&m, &ids, err);
-        goto done;
-    }
-    uint32_t ctx = c->ctx ? c->ctx : default_ctx(&m);
+    char *batch_buf = NULL, **lines = NULL, *text = NULL;
     uint32_t rows = 1;
-    if (c->batch_prompts) {
-        char *tmp = NULL, **lines = NULL;
-        if (read_batch(c->batch_prompts, &tmp, &lines, &rows, err)) {
-            free(tmp);
-            free(lines);
-            goto done;
-        }
-        free(tmp);
-        free(lines);
-    }
-    ds4_fwd_opts fo = {.qat = c->qat};
-    /* Rows of a batch share every forward pass. */
-    if (ds4_engine_init(&e, &m, &fo, c->chunk * rows, err)) goto done;
-    have_engine = true;
-    if (c->mtp_draft && ds4_mtp_drafter_new(&g.spec.drafter, &e, rows, ctx, c->chunk, c->mtp_draft, err))
+    size_t text_len = 0;
+    ids t = {0};
+    ds4ref_model *m = NULL;
+    ds4ref_session *s = NULL;
+    int rc;
+    if (c->batch_prompts && (rc = read_batch(c->batch_prompts, &batch_buf, &lines, &rows, err)))
         goto done;
-    g.spec.n_draft = c->mtp_draft;
-    if (c->batch_prompts) {
-        rc = run_batch(c, &m, &e, &g, ctx, err);
+    ds4ref_model_options mo;
+    ds4ref_model_options_init(&mo);
+    mo.path = pick_model(c, model_buf, sizeof(model_buf));
+    mo.mtp_path = c->mtp;
+    mo.qat = c->qat;
+    mo.max_batch = c->chunk * rows;   /* the rows of a batch share every pass */
+    if ((rc = ds4ref_model_open(&mo, &m, err))) goto done;
+    if (c->tokenize_file) {
+        rc = tokenize_file(m, c->tokenize_file, err);
         goto done;
     }
-    uint32_t rollback = ds4_spec_rollback(c->mtp_draft ? c->mtp_draft : 1);
-    ds4_session_opts so = {.ctx = ctx, .chunk = c->chunk, .rollback = rollback > 32 ? rollback : 32};
-    if (ds4_session_init(&s, &e, &so, err)) goto done;
-    have_session = true;
-    if (isatty(2) && ids.n > c->chunk) s.progress = progress;
+    ds4ref_session_options so = {.ctx = c->ctx, .chunk = c->chunk};
+    if (c->batch_prompts) {
+        rc = run_batch(c, m, lines, rows, &so, err);
+        goto done;
+    }
+    if ((rc = build_prompt(c, m, &t, &text, &text_len, err))) goto done;
+    if (c->dump_tokens) {
+        rc = dump_tokens(m, &t, err);
+        goto done;
+    }
+    if (isatty(2) && t.n > c->chunk) so.progress = progress;
+    if ((rc = ds4ref_session_new(m, &so, &s, err))) goto done;
     if (c->logits_out) {
-        if (write_logits(&s, &ids, c->logits_out, err)) goto done;
-        if (!c->n_predict) {
-            rc = 0;
-            goto done;
-        }
+        if ((rc = write_logits(m, s, &t, c->logits_out, err)) || !c->n_predict) goto done;
     }
-    rc = generate(c, &g, &s, &ids, text, text_len, err);
+    rc = generate(c, s, &t, text, text_len, err);
 done:
-    if (g.spec.drafter) ds4_drafter_free(g.spec.drafter);
-    if (have_session) ds4_session_free(&s);
-    if (have_engine) ds4_engine_free(&e);
-    ds4_tokens_free(&ids);
+    ds4ref_session_free(s);
+    ds4ref_model_close(m);
+    free(t.v);
     free(text);
-    ds4_model_close(&m);
+    free(lines);
+    free(batch_buf);
     return rc;
 }
 
 int main(int argc, char **argv) {
     cli c;
-    if (parse_args(argc, argv, &c)) return DS4_E_ARG;
-    if (c.threads) omp_set_num_threads(c.threads);
+    if (parse_args(argc, argv, &c)) return DS4REF_E_ARG;
+    if (c.threads) ds4ref_set_threads(c.threads);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
-    ds4err err = {0};
+    ds4ref_error err = {0};
     if (run(&c, &err)) {
-        fprintf(stderr, "ds4ref: %s\n", err.msg);
+        fprintf(stderr, "ds4ref: %s\n", err.message);
         return err.code ? err.code : 1;
     }
     return 0;
