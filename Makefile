@@ -11,7 +11,8 @@ CC      ?= cc
 OPT     ?= -O3
 ARCH    ?=
 CFLAGS  ?= $(OPT) $(ARCH) -g
-BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
+# -fPIC: the same objects make libds4ref.a and libds4ref.so.
+BASEFLAGS = -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
             -ffp-contract=off -fno-fast-math -fopenmp -Iquant -Iref -Iinclude
 LDLIBS  = -lpcre2-8 -lm
 BUILD  ?= build
@@ -35,11 +36,16 @@ TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%
 DEFAULT_MODEL = models/tiny.gguf
 
 .PHONY: all test check-unit clean valgrind vectors bench
-all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL)
+all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(BUILD)/libds4ref.so
 
-$(BUILD)/%.o: %.c $(HEADERS)
+$(BUILD)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# The shared library exports the public API (include/ds4ref.h) only.
+$(BUILD)/libds4ref.so: $(LIB_OBJ) ref/ds4ref.map
+	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4ref.so.1 -Wl,--version-script=ref/ds4ref.map \
+	    -o $@ $(LIB_OBJ) $(LDLIBS)
 
 $(BUILD)/libds4ref.a: $(LIB_OBJ)
 	@rm -f $@
@@ -117,6 +123,26 @@ fuzz:
 	FUZZ_BUILD=$(BUILD)/fuzz tests/fuzz/fuzz.sh long $(FUZZ_SECONDS)
 fuzz-smoke:
 	FUZZ_BUILD=$(BUILD)/fuzz tests/fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECONDS)
+
+# make install PREFIX=/usr/local: header, libraries, binaries, pkg-config file.
+PREFIX ?= /usr/local
+VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' ref/goldenrun.h)
+.PHONY: install examples
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/ds4ref.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libds4ref.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libds4ref.so $(DESTDIR)$(PREFIX)/lib/libds4ref.so.1
+	ln -sf libds4ref.so.1 $(DESTDIR)$(PREFIX)/lib/libds4ref.so
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ds4ref.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ds4ref.pc
+
+# The examples, built against this tree's library.
+examples: $(BUILD)/examples/compare_head
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libds4ref.a include/ds4ref.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libds4ref.a $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD) $(TOOLS) models
