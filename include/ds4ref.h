@@ -64,6 +64,19 @@ void ds4ref_free(void *p);
 /* OpenMP threads for every later call (0: the OpenMP default). */
 void ds4ref_set_threads(int n);
 
+/* Models are memory-mapped: if a model file is truncated or rewritten while
+ * it is open, the next read of a page past its new end raises SIGBUS, in
+ * whichever thread touched it, in the middle of any computation, and nothing
+ * can be recovered.  A program may ask for a clear death instead of "Bus
+ * error": this installs a process-wide SIGBUS handler that writes one line,
+ * "PROGRAM: FILE: the file was truncated or changed while mapped (...)",
+ * to stderr and _exit()s with DS4REF_EXIT_SIGBUS.  Outputs the library was
+ * writing are not committed (they are written to a temporary file and renamed
+ * when complete), so no truncated golden is left behind.  The library never
+ * installs it by itself; `program` is kept, not copied. */
+enum { DS4REF_EXIT_SIGBUS = 12 };
+int ds4ref_report_sigbus(const char *program, ds4ref_error *err);
+
 /* ------------------------------------------------------------------ models */
 
 typedef struct ds4ref_model ds4ref_model;

@@ -15,6 +15,7 @@
 #include "model.h"
 #include "sample.h"
 #include "mtp.h"
+#include "reslimit.h"
 #include "session.h"
 #include "spec.h"
 
@@ -77,6 +78,15 @@ void ds4ref_free(void *p) { free(p); }
 
 void ds4ref_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
+}
+
+_Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit status");
+
+int ds4ref_report_sigbus(const char *program, ds4ref_error *err) {
+    ds4err e = {0};
+    if (ds4_sigbus_install(program ? program : "ds4ref", &e)) return fail(err, &e);
+    ok(err);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ models */

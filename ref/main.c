@@ -602,7 +602,7 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
     ds4ref_error err = {0};
-    if (run(&c, &err)) {
+    if (ds4ref_report_sigbus("ds4ref", &err) || run(&c, &err)) {
         fprintf(stderr, "ds4ref: %s\n", err.message);
         return err.code ? err.code : 1;
     }

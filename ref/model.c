@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "formats.h"
+#include "reslimit.h"
 
 /* ---------------------------------------------------------------------------
  * Configuration
@@ -462,8 +463,17 @@ int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *e
 }
 
 int ds4_model_open(ds4_model *m, const char *path, ds4err *err) {
+    gguf_file g;
     memset(m, 0, sizeof(*m));
-    if (gguf_open(&m->file, path, err)) return -1;
+    if (gguf_open(&g, path, err)) return -1;
+    return ds4_model_from_gguf(m, &g, err);
+}
+
+int ds4_model_from_gguf(ds4_model *m, const gguf_file *g, ds4err *err) {
+    memset(m, 0, sizeof(*m));
+    m->file = *g;
+    /* A SIGBUS handler the program installed names this file. */
+    if (m->file.mapped) ds4_sigbus_watch(m->file.map, m->file.size, m->file.path);
     if (ds4_config_load(&m->cfg, &m->file, err)) goto fail;
     for (uint32_t i = 0; i < ds4_n_global_specs; i++)
         if (bind_one(&m->file, &m->cfg, 0, &ds4_global_specs[i], "", m, err)) goto fail;
@@ -496,6 +506,7 @@ int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err) {
         return -1;
     }
     const gguf_file *g = &mtp->file;
+    if (g->mapped) ds4_sigbus_watch(g->map, g->size, g->path);
     for (uint32_t i = 0; i < ds4_n_mtp_specs; i++)
         if (bind_one(g, &m->cfg, 0, &ds4_mtp_specs[i], "mtp.0.", mtp, err)) goto fail;
     /* The MTP block is a window-only, score-routed layer whose router bias
@@ -513,6 +524,7 @@ int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err) {
 fail:
     free_vecs(ds4_mtp_specs, ds4_n_mtp_specs, mtp);
     free_vecs(ds4_layer_specs, ds4_n_layer_specs, &mtp->block);
+    ds4_sigbus_unwatch(mtp->file.map);
     gguf_close(&mtp->file);
     free(mtp);
     return -1;
@@ -522,6 +534,7 @@ void ds4_model_close(ds4_model *m) {
     if (m->mtp) {
         free_vecs(ds4_mtp_specs, ds4_n_mtp_specs, m->mtp);
         free_vecs(ds4_layer_specs, ds4_n_layer_specs, &m->mtp->block);
+        ds4_sigbus_unwatch(m->mtp->file.map);
         gguf_close(&m->mtp->file);
         free(m->mtp);
         m->mtp = NULL;
@@ -538,5 +551,6 @@ void ds4_model_close(ds4_model *m) {
     free(m->tok_strs);
     m->tok_strs = NULL;
     ds4_config_free(&m->cfg);
+    ds4_sigbus_unwatch(m->file.map);
     gguf_close(&m->file);
 }

@@ -135,6 +135,10 @@ void ds4_config_free(ds4_config *cfg);
 /* Open a base model file: metadata, every tensor bound and checked. */
 int ds4_model_open(ds4_model *m, const char *path, ds4err *err);
 
+/* The same from a GGUF already opened or parsed (gguf_parse: fuzzers, tests).
+ * The model takes *g over: ds4_model_close, or a failure here, closes it. */
+int ds4_model_from_gguf(ds4_model *m, const gguf_file *g, ds4err *err);
+
 /* The model's tokenizer, or an error saying the file has none. */
 int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *err);
 

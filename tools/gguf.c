@@ -5,7 +5,7 @@
  *
  * A thin front end: parsing, validation and dequantization live in quant/.
  * Errors are one line on stderr; the exit status is the ds4err code (2 for
- * usage errors). */
+ * usage errors, DS4_EXIT_SIGBUS when the file shrinks while it is read). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 
 #include "formats.h"
 #include "gguf.h"
+#include "reslimit.h"
 
 static const char usage[] =
     "usage: ds4ref-gguf info FILE\n"
@@ -172,6 +173,7 @@ static void print_shape(const gguf_tensor *t) {
 static int cmd_info(const char *path, ds4err *err) {
     gguf_file g;
     if (gguf_open(&g, path, err)) return -1;
+    ds4_sigbus_watch(g.map, g.size, path);
     printf("== %s: GGUF v%" PRIu32 ", %" PRIu64 " metadata keys, %" PRIu64 " tensors, %" PRIu64
            " bytes\n", path, g.version, g.n_kv, g.n_tensors, g.size);
     printf("  alignment %" PRIu64 ", tensor data at byte %" PRIu64 "\n", g.alignment, g.data_off);
@@ -198,6 +200,7 @@ static int cmd_info(const char *path, ds4err *err) {
             printf(" %12" PRIu64 " %12" PRIu64 "\n", g.data_off + t->rel_off, t->nbytes);
         }
     }
+    ds4_sigbus_unwatch(g.map);
     gguf_close(&g);
     if (rc == 0 && (fflush(stdout) || ferror(stdout)))
         rc = ds4err_set(err, DS4_E_IO, "stdout: write failed: %s", strerror(errno));
@@ -245,9 +248,11 @@ static int cmd_dequant(const char *path, const char *name, ds4err *err) {
                           "redirect stdout to a file or a pipe");
     gguf_file g;
     if (gguf_open(&g, path, err)) return -1;
+    ds4_sigbus_watch(g.map, g.size, path);
     const gguf_tensor *t = gguf_find_tensor(&g, name);
     int rc = t ? dequant_to(stdout, t, err)
                : ds4err_set(err, DS4_E_ARG, "%s: no tensor named '%s'", path, name);
+    ds4_sigbus_unwatch(g.map);
     gguf_close(&g);
     return rc;
 }
@@ -258,13 +263,18 @@ int main(int argc, char **argv) {
         return 0;
     }
     ds4err err = {0};
+    /* A file truncated while it is read ends with one line, not "Bus error". */
+    if (ds4_sigbus_install("ds4ref-gguf", &err)) {
+        fprintf(stderr, "ds4ref-gguf: %s\n", err.msg);
+        return err.code;
+    }
     int rc;
     if (argc == 3 && !strcmp(argv[1], "info")) {
         rc = cmd_info(argv[2], &err);
     } else if (argc == 4 && !strcmp(argv[1], "dequant")) {
         rc = cmd_dequant(argv[2], argv[3], &err);
     } else {
-        fputs(usage, stderr);
+        fputs("ds4ref-gguf: expected 'info FILE' or 'dequant FILE TENSOR' (see --help)\n", stderr);
         return DS4_E_ARG;
     }
     if (rc == 0) return 0;

@@ -1,5 +1,6 @@
 /* ds4ref-mkmodel: write a synthetic DS4 model (base GGUF + MTP GGUF).
  * All logic is in ref/synth.c; this is argument parsing. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,39 +41,40 @@ int main(int argc, char **argv) {
         }
         if (!v) {
             fprintf(stderr, "ds4ref-mkmodel: %s needs a value (see --help)\n", a);
-            return 2;
+            return DS4_E_ARG;
         }
         i++;
         if (!strcmp(a, "--config")) o.config = v;
         else if (!strcmp(a, "--seed")) {
             char *end;
+            errno = 0;
             o.seed = strtoull(v, &end, 10);
-            if (*end || !*v) {
+            if (*end || !*v || *v == '-' || errno) {
                 fprintf(stderr, "ds4ref-mkmodel: --seed expects a decimal integer, got '%s'\n", v);
-                return 2;
+                return DS4_E_ARG;
             }
         } else if (!strcmp(a, "--types")) {
             if (!strcmp(v, "f32")) o.f32 = true;
             else if (!strcmp(v, "ds4")) o.f32 = false;
             else {
                 fprintf(stderr, "ds4ref-mkmodel: --types expects f32 or ds4, got '%s'\n", v);
-                return 2;
+                return DS4_E_ARG;
             }
         } else if (!strcmp(a, "--vocab-from")) o.vocab_from = v;
         else if (!strcmp(a, "-o")) out = v;
         else {
             fprintf(stderr, "ds4ref-mkmodel: unknown option %s (see --help)\n", a);
-            return 2;
+            return DS4_E_ARG;
         }
     }
     if (!o.config || !out) {
-        usage(stderr);
-        return 2;
+        fprintf(stderr, "ds4ref-mkmodel: --config NAME and -o FILE are required (see --help)\n");
+        return DS4_E_ARG;
     }
     char *mtp_path = mtp ? ds4_synth_mtp_path(out) : NULL;
     ds4err err = {0};
     int rc = ds4_synth_write(&o, out, mtp_path, &err);
     if (rc) fprintf(stderr, "ds4ref-mkmodel: %s\n", err.msg);
     free(mtp_path);
-    return rc ? (err.code ? err.code : 1) : 0;
+    return rc ? (err.code ? err.code : DS4_E_INTERNAL) : 0;
 }
