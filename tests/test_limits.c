@@ -385,7 +385,7 @@ static void child_free(child *c) {
 /* The binaries and the default model `make` builds; skip when absent. */
 static bool have_cli(void) {
     static const char *const need[] = {"./ds4ref", "./ds4_test", "./ds4ref-gguf", "./ds4ref-diff",
-                                       "./ds4ref-mkmodel", "models/tiny.gguf"};
+                                       "./ds4ref-mkmodel", "./ds4ref-bench", "models/tiny.gguf"};
     for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
         if (access(need[i], R_OK)) {
             printf("skipping: %s not found (run make first; tests run from the repository root)\n",
@@ -546,6 +546,10 @@ static void test_cli_exit_statuses(void **state) {
         {{"./ds4ref-mkmodel"}, DS4_E_ARG},
         {{"./ds4ref-mkmodel", "--config", "huge", "-o", none}, DS4_E_ARG},
         {{"./ds4ref-mkmodel", "--config", "tiny", "-o", nodir}, DS4_E_IO},
+        {{"./ds4ref-bench", "--help"}, 0},
+        {{"./ds4ref-bench"}, DS4_E_ARG},
+        {{"./ds4ref-bench", "--bogus"}, DS4_E_ARG},
+        {{"./ds4ref-bench", "-m", none, "-n", "1"}, DS4_E_IO},
         {{"./ds4_test", "--help"}, 0},
         {{"./ds4_test", "--no-such-test"}, DS4_E_ARG},
     };

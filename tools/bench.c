@@ -103,6 +103,16 @@ static int parse_list(const char *s, bench_cfg *c) {
     return c->n_frontiers ? 0 : -1;
 }
 
+/* The options followed by a value. */
+static bool takes_value(const char *a) {
+    static const char *const names[] = {"-m", "--model", "--csv", "-p", "--prompt", "--qat", "-n",
+                                        "--gen-tokens", "-c", "--ctx", "--chunk", "--kernel-rows",
+                                        "-t", "--threads"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(a, names[i])) return true;
+    return false;
+}
+
 static int parse_args(int argc, char **argv, bench_cfg *c) {
     memset(c, 0, sizeof(*c));
     c->frontiers[0] = 64;
@@ -120,6 +130,10 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         if (!strcmp(a, "--layers")) { c->layers = 1; continue; }
         if (!strcmp(a, "--kernels")) { c->kernels = 1; continue; }
         if (!strcmp(a, "--no-header")) { c->header = 0; continue; }
+        if (!takes_value(a)) {
+            fprintf(stderr, "ds4ref-bench: unknown option %s (see --help)\n", a);
+            return -1;
+        }
         const char *v = i + 1 < argc ? argv[++i] : NULL;
         uint32_t u;
         if (!v) {
@@ -133,7 +147,11 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
                 fprintf(stderr, "ds4ref-bench: --prompt expects increasing positive integers, got '%s'\n", v);
                 return -1;
             }
-        } else if (!strcmp(a, "--qat") && (!strcmp(v, "on") || !strcmp(v, "off"))) {
+        } else if (!strcmp(a, "--qat")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                fprintf(stderr, "ds4ref-bench: --qat expects on or off, got '%s'\n", v);
+                return -1;
+            }
             c->qat = !strcmp(v, "on");
         } else if (parse_u32(v, &u)) {
             fprintf(stderr, "ds4ref-bench: bad option or value: %s %s\n", a, v);
@@ -142,14 +160,10 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) c->ctx = u;
         else if (!strcmp(a, "--chunk")) c->chunk = u;
         else if (!strcmp(a, "--kernel-rows")) c->kernel_rows = u;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) c->threads = (int)u;
-        else {
-            fprintf(stderr, "ds4ref-bench: unknown option %s (see --help)\n", a);
-            return -1;
-        }
+        else c->threads = (int)u;
     }
     if (!c->model && !c->kernels) {
-        usage(stderr);
+        fprintf(stderr, "ds4ref-bench: -m MODEL or --kernels is required (see --help)\n");
         return -1;
     }
     return 0;
