@@ -147,20 +147,45 @@ static void afile_release(ds4_afile *f) {
     f->fd = -1;
 }
 
+/* Targets that are not regular files (/dev/null, /dev/stdout, a pipe) cannot
+ * be replaced by a rename, and must not be: renaming over /dev/null as root
+ * would turn it into a regular file.  They are written in place; a reader of
+ * a pipe sees the bytes as they come, so atomicity means nothing there. */
+static int afile_open_direct(ds4_afile *f, const char *path, ds4err *err) {
+    f->fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        int e = errno;
+        afile_release(f);
+        return ds4err_set(err, DS4_E_IO, "%s: cannot open for writing: %s", path, strerror(e));
+    }
+    return 0;
+}
+
 int ds4_afile_open(ds4_afile *f, const char *path, ds4err *err) {
     static const char suffix[] = ".tmp.XXXXXX";
     memset(f, 0, sizeof(*f));
     f->fd = -1;
-    size_t n = strlen(path);
-    if (n == 0) return ds4err_set(err, DS4_E_ARG, "empty output file name");
-    f->path = strdup(path);
-    f->tmp = n < SIZE_MAX - sizeof(suffix) ? malloc(n + sizeof(suffix)) : NULL;
+    if (!*path) return ds4err_set(err, DS4_E_ARG, "empty output file name");
+    /* A symbolic link to a file: replace the file it points to, not the
+     * link (the rename is done on the resolved path). */
+    struct stat st;
+    bool exists = stat(path, &st) == 0;
+    f->path = exists ? realpath(path, NULL) : strdup(path);
     f->buf = malloc(AFILE_BUF);
-    if (!f->path || !f->tmp || !f->buf) {
+    if (!f->path || !f->buf) {
+        int e = errno;
+        afile_release(f);
+        return ds4err_set(err, e == ENOMEM ? DS4_E_NOMEM : DS4_E_IO, "%s: %s", path,
+                          e == ENOMEM ? "out of memory" : strerror(e));
+    }
+    if (exists && !S_ISREG(st.st_mode)) return afile_open_direct(f, path, err);
+    size_t n = strlen(f->path);
+    f->tmp = n < SIZE_MAX - sizeof(suffix) ? malloc(n + sizeof(suffix)) : NULL;
+    if (!f->tmp) {
         afile_release(f);
         return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
     }
-    memcpy(f->tmp, path, n);
+    memcpy(f->tmp, f->path, n);
     memcpy(f->tmp + n, suffix, sizeof(suffix));
     f->fd = mkostemp(f->tmp, O_CLOEXEC);
     if (f->fd < 0) {
@@ -244,6 +269,13 @@ int ds4_afile_commit(ds4_afile *f, ds4err *err) {
     if (ds4_afile_flush(f, err)) {
         ds4_afile_abort(f);
         return -1;
+    }
+    if (!f->tmp) {   /* written in place: nothing to sync or rename */
+        int rc = 0;
+        if (close(f->fd) && errno != EINTR) rc = afail(f, err, DS4_E_IO, "cannot close", errno);
+        f->fd = -1;
+        afile_release(f);
+        return rc;
     }
     if (fsync_retry(f->fd)) {
         afail(f, err, DS4_E_IO, "cannot fsync temporary file", errno);

@@ -6,7 +6,10 @@
  * it.  A reader therefore sees either the old file or the whole new one,
  * never a truncated golden, whatever happens to the writing process.  A
  * process killed hard (SIGKILL, power loss) leaves at most a stray
- * "<target>.tmp.XXXXXX" behind; the target itself is untouched.
+ * "<target>.tmp.XXXXXX" behind; the target itself is untouched.  A target
+ * that is a symbolic link has the file it points to replaced.  A target that
+ * exists and is not a regular file (/dev/null, /dev/stdout, a FIFO) is
+ * written in place, as a stream: it cannot be renamed over.
  *
  * Interrupts.  The writer does its own buffering on a raw descriptor and
  * retries every system call that fails with EINTR, so a SIGINT handler
@@ -42,7 +45,8 @@ typedef struct ds4_afile {
     char why[200];
 } ds4_afile;
 
-/* Create the temporary file "<path>.tmp.XXXXXX" (mode 0644). */
+/* Create the temporary file "<path>.tmp.XXXXXX" (mode 0644), or open a
+ * target that is not a regular file for writing in place. */
 int ds4_afile_open(ds4_afile *f, const char *path, ds4err *err);
 
 /* Append bytes.  Data is buffered; ds4_afile_flush() hands it to the kernel. */

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ds4dump.h"
@@ -661,6 +663,64 @@ static void test_fileio(void **state) {
     tu_rmdir(dir);
 }
 
+/* Targets that a rename would damage: a symbolic link keeps being a link
+ * (the file it points to is replaced), and a FIFO keeps being a FIFO, its
+ * reader getting the bytes (the same holds for /dev/null, which a rename
+ * over it as root would turn into a regular file). */
+static void test_fileio_special_targets(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir();
+    char *file = tu_path(dir, "file.txt"), *link = tu_path(dir, "link.txt");
+    char *fifo = tu_path(dir, "fifo");
+    ds4err err = {0};
+    assert_int_equal(ds4_write_file_atomic(file, "old", 3, &err), 0);
+    assert_int_equal(symlink(file, link), 0);
+    assert_int_equal(ds4_write_file_atomic(link, "new!", 4, &err), 0);
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    char *buf;
+    size_t len;
+    assert_int_equal(ds4_read_file(file, 100, &buf, &len, &err), 0);
+    assert_string_equal(buf, "new!");
+    free(buf);
+
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {   /* the reader: copies what the FIFO gets into the pipe */
+        close(fds[0]);
+        alarm(30);    /* never blocks the suite, should no writer come */
+        char *got;
+        size_t n;
+        ds4err e = {0};
+        if (ds4_read_file(fifo, 1000, &got, &n, &e)) _exit(1);
+        _exit(write(fds[1], got, n) == (ssize_t)n ? 0 : 2);
+    }
+    close(fds[1]);
+    assert_int_equal(ds4_write_file_atomic(fifo, "through", 7, &err), 0);
+    char got[16] = {0};
+    ssize_t n = read(fds[0], got, sizeof(got) - 1);
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(n, 7);
+    assert_string_equal(got, "through");
+    assert_int_equal(lstat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(tu_count_entries(dir), 3);   /* no temporary file left */
+    remove(fifo);
+    remove(link);
+    remove(file);
+    free(fifo);
+    free(link);
+    free(file);
+    tu_rmdir(dir);
+}
+
 /* ------------------------------------------------------------ model identity */
 
 static void test_modelid(void **state) {
@@ -781,6 +841,7 @@ int main(void) {
         cmocka_unit_test(test_writer_refuses_what_the_reader_would),
         cmocka_unit_test(test_dump_reads_back),
         cmocka_unit_test(test_fileio),
+        cmocka_unit_test(test_fileio_special_targets),
         cmocka_unit_test(test_modelid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
