@@ -3,10 +3,12 @@
  * token's numbers. */
 #include "forward.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "formats.h"
+#include "reslimit.h"
 
 static void scratch_free(ds4_fwd_scratch *s) {
     if (!s) return;
@@ -18,52 +20,62 @@ static void scratch_free(ds4_fwd_scratch *s) {
     free(s);
 }
 
-static void *alloc_n(uint64_t n, size_t elem, int *fail) {
-    void *p = n ? calloc((size_t)n, elem) : NULL;
-    if (n && !p) *fail = 1;
+/* The scratch is listed once, in scratch_new; a sizing pass over the same
+ * list (alloc.count_only) gives its size before anything is allocated. */
+typedef struct scratch_alloc {
+    bool count_only;
+    uint64_t bytes;
+    int fail;
+} scratch_alloc;
+
+static void *alloc_n(scratch_alloc *a, uint64_t n, size_t elem) {
+    a->bytes += n * elem;
+    if (a->count_only || !n) return NULL;
+    void *p = calloc((size_t)n, elem);
+    if (!p) a->fail = 1;
     return p;
 }
 
-static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap) {
+/* NULL when out of memory, and always NULL when a->count_only. */
+static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap, scratch_alloc *a) {
     ds4_fwd_scratch *s = calloc(1, sizeof(*s));
     if (!s) return NULL;
-    int fail = 0;
     uint64_t T = cap, k = c->n_expert_used;
     uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd, qdim = (uint64_t)c->n_head * c->head_dim;
     uint64_t cw = 2ull * (c->head_dim > c->idx_dim ? c->head_dim : c->idx_dim);
     s->cap = cap;
-    s->tok = alloc_n(T, sizeof(ds4_tok), &fail);
-    s->x = alloc_n(T * hc_dim, sizeof(float), &fail);
-    s->x2 = alloc_n(T * hc_dim, sizeof(float), &fail);
-    s->y = alloc_n(T * c->n_embd, sizeof(float), &fail);
-    s->a = alloc_n(T * c->n_embd, sizeof(float), &fail);
-    s->post = alloc_n(T * c->n_hc, sizeof(float), &fail);
-    s->comb = alloc_n(T * c->n_hc * c->n_hc, sizeof(float), &fail);
-    s->out = alloc_n(T * c->n_embd, sizeof(float), &fail);
-    s->qr = alloc_n(T * c->q_lora, sizeof(float), &fail);
-    s->q = alloc_n(T * qdim, sizeof(float), &fail);
-    s->o = alloc_n(T * qdim, sizeof(float), &fail);
-    s->kvrow = alloc_n(T * c->head_dim, sizeof(float), &fail);
-    s->low = alloc_n(T * c->o_groups * c->o_lora, sizeof(float), &fail);
-    s->ckv = alloc_n(T * cw, sizeof(float), &fail);
-    s->csc = alloc_n(T * cw, sizeof(float), &fail);
-    s->iq = alloc_n(T * c->idx_head * c->idx_dim, sizeof(float), &fail);
-    s->iw = alloc_n(T * c->idx_head, sizeof(float), &fail);
-    s->isel = alloc_n(T * c->idx_topk, sizeof(uint32_t), &fail);
-    s->nsel = alloc_n(T, sizeof(uint32_t), &fail);
-    s->rlog = alloc_n(T * c->n_expert, sizeof(float), &fail);
-    s->sel = alloc_n(T * k, sizeof(int32_t), &fail);
-    s->selw = alloc_n(T * k, sizeof(double), &fail);
-    s->eout = alloc_n(T * k * c->n_embd, sizeof(float), &fail);
-    s->ex = alloc_n(T * k * c->n_embd, sizeof(float), &fail);
+    s->tok = alloc_n(a, T, sizeof(ds4_tok));
+    s->x = alloc_n(a, T * hc_dim, sizeof(float));
+    s->x2 = alloc_n(a, T * hc_dim, sizeof(float));
+    s->y = alloc_n(a, T * c->n_embd, sizeof(float));
+    s->a = alloc_n(a, T * c->n_embd, sizeof(float));
+    s->post = alloc_n(a, T * c->n_hc, sizeof(float));
+    s->comb = alloc_n(a, T * c->n_hc * c->n_hc, sizeof(float));
+    s->out = alloc_n(a, T * c->n_embd, sizeof(float));
+    s->qr = alloc_n(a, T * c->q_lora, sizeof(float));
+    s->q = alloc_n(a, T * qdim, sizeof(float));
+    s->o = alloc_n(a, T * qdim, sizeof(float));
+    s->kvrow = alloc_n(a, T * c->head_dim, sizeof(float));
+    s->low = alloc_n(a, T * c->o_groups * c->o_lora, sizeof(float));
+    s->ckv = alloc_n(a, T * cw, sizeof(float));
+    s->csc = alloc_n(a, T * cw, sizeof(float));
+    s->iq = alloc_n(a, T * c->idx_head * c->idx_dim, sizeof(float));
+    s->iw = alloc_n(a, T * c->idx_head, sizeof(float));
+    s->isel = alloc_n(a, T * c->idx_topk, sizeof(uint32_t));
+    s->nsel = alloc_n(a, T, sizeof(uint32_t));
+    s->rlog = alloc_n(a, T * c->n_expert, sizeof(float));
+    s->sel = alloc_n(a, T * k, sizeof(int32_t));
+    s->selw = alloc_n(a, T * k, sizeof(double));
+    s->eout = alloc_n(a, T * k * c->n_embd, sizeof(float));
+    s->ex = alloc_n(a, T * k * c->n_embd, sizeof(float));
     /* Routed rows, then the shared expert's T rows (moe.c). */
-    s->eg = alloc_n(T * (k + 1) * c->n_ff, sizeof(float), &fail);
-    s->eu = alloc_n(T * (k + 1) * c->n_ff, sizeof(float), &fail);
-    s->eo = alloc_n(T * k * c->n_embd, sizeof(float), &fail);
-    s->elist = alloc_n(T * k, sizeof(uint32_t), &fail);
-    s->sh = alloc_n(T * c->n_embd, sizeof(float), &fail);
-    s->head_y = alloc_n(T * c->n_embd, sizeof(float), &fail);
-    if (fail) {
+    s->eg = alloc_n(a, T * (k + 1) * c->n_ff, sizeof(float));
+    s->eu = alloc_n(a, T * (k + 1) * c->n_ff, sizeof(float));
+    s->eo = alloc_n(a, T * k * c->n_embd, sizeof(float));
+    s->elist = alloc_n(a, T * k, sizeof(uint32_t));
+    s->sh = alloc_n(a, T * c->n_embd, sizeof(float));
+    s->head_y = alloc_n(a, T * c->n_embd, sizeof(float));
+    if (a->count_only || a->fail) {
         scratch_free(s);
         return NULL;
     }
@@ -81,7 +93,15 @@ int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
     if (ds4_rope_init(&e->rope_dense, c->n_rot, c->rope_base, NULL, err) ||
         ds4_rope_init(&e->rope_comp, c->n_rot, c->compress_rope_base, c->yarn ? &yarn : NULL, err))
         return -1;
-    e->scr = scratch_new(c, e->cap);
+    /* A batch too large for this machine is refused before allocating
+     * (ref/reslimit.h says why). */
+    scratch_alloc sizing = {.count_only = true};
+    scratch_new(c, e->cap, &sizing);
+    char what[96];
+    snprintf(what, sizeof(what), "the forward scratch for a batch of %u tokens", e->cap);
+    if (ds4_check_memory(sizing.bytes, what, err)) return -1;
+    scratch_alloc alloc = {.count_only = false};
+    e->scr = scratch_new(c, e->cap, &alloc);
     if (!e->scr)
         return ds4err_set(err, DS4_E_NOMEM, "cannot allocate forward scratch for %u tokens",
                           e->cap);

@@ -220,6 +220,21 @@ static void test_session_ctx_too_large(void **state) {
     ds4_session_free(&s);
 }
 
+static void test_engine_batch_too_large(void **state) {
+    fixture *f = *state;
+    /* Every token of a batch needs its forward scratch (the HC streams
+     * alone are 4 x 256 f32 in the tiny model): 2^32-1 tokens need more
+     * than 4 TiB. */
+    if (physical_bytes() >= (4ull << 40)) skip();
+    ds4_engine e;
+    ds4err err = {0};
+    ds4_fwd_opts fo = {.qat = true};
+    assert_int_equal(ds4_engine_init(&e, &f->m, &fo, UINT32_MAX, &err), -1);
+    assert_int_equal(err.code, DS4_E_NOMEM);
+    assert_non_null(strstr(err.msg, "the forward scratch for a batch of 4294967295 tokens needs "));
+    assert_null(strchr(err.msg, '\n'));
+}
+
 static void test_session_refused_before_allocating(void **state) {
     fixture *f = *state;
     if (!rlimits_testable()) skip();
@@ -590,6 +605,7 @@ int main(void) {
         cmocka_unit_test(test_limit_follows_rlimit_as),
         cmocka_unit_test(test_limit_follows_rlimit_data),
         cmocka_unit_test_setup_teardown(test_session_ctx_too_large, model_setup, model_teardown),
+        cmocka_unit_test_setup_teardown(test_engine_batch_too_large, model_setup, model_teardown),
         cmocka_unit_test_setup_teardown(test_session_refused_before_allocating, model_setup,
                                         model_teardown),
         cmocka_unit_test(test_sigbus_named),
