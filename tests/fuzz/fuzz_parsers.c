@@ -1,0 +1,159 @@
+/* libFuzzer target: every reader of vectors and goldens, on arbitrary bytes:
+ * the JSON parser, the golden stream reader, ds4's --dump-logprobs reader
+ * and the official.vec reader, then the comparison (ds4ref-diff's figures
+ * and reports) of whatever they accept.
+ *
+ * Properties checked, beyond "no sanitizer report":
+ *   - golden: the reader is canonical, so an accepted file formats back to
+ *     exactly its own bytes (docs/FORMATS.md §1.1);
+ *   - dump: format(parse(x)) parses, and formats back to the same bytes;
+ *   - official.vec: every case converts to a golden; a case formatted from
+ *     that golden parses back to a trace identical to it;
+ *   - any accepted trace compared with itself is exact, never diverges,
+ *     and its text and JSON reports format.
+ *
+ * Seeds (tests/fuzz/seeds.c): the committed goldens of vectors/ (and cut-down
+ * ones), a dump and a .vec written from them, tiny.vec, JSON snippets. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diffmetrics.h"
+#include "ds4dump.h"
+#include "fuzzutil.h"
+#include "golden.h"
+#include "json.h"
+#include "lpvec.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_self_diff(const ds4_golden *g) {
+    ds4_diff_opts o = {.all_steps = false};
+    ds4_diff_report r;
+    ds4err err = {0};
+    fz_check(!ds4_diff_compute(g, g, &o, &r, &err), "a trace compares with itself");
+    fz_check(r.exact && r.first_divergence == -1 && r.first_inexact == -1 && !r.prompt_differs,
+             "a trace is exactly equal to itself");
+    ds4_diff_limits lim;
+    ds4_diff_limits_none(&lim);
+    lim.exact = true;
+    ds4_buf why = {0}, out = {0};
+    fz_check(ds4_diff_check(&r, &lim, &why) == 0, "no --exact violation against itself");
+    fz_check(!ds4_diff_format_text(&r, g, g, "a", "a", false, &out, &err), "the text report formats");
+    ds4_buf_free(&out);
+    memset(&out, 0, sizeof(out));
+    fz_check(!ds4_diff_format_json(&r, g, g, "a", "a", &why, &out, &err), "the JSON report formats");
+    ds4_buf_free(&out);
+    ds4_buf_free(&why);
+    ds4_diff_report_free(&r);
+}
+
+/* b must be the same trace as a, field for field. */
+static void check_same(const ds4_golden *a, const ds4_golden *b, const char *what) {
+    ds4_diff_opts o = {.all_steps = true};
+    ds4_diff_report r;
+    ds4err err = {0};
+    fz_check(!ds4_diff_compute(a, b, &o, &r, &err), what);
+    fz_check(r.exact && r.n_a == r.n_b, what);
+    ds4_diff_report_free(&r);
+}
+
+static void golden(const char *buf, size_t len) {
+    ds4_golden g;
+    ds4err err = {0};
+    if (ds4_golden_parse(buf, len, "fuzz.jsonl", &g, &err)) return;
+    ds4_buf out = {0};
+    fz_check(!ds4_golden_format(&g, &out, &err), "an accepted golden formats");
+    fz_check(out.len == len && !memcmp(out.p, buf, len), "a golden formats back to its own bytes");
+    ds4_buf_free(&out);
+    check_self_diff(&g);
+    /* What ds4ref writes next to a golden must read back as the same trace. */
+    memset(&out, 0, sizeof(out));
+    if (!ds4_dump_format(&g, &out, &err)) {
+        ds4_golden d;
+        fz_check(!ds4_dump_parse(out.p, out.len, "dump", &d, &err), "a dump written from a golden parses");
+        ds4_golden_free(&d);
+    }
+    ds4_buf_free(&out);
+    ds4_golden_free(&g);
+}
+
+static void dump(const char *buf, size_t len) {
+    ds4_golden g, g2;
+    ds4err err = {0};
+    if (ds4_dump_parse(buf, len, "fuzz.json", &g, &err)) return;
+    ds4_buf out = {0}, out2 = {0};
+    if (!ds4_dump_format(&g, &out, &err)) {
+        fz_check(!ds4_dump_parse(out.p, out.len, "dump", &g2, &err), "a formatted dump parses");
+        fz_check(!ds4_dump_format(&g2, &out2, &err), "a re-read dump formats");
+        fz_check(out.len == out2.len && !memcmp(out.p, out2.p, out.len), "dump formatting is stable");
+        check_same(&g, &g2, "a formatted dump reads back as the same trace");
+        ds4_golden_free(&g2);
+    }
+    ds4_buf_free(&out);
+    ds4_buf_free(&out2);
+    check_self_diff(&g);
+    ds4_golden_free(&g);
+}
+
+static void vec_case(const ds4_lpv_case *c) {
+    ds4_golden g;
+    ds4err err = {0};
+    if (ds4_lpv_to_golden(c, &g, &err)) return;
+    check_self_diff(&g);
+    ds4_lpv_append_opts o = {.id = c->id, .prompt_path = c->prompt, .max_top = DS4_LPV_MAX_TOP};
+    ds4_buf out = {0};
+    ds4_buf_puts(&out, DS4_LPV_HEADER "\n");
+    if (!ds4_lpv_format_case(&g, &o, &out, &err)) {
+        ds4_lpv_file f;
+        fz_check(!ds4_lpv_parse(out.p, out.len, "case.vec", &f, &err) && f.n_cases == 1,
+                 "a formatted case parses");
+        ds4_golden g2;
+        fz_check(!ds4_lpv_to_golden(&f.cases[0], &g2, &err), "a re-read case converts");
+        check_same(&g, &g2, "a formatted case reads back as the same trace");
+        ds4_golden_free(&g2);
+        ds4_lpv_free(&f);
+    }
+    ds4_buf_free(&out);
+    ds4_golden_free(&g);
+}
+
+static void vec(const char *buf, size_t len) {
+    ds4_lpv_file f;
+    ds4err err = {0};
+    if (ds4_lpv_parse(buf, len, "fuzz.vec", &f, &err)) return;
+    for (uint32_t i = 0; i < f.n_cases; i++) {
+        fz_check(ds4_lpv_find(&f, f.cases[i].id) != NULL, "every case is found by id");
+        vec_case(&f.cases[i]);
+    }
+    ds4_lpv_free(&f);
+}
+
+static void json(const char *buf, size_t len) {
+    ds4_json_doc *doc;
+    ds4err err = {0};
+    if (ds4_json_parse(buf, len, "fuzz.json", &doc, &err)) {
+        fz_check(err.code != DS4_OK && err.msg[0], "a refusal carries a code and a message");
+        return;
+    }
+    const ds4_json *root = ds4_json_root(doc);
+    fz_check(root && root->offset < len, "the root lies inside the text");
+    if (root->type == DS4_JSON_OBJECT)
+        for (size_t i = 0; i < root->n; i++)
+            if (strlen(root->keys[i].str) == root->keys[i].len)   /* no \u0000 inside */
+                fz_check(ds4_json_get(root, root->keys[i].str) != NULL, "every key is found");
+    ds4_json_free(doc);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    /* A private copy, so a reader looking past the end is caught. */
+    char *buf = malloc(size ? size : 1);
+    fz_check(buf != NULL, "malloc");
+    memcpy(buf, data, size);
+    json(buf, size);
+    golden(buf, size);
+    dump(buf, size);
+    vec(buf, size);
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,268 @@
+/* Seed corpora of the fuzz targets, generated rather than committed:
+ *
+ *   seeds OUTDIR        (run from the repository root: reads vectors/)
+ *
+ * writes OUTDIR/gguf, OUTDIR/model, OUTDIR/tokenizer and OUTDIR/parsers:
+ *   gguf       the malformed-file catalogue (tests/malformed.c), the small
+ *              valid file (v2 and v3), nested arrays up to one level too
+ *              deep, the tiny model's metadata without its tensors;
+ *   model      edit lists for fuzz_model: none (the model itself), and one
+ *              interesting value written over each metadata value, each
+ *              array count and each field of each tensor's info record;
+ *   tokenizer  the prompts of vectors/prompts, special-token strings, chat
+ *              messages as JSON, scripts, digits, whitespace, bad UTF-8;
+ *   parsers    a committed golden and cut-down ones (complete and
+ *              interrupted), a dump and an official.vec case written from
+ *              them, vectors/tiny.vec, JSON edge cases. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ds4dump.h"
+#include "fileio.h"
+#include "fuzzutil.h"
+#include "gguf.h"
+#include "golden.h"
+#include "lpvec.h"
+#include "malformed.h"
+
+static const char *outdir;
+static unsigned n_written;
+
+_Noreturn static void fail(const char *what, const char *why) {
+    fprintf(stderr, "seeds: %s: %s\n", what, why);
+    exit(1);
+}
+
+static void put(const char *target, const char *name, const void *p, size_t n) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", outdir, target);
+    if (mkdir(path, 0755) && errno != EEXIST) fail(path, strerror(errno));
+    snprintf(path, sizeof(path), "%s/%s/%s", outdir, target, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f)) fail(path, "cannot write");
+    n_written++;
+}
+
+static void put_str(const char *target, const char *name, const char *s) {
+    put(target, name, s, strlen(s));
+}
+
+/* ---------------------------------------------------------------- gguf */
+
+static void gguf_seeds(void) {
+    mf_case *cases;
+    size_t n;
+    if (mf_catalogue(&cases, &n)) fail("catalogue", "out of memory");
+    for (size_t i = 0; i < n; i++) put("gguf", cases[i].name, cases[i].buf, cases[i].len);
+    mf_free(cases, n);
+    for (uint32_t v = 2; v <= 3; v++) {
+        uint8_t *b;
+        size_t len;
+        char name[32];
+        if (mf_valid_small(v, &b, &len)) fail("valid small", "out of memory");
+        snprintf(name, sizeof(name), "valid-small-v%u", v);
+        put("gguf", name, b, len);
+        free(b);
+    }
+    for (int d = 1; d <= GGUF_MAX_ARRAY_DEPTH + 1; d++) {
+        uint8_t *b;
+        size_t len;
+        char name[32];
+        if (mf_nested_arrays(d, &b, &len)) fail("nested arrays", "out of memory");
+        snprintf(name, sizeof(name), "nested-%d", d);
+        put("gguf", name, b, len);
+        free(b);
+    }
+    /* The tiny model's metadata without its tensors: a small file that
+     * parses and takes the model validation through the whole
+     * configuration (fuzz_model covers the tensors).  The tensor count is
+     * the u64 at byte 8; the first tensor record starts where the metadata
+     * ends. */
+    uint8_t *buf;
+    size_t len;
+    fz_tiny_model(false, &buf, &len);
+    gguf_file g;
+    ds4err err = {0};
+    if (gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
+    size_t meta_end = (size_t)g.tensors[0].info_off;
+    for (uint64_t i = 1; i < g.n_tensors; i++)
+        if (g.tensors[i].info_off < meta_end) meta_end = (size_t)g.tensors[i].info_off;
+    gguf_close(&g);
+    memset(buf + 8, 0, 8);
+    put("gguf", "tiny-metadata", buf, meta_end);
+    free(buf);
+}
+
+/* ---------------------------------------------------------------- model */
+
+/* One fuzz_model record: kind 2 writes interesting[pick] at off. */
+static void put_edit(const char *name, uint64_t off, uint8_t pick) {
+    uint8_t rec[5];
+    uint32_t w = (2u << 30) | (uint32_t)(off & 0x3fffffff);
+    for (int b = 0; b < 4; b++) rec[b] = (uint8_t)(w >> 8 * b);
+    rec[4] = pick;
+    put("model", name, rec, sizeof(rec));
+}
+
+static void model_seeds(void) {
+    uint8_t *buf;
+    size_t len;
+    fz_tiny_model(false, &buf, &len);
+    gguf_file g;
+    ds4err err = {0};
+    if (gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
+    put("model", "unedited", "", 0);
+    char name[64];
+    /* Picks index fuzz_model's table: 0 -> 0, 2 -> 2, 22 -> UINT32_MAX,
+     * 26 -> UINT64_MAX, 29 -> NaN. */
+    for (uint64_t i = 0; i < g.n_kv; i++) {
+        const gguf_kv *kv = &g.kv[i];
+        snprintf(name, sizeof(name), "kv%llu-zero", (unsigned long long)i);
+        put_edit(name, kv->value_off, 0);
+        snprintf(name, sizeof(name), "kv%llu-nan", (unsigned long long)i);
+        put_edit(name, kv->value_off, 29);
+        if (kv->type == GGUF_ARR) {   /* u32 element type, then the u64 count */
+            snprintf(name, sizeof(name), "kv%llu-count", (unsigned long long)i);
+            put_edit(name, kv->value_off + 4, 22);
+        }
+    }
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const gguf_tensor *t = &g.tensors[i];
+        /* name: u64 length + bytes; n_dims u32; ne[n_dims] u64; type u32; offset u64 */
+        uint64_t at = t->info_off + 8 + strlen(t->name);
+        uint64_t fields[4] = {at, at + 4, at + 4 + 8ull * t->n_dims, at + 8 + 8ull * t->n_dims};
+        const char *what[4] = {"ndims", "ne0", "type", "offset"};
+        const uint8_t pick[4] = {0, 2, 0, 26};
+        for (int f = 0; f < 4; f++) {
+            snprintf(name, sizeof(name), "t%llu-%s", (unsigned long long)i, what[f]);
+            put_edit(name, fields[f], pick[f]);
+        }
+    }
+    uint8_t trunc[4];
+    uint32_t w = (3u << 30) | (uint32_t)g.data_off;
+    for (int b = 0; b < 4; b++) trunc[b] = (uint8_t)(w >> 8 * b);
+    put("model", "truncate-at-data", trunc, sizeof(trunc));
+    gguf_close(&g);
+    free(buf);
+}
+
+/* ---------------------------------------------------------------- tokenizer */
+
+static void tokenizer_seeds(void) {
+    static const char *const texts[][2] = {
+        {"hello", "Hello world"},
+        {"specials", "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+                     "<\xef\xbd\x9cUser\xef\xbd\x9c>hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>"
+                     "x</think><\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"},
+        {"dsml", "\xef\xbd\x9c" "DSML\xef\xbd\x9cinvoke name=\"f\""},
+        {"digits", "1234567890 3.14159 -42 1e10 007"},
+        {"space", "  a\t\tb\n\n\nc \r\n   \xc2\xa0 end  "},
+        {"cjk", "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c\xe3\x80\x82"
+                "\xe3\x81\x93\xe3\x82\x93\xe3\x81\xab\xe3\x81\xa1\xe3\x81\xaf"},
+        {"emoji", "\xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd e\xcc\x81 \xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d"},
+        {"badutf8", "\xff\xfe\xc0\x80\xed\xa0\x80\xf4\x90\x80\x80\xe2\x82 ok \x80"},
+        {"code", "int main(void) {\n    return 0; // done\n}\n"},
+        {"punct", "Don't stop! It's 5 o'clock... (maybe?) \"quoted\" [x] {y}"},
+        {"chat-json", "[{\"role\":\"system\",\"content\":\"Be brief\"},"
+                      "{\"role\":\"user\",\"content\":\"hi\"},"
+                      "{\"role\":\"assistant\",\"content\":\"yo\",\"reasoning_content\":\"r\"},"
+                      "{\"role\":\"user\",\"content\":\"more\"}]"},
+        {"chat-tools", "[{\"role\":\"system\",\"content\":\"\",\"tools\":[{\"type\":\"function\","
+                       "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]},"
+                       "{\"role\":\"user\",\"content\":\"call f\"},{\"role\":\"assistant\","
+                       "\"content\":\"\",\"tool_calls\":[{\"type\":\"function\",\"function\":"
+                       "{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+                       "\"tool_call_id\":\"1\",\"content\":\"ok\"}]"},
+    };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        put_str("tokenizer", texts[i][0], texts[i][1]);
+    static const char sys_prompt[] = "You are terse\0What is 2+2?";
+    put("tokenizer", "system-nul-prompt", sys_prompt, sizeof(sys_prompt) - 1);
+    static const char *const prompts[] = {"capital", "code", "story"};
+    for (size_t i = 0; i < 3; i++) {
+        char path[128], *buf;
+        size_t len;
+        ds4err err = {0};
+        snprintf(path, sizeof(path), "vectors/prompts/%s.txt", prompts[i]);
+        if (ds4_read_file(path, 1 << 20, &buf, &len, &err)) fail(path, err.msg);
+        snprintf(path, sizeof(path), "prompt-%s", prompts[i]);
+        put("tokenizer", path, buf, len);
+        free(buf);
+    }
+}
+
+/* ---------------------------------------------------------------- parsers */
+
+/* The first n steps of g as a new golden ending with stop. */
+static void put_cut(const ds4_golden *g, uint32_t n, ds4_stop stop, const char *name) {
+    ds4_golden c;
+    ds4err err = {0};
+    ds4_golden_header h = g->h;   /* shallow: set_header copies deeply */
+    if (stop == DS4_STOP_LENGTH) h.settings.max_steps = n;
+    ds4_golden_init(&c, DS4_TRACE_GOLDEN);
+    if (ds4_golden_set_header(&c, &h, &err)) fail(name, err.msg);
+    for (uint32_t i = 0; i < n && i < g->n_steps; i++)
+        if (ds4_golden_push_step(&c, &g->steps[i], &err)) fail(name, err.msg);
+    ds4_golden_set_end(&c, stop);
+    ds4_buf out = {0};
+    if (ds4_golden_format(&c, &out, &err)) fail(name, err.msg);
+    put("parsers", name, out.p, out.len);
+    ds4_buf_free(&out);
+    ds4_golden_free(&c);
+}
+
+static void parser_seeds(void) {
+    static const char golden_path[] = "vectors/tiny-ds4-qaton-capital.jsonl";
+    char *buf;
+    size_t len;
+    ds4err err = {0};
+    if (ds4_read_file(golden_path, (size_t)1 << 30, &buf, &len, &err)) fail(golden_path, err.msg);
+    put("parsers", "golden-full", buf, len);
+    ds4_golden g;
+    if (ds4_golden_parse(buf, len, golden_path, &g, &err)) fail(golden_path, err.msg);
+    free(buf);
+    put_cut(&g, 2, DS4_STOP_LENGTH, "golden-2-steps");
+    put_cut(&g, 1, DS4_STOP_INTERRUPTED, "golden-interrupted");
+    put_cut(&g, 0, DS4_STOP_ERROR, "golden-error");
+    ds4_buf out = {0};
+    if (ds4_dump_format(&g, &out, &err)) fail("dump", err.msg);
+    put("parsers", "dump", out.p, out.len);
+    ds4_buf_free(&out);
+    memset(&out, 0, sizeof(out));
+    ds4_lpv_append_opts o = {.id = "seed", .prompt_path = "prompts/capital.txt", .max_top = 5};
+    ds4_buf_puts(&out, DS4_LPV_HEADER "\n");
+    if (ds4_lpv_format_case(&g, &o, &out, &err)) fail("vec case", err.msg);
+    put("parsers", "vec-case", out.p, out.len);
+    ds4_buf_free(&out);
+    ds4_golden_free(&g);
+    if (ds4_read_file("vectors/tiny.vec", 1 << 24, &buf, &len, &err)) fail("tiny.vec", err.msg);
+    put("parsers", "tiny.vec", buf, len);
+    free(buf);
+    static const char *const json[][2] = {
+        {"json-empty-object", "{}"},
+        {"json-nested", "[[[[{\"a\":[1,2,{\"b\":null}]}]]]]"},
+        {"json-numbers", "[0,-0,1e400,-1e-400,123456789012345678901234567890,0.1,1E+2,-3.5e-7]"},
+        {"json-strings", "[\"\\u0000\",\"\\ud83d\\ude00\",\"\\ud800\",\"\\\"\\\\\\/\\b\\f\\n\\r\\t\","
+                         "\"\xf0\x9f\x98\x80\"]"},
+        {"json-literals", "{\"t\":true,\"f\":false,\"n\":null,\"t\":1}"},
+    };
+    for (size_t i = 0; i < sizeof(json) / sizeof(json[0]); i++) put_str("parsers", json[i][0], json[i][1]);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: seeds OUTDIR   (run from the repository root)\n");
+        return 2;
+    }
+    outdir = argv[1];
+    if (mkdir(outdir, 0755) && errno != EEXIST) fail(outdir, strerror(errno));
+    gguf_seeds();
+    model_seeds();
+    tokenizer_seeds();
+    parser_seeds();
+    printf("seeds: %u files in %s\n", n_written, outdir);
+    return 0;
+}
