@@ -7,7 +7,14 @@ prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 make --no-print-directory -s install PREFIX="$prefix" > /dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-cc -std=c11 -O2 -Wall -Wextra examples/compare_head.c $(pkg-config --cflags --libs ds4ref) \
+# In a sanitizer build (make asan / make ubsan) the library needs its runtime.
+cc=(cc)
+case "${DS4REF_SANITIZER:-}" in
+    asan) cc=(clang -fsanitize=address) ;;
+    ubsan) cc=(clang -fsanitize=undefined) ;;
+esac
+# shellcheck disable=SC2046
+"${cc[@]}" -std=c11 -O2 -Wall -Wextra examples/compare_head.c $(pkg-config --cflags --libs ds4ref) \
     -lm -o "$prefix/compare_head"
 LD_LIBRARY_PATH="$prefix/lib" "$prefix/compare_head" models/tiny.gguf "What is the capital of Italy?"
 # The shared library exports the public API and nothing else.
