@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: every cmocka unit test binary, the ds4_test runner
-# on the committed goldens, then a valgrind pass over a fast subset.
+# on the committed goldens, the CLI and install tests, a valgrind pass over a
+# fast subset, the suite again under ASan and UBSan, the fuzz targets briefly,
+# the short portability matrix and a benchmark smoke run.
 # Usage: tests/run_tests.sh BUILD_DIR
 set -uo pipefail
 build=${1:-build}
@@ -25,9 +27,12 @@ run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf
     DS4_TEST_VECTOR_FILE=vectors/tiny.vec ./ds4_test --logprob-vectors
 
 run "cli" bash tests/cli.sh
+run "install + example via pkg-config" bash tests/install.sh
 
 # valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list)
-if command -v valgrind >/dev/null 2>&1; then
+if [ -n "${DS4REF_SANITIZER:-}" ]; then
+    summary+=("SKIP valgrind (a $DS4REF_SANITIZER build: the sanitizer does that job)")
+elif command -v valgrind >/dev/null 2>&1; then
     while read -r name args; do
         case "$name" in ''|'#'*) continue ;; esac
         # shellcheck disable=SC2086
@@ -39,6 +44,36 @@ else
     echo "valgrind not installed: valgrind pass skipped"
     summary+=("SKIP valgrind (not installed)")
 fi
+
+# Sanitizers and fuzzing (docs/RELIABILITY.md): the whole suite again, built
+# with ASan and with UBSan (make asan / make ubsan, in their own build dirs),
+# then every fuzz target for a short while (make fuzz-smoke).  Not inside
+# those runs themselves; DS4REF_SKIP_SANITIZERS=1 skips it for a quick run.
+if [ -n "${DS4REF_SANITIZER:-}" ]; then
+    :
+elif [ -n "${DS4REF_SKIP_SANITIZERS:-}" ]; then
+    summary+=("SKIP asan, ubsan, fuzz-smoke (DS4REF_SKIP_SANITIZERS is set)")
+elif ! command -v clang >/dev/null 2>&1; then
+    summary+=("SKIP asan, ubsan, fuzz-smoke (clang not installed)")
+else
+    jobs=$(nproc 2>/dev/null || echo 2)
+    for target in asan ubsan fuzz-smoke; do
+        run "make $target" make --no-print-directory -j"$jobs" BUILD="$build" "$target"
+    done
+fi
+
+# Portable goldens (docs/PORTABILITY.md): the CI subset of make portability,
+# other compilers, -O levels, targets and aarch64 under qemu when installed.
+if [ -n "${DS4REF_SANITIZER:-}" ]; then
+    :
+else
+    run "make portability-short" make --no-print-directory portability-short
+fi
+
+# A few seconds of benchmark on the tiny model: ds4ref-bench must run end to
+# end (CSV, layer timing, kernels); its numbers are not checked.
+run "bench (tiny, smoke)" bash -c './ds4ref-bench -m models/tiny.gguf -p 8,16 -n 4 -t 2 --layers &&
+    ./ds4ref-bench --kernels --kernel-rows 16 -t 2'
 
 echo
 printf '%s\n' "${summary[@]}"
