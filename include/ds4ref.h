@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -279,6 +280,104 @@ typedef void (*ds4ref_tap_fn)(void *ud, const ds4ref_tap *t);
 /* Install (fn != NULL) or remove a tap for every later evaluation on this
  * model's sessions. */
 void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud);
+
+/* ------------------------------------------------------- synthetic models */
+
+/* A synthetic DeepSeek V4 Flash model: a complete GGUF in the real tensor
+ * layout with random but numerically sane weights (and its MTP head), for
+ * tests, goldens and benchmarks without the real model.  The same options
+ * give byte-identical files on every machine. */
+typedef struct ds4ref_synth_options {
+    const char *config;        /* "tiny" (default) or "fullwidth" */
+    int f32;                   /* 1: every float tensor F32; 0: ds4's quant mix (default) */
+    uint64_t seed;             /* default 1 */
+    const char *vocab_from;    /* NULL, or a Hugging Face tokenizer.json[.xz] to embed */
+} ds4ref_synth_options;
+
+void ds4ref_synth_options_init(ds4ref_synth_options *o);
+
+/* Write the model to path and its MTP head to mtp_path (NULL: none), each
+ * atomically (a temporary file renamed when complete).  Errors:
+ * DS4REF_E_ARG (unknown config, no path), DS4REF_E_IO (cannot write, or
+ * read vocab_from), DS4REF_E_FORMAT (a malformed vocab_from). */
+int ds4ref_synth_write(const ds4ref_synth_options *o, const char *path, const char *mtp_path,
+                       ds4ref_error *err);
+
+/* The MTP file name ds4ref-mkmodel writes next to a model: "x.gguf" ->
+ * "x-mtp.gguf" (a name without .gguf gets "-mtp.gguf" appended).
+ * *mtp_path: free with ds4ref_free. */
+int ds4ref_synth_mtp_path(const char *path, char **mtp_path, ds4ref_error *err);
+
+/* ------------------------------------------------------- GGUF inspection */
+
+/* These read any GGUF file (v2 or v3), not only DeepSeek V4 models.  The
+ * file is mapped during the call and registered with the SIGBUS report of
+ * ds4ref_report_sigbus (when the program installed it).  A failed write on
+ * out is DS4REF_E_IO, "stdout: write failed: REASON" when out is stdout and
+ * "output: write failed: REASON" otherwise. */
+
+/* Print to out what `ds4ref-gguf info` prints: the header line (path,
+ * version, key and tensor counts, size), alignment and data offset, every
+ * metadata key with its type and value (strings escaped and cut at 160
+ * bytes, arrays as element type, length, first and last elements) and the
+ * tensor table (name, type, shape in ggml order, file offset, bytes).
+ * Errors: DS4REF_E_IO (cannot open), DS4REF_E_FORMAT (malformed GGUF),
+ * DS4REF_E_ARG (no path or no out). */
+int ds4ref_gguf_describe(const char *path, FILE *out, ds4ref_error *err);
+
+/* Write every element of the tensor named `tensor`, dequantized exactly, to
+ * out as little-endian f32 in GGUF element order (ne[0] fastest), the
+ * bytes of `ds4ref-gguf dequant`; memory stays bounded whatever the size.
+ * Errors: DS4REF_E_IO, DS4REF_E_FORMAT, DS4REF_E_ARG (no such tensor). */
+int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_error *err);
+
+/* ---------------------------------------------------------------- diffing */
+
+/* Comparing two token streams with log-probabilities, as ds4ref-diff does
+ * (the figures are defined in docs/FORMATS.md, section 4).  Either file may
+ * be a ds4ref golden, a ds4 --dump-logprobs JSON or an official.vec file;
+ * the kind is told from the content.  The first file is the reference. */
+typedef struct ds4ref_diff_options {
+    const char *case_id;       /* the case of an official.vec file (NULL: it must hold one) */
+    int all_steps;             /* also compare the steps after the first divergence */
+    int json;                  /* the report as one JSON object (else text) */
+    int quiet;                 /* text report without the per-step lines */
+    /* Thresholds; a negative value (or NAN) leaves one unchecked.  A
+     * threshold whose figure cannot be measured counts as violated. */
+    double max_dlogprob;       /* largest |dlogprob| over the common tokens */
+    double min_top1;           /* share of the reference's greedy tokens reproduced */
+    double min_top5_overlap;   /* mean top-5 overlap fraction */
+    double min_top20_overlap;  /* mean top-20 overlap fraction */
+    double max_kl;             /* largest per-step KL(reference || other) */
+    int exact;                 /* require bit-identity in everything both record */
+} ds4ref_diff_options;
+
+/* No threshold, text report with the per-step lines. */
+void ds4ref_diff_options_init(ds4ref_diff_options *o);
+
+typedef struct ds4ref_diff_result {
+    uint32_t violations;       /* thresholds violated (differing prompts count): 0 = pass */
+    int exact;                 /* bit-identical in everything both sides record */
+    int prompt_differs;
+    int64_t first_divergence;  /* first step whose tokens differ; -1: none */
+    uint32_t n_steps_a;        /* steps of the reference (golden) */
+    uint32_t n_steps_b;        /* steps of the other file */
+    uint32_t n_compared;       /* steps compared */
+    double top1;               /* share of the reference's tokens reproduced */
+    double max_dlogprob;       /* NAN when no token is common to both sides */
+    double max_kl;             /* NAN when no step has a KL */
+} ds4ref_diff_result;
+
+/* Compare `other` with `golden` under o (NULL: the defaults of
+ * ds4ref_diff_options_init) and write the report of `ds4ref-diff` to
+ * report (NULL: none): the text report ends with "result: PASS" or
+ * "result: FAIL" and one "  violated: ..." line per violation.  Returns 0
+ * whenever the comparison was made, whatever the verdict; *result (may be
+ * NULL) gets the verdict and the main figures.  Errors: DS4REF_E_IO
+ * (cannot read a file, or write the report), DS4REF_E_FORMAT (malformed
+ * file), DS4REF_E_ARG (no or an unknown official.vec case), DS4REF_E_NOMEM. */
+int ds4ref_diff_files(const char *golden, const char *other, const ds4ref_diff_options *o,
+                      FILE *report, ds4ref_diff_result *result, ds4ref_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* The public API (include/ds4ref.h) over the internal modules.  Each public
  * handle owns the internal objects it needs; every function converts the
- * internal ds4err into the caller's ds4ref_error. */
+ * internal ds4err into the caller's ds4ref_error (apierr.h).  The tools'
+ * entry points are in api_synth.c, api_gguf.c and api_diff.c. */
 #include "ds4ref.h"
 
 #include <omp.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apierr.h"
 #include "chat.h"
 #include "formats.h"
 #include "forward.h"
@@ -32,28 +34,6 @@ struct ds4ref_session {
 };
 
 /* ------------------------------------------------------------------ errors */
-
-static int fail(ds4ref_error *out, const ds4err *e) {
-    int code = e->code ? e->code : DS4REF_E_INTERNAL;
-    if (out) {
-        out->code = code;
-        snprintf(out->message, sizeof(out->message), "%s", e->msg);
-    }
-    return code;
-}
-
-static int fail_msg(ds4ref_error *out, int code, const char *msg) {
-    ds4err e;
-    ds4err_set(&e, code, "%s", msg);
-    return fail(out, &e);
-}
-
-static void ok(ds4ref_error *out) {
-    if (out) {
-        out->code = DS4REF_OK;
-        out->message[0] = '\0';
-    }
-}
 
 const char *ds4ref_status_name(int code) {
     switch (code) {
@@ -84,8 +64,8 @@ _Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit
 
 int ds4ref_report_sigbus(const char *program, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_sigbus_install(program ? program : "ds4ref", &e)) return fail(err, &e);
-    ok(err);
+    if (ds4_sigbus_install(program ? program : "ds4ref", &e)) return api_fail(err, &e);
+    api_ok(err);
     return 0;
 }
 
@@ -106,23 +86,23 @@ static void tap_bridge(void *ud, const ds4_tap *t) {
 
 int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_error *err) {
     *out = NULL;
-    if (!o || !o->path) return fail_msg(err, DS4REF_E_ARG, "ds4ref_model_open: no model path");
+    if (!o || !o->path) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_model_open: no model path");
     ds4ref_model *m = calloc(1, sizeof(*m));
-    if (!m) return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    if (!m) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     ds4err e = {0};
     if (ds4_model_open(&m->m, o->path, &e)) {
         free(m);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     ds4_fwd_opts fo = {.qat = o->qat != 0};
     if ((o->mtp_path && ds4_model_load_mtp(&m->m, o->mtp_path, &e)) ||
         ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e)) {
         ds4_model_close(&m->m);
         free(m);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     *out = m;
-    ok(err);
+    api_ok(err);
     return 0;
 }
 
@@ -165,14 +145,14 @@ int ds4ref_tensor_f32(const ds4ref_model *m, const char *name, float **data, uin
     if (!t) {
         ds4err e;
         ds4err_set(&e, DS4_E_ARG, "no tensor named '%s' in %s", name, m->m.file.path);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     float *v = malloc(sizeof(float) * (t->n_elem ? t->n_elem : 1));
-    if (!v) return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    if (!v) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     ds4_dequant_row(t->type, t->data, v, t->n_elem);
     for (int i = 0; i < 4; i++) ne[i] = t->ne[i];
     *data = v;
-    ok(err);
+    api_ok(err);
     return 0;
 }
 
@@ -192,10 +172,10 @@ int ds4ref_tokenize(const ds4ref_model *m, const char *text, size_t len, unsigne
     if (ds4_model_tokenizer(&m->m, &tok, &e) ||
         ds4_tok_encode(tok, text, len, flags & DS4REF_TOKENIZE_SPECIAL ? DS4_TOK_ADDED : 0, &t, &e)) {
         ds4_tokens_free(&t);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
-    if (take_tokens(&t, ids, n)) return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
-    ok(err);
+    if (take_tokens(&t, ids, n)) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    api_ok(err);
     return 0;
 }
 
@@ -206,12 +186,12 @@ int ds4ref_detokenize(const ds4ref_model *m, const int32_t *ids, size_t n, char 
     ds4_buf b = {0};
     if (ds4_model_tokenizer(&m->m, &tok, &e) || ds4_tok_decode(tok, ids, n, &b, &e)) {
         ds4_buf_free(&b);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
-    if (!b.p && !(b.p = calloc(1, 1))) return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    if (!b.p && !(b.p = calloc(1, 1))) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     *bytes = b.p;
     *len = b.len;
-    ok(err);
+    api_ok(err);
     return 0;
 }
 
@@ -220,10 +200,10 @@ int ds4ref_token_string(const ds4ref_model *m, int32_t id, const char **s, size_
     const ds4_tokenizer *tok;
     ds4err e = {0};
     ds4_strref r;
-    if (ds4_model_tokenizer(&m->m, &tok, &e) || ds4_tok_text(tok, id, &r, &e)) return fail(err, &e);
+    if (ds4_model_tokenizer(&m->m, &tok, &e) || ds4_tok_text(tok, id, &r, &e)) return api_fail(err, &e);
     *s = r.ptr;
     *len = r.len;
-    ok(err);
+    api_ok(err);
     return 0;
 }
 
@@ -239,10 +219,10 @@ int ds4ref_chat_prompt(const ds4ref_model *m, const char *prompt, size_t len,
     if (ds4_model_tokenizer(&m->m, &tok, &e) ||
         ds4_chat_prompt_ids(tok, sys, sys_len, prompt, len, &co, &t, &e)) {
         ds4_tokens_free(&t);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
-    if (take_tokens(&t, ids, n)) return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
-    ok(err);
+    if (take_tokens(&t, ids, n)) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    api_ok(err);
     return 0;
 }
 
@@ -259,14 +239,14 @@ int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_
                        ds4ref_error *err) {
     *out = NULL;
     ds4ref_session *s = calloc(1, sizeof(*s));
-    if (!s) return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    if (!s) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     uint32_t ctx = o && o->ctx ? o->ctx : default_ctx(&m->m.cfg);
     ds4_session_opts so = {.ctx = ctx, .chunk = o && o->chunk ? o->chunk : m->e.cap,
                            .rollback = 32};
     ds4err e = {0};
     if (ds4_session_init(&s->s, &m->e, &so, &e)) {
         free(s);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     s->model = m;
     if (o && o->progress) {
@@ -274,7 +254,7 @@ int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_
         s->s.progress_ud = o->progress_ud;
     }
     *out = s;
-    ok(err);
+    api_ok(err);
     return 0;
 }
 
@@ -289,16 +269,16 @@ uint32_t ds4ref_session_pos(const ds4ref_session *s) { return ds4_session_pos(&s
 int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *logits,
                         ds4ref_error *err) {
     ds4err e = {0};
-    if (n > UINT32_MAX) return fail_msg(err, DS4REF_E_RANGE, "too many tokens");
-    if (ds4_session_eval(&s->s, ids, (uint32_t)n, logits, NULL, &e)) return fail(err, &e);
-    ok(err);
+    if (n > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "too many tokens");
+    if (ds4_session_eval(&s->s, ids, (uint32_t)n, logits, NULL, &e)) return api_fail(err, &e);
+    api_ok(err);
     return 0;
 }
 
 int ds4ref_session_truncate(ds4ref_session *s, uint32_t pos, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_session_truncate(&s->s, pos, &e)) return fail(err, &e);
-    ok(err);
+    if (ds4_session_truncate(&s->s, pos, &e)) return api_fail(err, &e);
+    api_ok(err);
     return 0;
 }
 
@@ -308,24 +288,24 @@ int ds4ref_session_logits(ds4ref_session *s, uint32_t pos, float *out, ds4ref_er
     if (pos >= cur) {
         ds4err_set(&e, DS4_E_RANGE, "position %u has not been evaluated (the session holds %u tokens)",
                    pos, cur);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     if (pos + 1 == cur && s->s.has_logits) {
         memcpy(out, s->s.logits, sizeof(float) * V);
-        ok(err);
+        api_ok(err);
         return 0;
     }
     /* Back to pos+1 (which re-evaluates token pos), copy, and forward again
      * over the same tokens: both moves reproduce the state exactly. */
     int32_t *tail = malloc(sizeof(int32_t) * (cur - pos - 1 ? cur - pos - 1 : 1));
-    if (!tail) return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    if (!tail) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     memcpy(tail, s->s.hist + pos + 1, sizeof(int32_t) * (cur - pos - 1));
     int rc = ds4_session_truncate(&s->s, pos + 1, &e);
     if (!rc) memcpy(out, s->s.logits, sizeof(float) * V);
     if (!rc) rc = ds4_session_eval(&s->s, tail, cur - pos - 1, NULL, NULL, &e);
     free(tail);
-    if (rc) return fail(err, &e);
-    ok(err);
+    if (rc) return api_fail(err, &e);
+    api_ok(err);
     return 0;
 }
 
@@ -339,7 +319,7 @@ int ds4ref_session_top_logprobs(ds4ref_session *s, uint32_t pos, uint32_t k,
         free(lg);
         free(ids);
         free(lp);
-        return fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+        return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     }
     int rc = ds4ref_session_logits(s, pos, lg, err);
     if (!rc) {
@@ -424,9 +404,9 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
         o = &def;
     }
     ds4err e = {0};
-    if (n_prompt > UINT32_MAX) return fail_msg(err, DS4REF_E_RANGE, "prompt too long");
+    if (n_prompt > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
     ds4_spec_cfg sc;
-    if (spec_setup(s->model, o, 1, s->s.kv.ctx, s->s.kv.chunk, &sc, &e)) return fail(err, &e);
+    if (spec_setup(s->model, o, 1, s->s.kv.ctx, s->s.kv.chunk, &sc, &e)) return api_fail(err, &e);
     step_bridge b = {s->model, fn, NULL, ud, 0};
     ds4_spec_stats st = {0};
     ds4_run_opts ro = {
@@ -442,8 +422,8 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
     int rc = ds4_run_golden(&s->s, tok, prompt, (uint32_t)n_prompt, &ro, NULL, &e);
     if (sc.drafter) ds4_drafter_free(sc.drafter);
     stats_out(&st, o->stats);
-    if (rc) return fail(err, &e);
-    ok(err);
+    if (rc) return api_fail(err, &e);
+    api_ok(err);
     return 0;
 }
 
@@ -457,18 +437,18 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
         o = &def;
     }
     if (!n_rows) return 0;
-    if (n_rows > UINT32_MAX) return fail_msg(err, DS4REF_E_ARG, "too many rows");
+    if (n_rows > UINT32_MAX) return api_fail_msg(err, DS4REF_E_ARG, "too many rows");
     ds4ref_model *m = rows[0]->model;
     uint32_t n = (uint32_t)n_rows, max_ctx = 0, max_chunk = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (rows[i]->model != m) return fail_msg(err, DS4REF_E_ARG, "the rows' sessions belong to different models");
-        if (n_prompt[i] > UINT32_MAX) return fail_msg(err, DS4REF_E_RANGE, "prompt too long");
+        if (rows[i]->model != m) return api_fail_msg(err, DS4REF_E_ARG, "the rows' sessions belong to different models");
+        if (n_prompt[i] > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
         if (rows[i]->s.kv.ctx > max_ctx) max_ctx = rows[i]->s.kv.ctx;
         if (rows[i]->s.kv.chunk > max_chunk) max_chunk = rows[i]->s.kv.chunk;
     }
     ds4err e = {0};
     ds4_spec_cfg sc;
-    if (spec_setup(m, o, n, max_ctx, max_chunk, &sc, &e)) return fail(err, &e);
+    if (spec_setup(m, o, n, max_ctx, max_chunk, &sc, &e)) return api_fail(err, &e);
     ds4_session **ss = calloc(n, sizeof(*ss));
     uint32_t *lens = calloc(n, sizeof(*lens));
     ds4_spec_row *sr = calloc(n, sizeof(*sr));
@@ -516,7 +496,7 @@ done:
     free(lens);
     free(sr);
     free(br);
-    if (rc) return fail(err, &e);
-    ok(err);
+    if (rc) return api_fail(err, &e);
+    api_ok(err);
     return 0;
 }

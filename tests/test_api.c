@@ -1,7 +1,10 @@
 /* The public API (include/ds4ref.h), used only through that header: every
  * entry point, its error paths, and the equalities it promises (logits of an
  * earlier position recomputed exactly, speculative and batched generation
- * equal to plain greedy). */
+ * equal to plain greedy, the GGUF listing and f32 stream agreeing with the
+ * model's own view of its tensors, diff verdicts agreeing with the tokens
+ * the two runs produced). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,13 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
 #include "ds4ref.h"
-
-/* The one internal call: making a model to test with. */
-#include "synth.h"
 #include "testutil.h"
 
 typedef struct fixture {
@@ -28,14 +29,15 @@ static int setup(void **state) {
     f->dir = tu_tmpdir();
     f->path = tu_path(f->dir, "tiny.gguf");
     f->mtp = tu_path(f->dir, "tiny-mtp.gguf");
-    ds4err err = {0};
-    ds4_synth_opts o = {.config = "tiny", .seed = 5};
-    if (ds4_synth_write(&o, f->path, f->mtp, &err)) fail_msg("%s", err.msg);
+    ds4ref_synth_options o;
+    ds4ref_synth_options_init(&o);
+    o.seed = 5;
+    ds4ref_error e;
+    if (ds4ref_synth_write(&o, f->path, f->mtp, &e)) fail_msg("%s", e.message);
     ds4ref_model_options mo;
     ds4ref_model_options_init(&mo);
     mo.path = f->path;
     mo.mtp_path = f->mtp;
-    ds4ref_error e;
     if (ds4ref_model_open(&mo, &f->m, &e)) fail_msg("%s", e.message);
     *state = f;
     return 0;
@@ -250,11 +252,390 @@ static void test_taps(void **state) {
     ds4ref_session_free(s);
 }
 
+/* ------------------------------------------------------- tools' entry points */
+
+/* Everything a call wrote to a FILE, NUL-terminated. */
+typedef struct capture {
+    FILE *f;
+    char *p;
+    size_t len;
+} capture;
+
+static void capture_open(capture *c) {
+    c->p = NULL;
+    c->len = 0;
+    c->f = open_memstream(&c->p, &c->len);
+    assert_non_null(c->f);
+}
+
+static void capture_close(capture *c) {
+    assert_int_equal(fclose(c->f), 0);
+    c->f = NULL;
+}
+
+static int same_file(const char *a, const char *b) {
+    uint8_t *pa, *pb;
+    size_t la, lb;
+    if (tu_read_file(a, &pa, &la)) return 0;
+    if (tu_read_file(b, &pb, &lb)) {
+        free(pa);
+        return 0;
+    }
+    int same = la == lb && memcmp(pa, pb, la) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+static void test_synth(void **state) {
+    fixture *f = *state;
+    ds4ref_error e;
+    char *mtp;
+    assert_int_equal(ds4ref_synth_mtp_path("dir/x.gguf", &mtp, &e), 0);
+    assert_string_equal(mtp, "dir/x-mtp.gguf");
+    ds4ref_free(mtp);
+    assert_int_equal(ds4ref_synth_mtp_path("model", &mtp, &e), 0);
+    assert_string_equal(mtp, "model-mtp.gguf");
+    ds4ref_free(mtp);
+    assert_int_equal(ds4ref_synth_mtp_path(NULL, &mtp, &e), DS4REF_E_ARG);
+    assert_null(mtp);
+
+    /* The same options give the same bytes; another seed other bytes. */
+    char *again = tu_path(f->dir, "again.gguf"), *again_mtp = tu_path(f->dir, "again-mtp.gguf");
+    ds4ref_synth_options o;
+    ds4ref_synth_options_init(&o);
+    assert_string_equal(o.config, "tiny");
+    assert_int_equal(o.seed, 1);
+    o.seed = 5;
+    assert_int_equal(ds4ref_synth_write(&o, again, again_mtp, &e), 0);
+    assert_int_equal(e.code, DS4REF_OK);
+    assert_true(same_file(again, f->path));
+    assert_true(same_file(again_mtp, f->mtp));
+    o.seed = 6;
+    assert_int_equal(ds4ref_synth_write(&o, again, NULL, &e), 0);
+    assert_false(same_file(again, f->path));
+    /* An F32 model opens with the same shape. */
+    o.f32 = 1;
+    assert_int_equal(ds4ref_synth_write(&o, again, NULL, &e), 0);
+    ds4ref_model_options mo;
+    ds4ref_model_options_init(&mo);
+    mo.path = again;
+    ds4ref_model *m;
+    assert_int_equal(ds4ref_model_open(&mo, &m, &e), 0);
+    ds4ref_model_info a, b;
+    ds4ref_model_get_info(m, &a);
+    ds4ref_model_get_info(f->m, &b);
+    assert_int_equal(a.n_layer, b.n_layer);
+    assert_int_equal(a.n_vocab, b.n_vocab);
+    assert_false(a.has_mtp);
+    ds4ref_model_close(m);
+
+    /* Errors: unknown or no config, no path, a directory that does not
+     * exist, a vocabulary that cannot be read. */
+    o.config = "huge";
+    assert_int_equal(ds4ref_synth_write(&o, again, NULL, &e), DS4REF_E_ARG);
+    assert_int_equal(e.code, DS4REF_E_ARG);
+    assert_non_null(strstr(e.message, "'huge'"));
+    o.config = NULL;
+    assert_int_equal(ds4ref_synth_write(&o, again, NULL, NULL), DS4REF_E_ARG);
+    o.config = "tiny";
+    assert_int_equal(ds4ref_synth_write(&o, NULL, NULL, &e), DS4REF_E_ARG);
+    char *nodir = tu_path(f->dir, "nodir/x.gguf");
+    assert_int_equal(ds4ref_synth_write(&o, nodir, NULL, &e), DS4REF_E_IO);
+    assert_non_null(strstr(e.message, nodir));
+    o.vocab_from = "/nonexistent/tokenizer.json";
+    assert_int_equal(ds4ref_synth_write(&o, again, NULL, &e), DS4REF_E_IO);
+    assert_non_null(strstr(e.message, "/nonexistent/tokenizer.json"));
+    remove(again);
+    remove(again_mtp);
+    free(again);
+    free(again_mtp);
+    free(nodir);
+}
+
+static uint64_t file_size(const char *path) {
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
+/* The listing has the line "  key = VALUE..." with VALUE starting with want. */
+static void assert_listed(const char *text, const char *key, const char *want) {
+    char pat[128];
+    snprintf(pat, sizeof(pat), "\n  %s = %s", key, want);
+    if (!strstr(text, pat)) fail_msg("no line '%s...' in the listing", pat + 1);
+}
+
+static void test_gguf_describe(void **state) {
+    fixture *f = *state;
+    ds4ref_error e;
+    capture c;
+    capture_open(&c);
+    assert_int_equal(ds4ref_gguf_describe(f->path, c.f, &e), 0);
+    capture_close(&c);
+    /* The header line: path, counts and the file's size. */
+    char head[512];
+    unsigned long long n_kv, n_tensors, size;
+    snprintf(head, sizeof(head), "== %s: GGUF v3, %%llu metadata keys, %%llu tensors, %%llu bytes\n",
+             f->path);
+    assert_int_equal(sscanf(c.p, head, &n_kv, &n_tensors, &size), 3);
+    assert_int_equal(size, file_size(f->path));
+    /* Metadata the model reports. */
+    ds4ref_model_info in;
+    ds4ref_model_get_info(f->m, &in);
+    char want[64];
+    snprintf(want, sizeof(want), "u32 %u\n", in.n_layer);
+    assert_listed(c.p, "deepseek4.block_count", want);
+    snprintf(want, sizeof(want), "u32 %u\n", in.n_embd);
+    assert_listed(c.p, "deepseek4.embedding_length", want);
+    snprintf(want, sizeof(want), "arr[str; %u] [", in.n_vocab);
+    assert_listed(c.p, "tokenizer.ggml.tokens", want);
+    /* Every metadata line, then the tensor table: one row per tensor, each
+     * a tensor the model has, with the shape the model gives it. */
+    const char *table = strstr(c.p, "\n  tensor ");
+    assert_non_null(table);
+    uint64_t keys = 0;
+    for (const char *p = strchr(c.p, '\n') + 1; p < table; p = strchr(p, '\n') + 1) {
+        const char *eq = strstr(p, " = ");
+        keys += !strncmp(p, "  ", 2) && eq && eq < strchr(p, '\n');
+    }
+    assert_int_equal(keys, n_kv);
+    uint64_t rows = 0;
+    for (const char *p = strchr(table + 1, '\n') + 1; *p; p = strchr(p, '\n') + 1) {
+        char name[256], type[16];
+        assert_int_equal(sscanf(p, "  %255s %15s", name, type), 2);
+        float *v;
+        uint64_t ne[4];
+        assert_int_equal(ds4ref_tensor_f32(f->m, name, &v, ne, &e), 0);
+        ds4ref_free(v);
+        char shape[96];
+        int o = snprintf(shape, sizeof(shape), "[%llu", (unsigned long long)ne[0]);
+        for (int d = 1; d < 4 && ne[d] > 1; d++)
+            o += snprintf(shape + o, sizeof(shape) - (size_t)o, ", %llu", (unsigned long long)ne[d]);
+        snprintf(shape + o, sizeof(shape) - (size_t)o, "]");
+        const char *nl = strchr(p, '\n');
+        const char *at = strstr(p, shape);
+        assert_true(at && at < nl);
+        rows++;
+    }
+    assert_int_equal(rows, n_tensors);
+    free(c.p);
+
+    /* Errors: a missing file, a malformed one, a failed write, no output. */
+    capture_open(&c);
+    assert_int_equal(ds4ref_gguf_describe("/nonexistent/x.gguf", c.f, &e), DS4REF_E_IO);
+    assert_non_null(strstr(e.message, "/nonexistent/x.gguf"));
+    char *bad = tu_path(f->dir, "bad.gguf");
+    FILE *b = fopen(bad, "wb");
+    fputs("GGUFxxxx", b);
+    fclose(b);
+    assert_int_equal(ds4ref_gguf_describe(bad, c.f, &e), DS4REF_E_FORMAT);
+    assert_int_equal(e.code, DS4REF_E_FORMAT);
+    capture_close(&c);
+    assert_int_equal(c.len, 0);
+    free(c.p);
+    assert_int_equal(ds4ref_gguf_describe(f->path, NULL, &e), DS4REF_E_ARG);
+    FILE *full = fopen("/dev/full", "w");
+    if (full) {
+        assert_int_equal(ds4ref_gguf_describe(f->path, full, &e), DS4REF_E_IO);
+        assert_non_null(strstr(e.message, "output: write failed"));
+        fclose(full);
+    }
+    remove(bad);
+    free(bad);
+}
+
+/* ds4ref_gguf_dequant's bytes for `name` equal ds4ref_tensor_f32's values
+ * written little-endian. */
+static void check_dequant(const fixture *f, const char *path, const char *name) {
+    ds4ref_error e;
+    float *v;
+    uint64_t ne[4];
+    assert_int_equal(ds4ref_tensor_f32(f->m, name, &v, ne, &e), 0);
+    size_t n = (size_t)(ne[0] * ne[1] * ne[2] * ne[3]);
+    uint8_t *want = malloc(4 * n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        for (int k = 0; k < 4; k++) want[4 * i + (size_t)k] = (uint8_t)(u >> 8 * k);
+    }
+    capture c;
+    capture_open(&c);
+    assert_int_equal(ds4ref_gguf_dequant(path, name, c.f, &e), 0);
+    capture_close(&c);
+    assert_int_equal(c.len, 4 * n);
+    assert_memory_equal(c.p, want, 4 * n);
+    free(c.p);
+    free(want);
+    ds4ref_free(v);
+}
+
+static void test_gguf_dequant(void **state) {
+    fixture *f = *state;
+    /* One tensor of every type of the ds4 mix, and one of the MTP file. */
+    check_dequant(f, f->path, "token_embd.weight");           /* f16 */
+    check_dequant(f, f->path, "output_norm.weight");          /* f32 */
+    check_dequant(f, f->path, "output.weight");               /* q8_0 */
+    check_dequant(f, f->path, "blk.0.ffn_gate_exps.weight");  /* iq2_xxs */
+    check_dequant(f, f->path, "blk.0.ffn_down_exps.weight");  /* q2_K */
+    check_dequant(f, f->path, "blk.0.ffn_gate_tid2eid.weight");   /* i32 */
+    check_dequant(f, f->mtp, "mtp.0.enorm.weight");
+    ds4ref_error e;
+    capture c;
+    capture_open(&c);
+    assert_int_equal(ds4ref_gguf_dequant(f->path, "no.such.tensor", c.f, &e), DS4REF_E_ARG);
+    assert_non_null(strstr(e.message, "no tensor named 'no.such.tensor'"));
+    assert_int_equal(ds4ref_gguf_dequant(f->mtp, "output.weight", c.f, &e), DS4REF_E_ARG);
+    assert_int_equal(ds4ref_gguf_dequant("/nonexistent/x.gguf", "output.weight", c.f, &e),
+                     DS4REF_E_IO);
+    assert_int_equal(ds4ref_gguf_dequant(f->path, NULL, c.f, &e), DS4REF_E_ARG);
+    capture_close(&c);
+    assert_int_equal(c.len, 0);
+    free(c.p);
+}
+
+/* A greedy golden of 24 steps from `m` (ids recorded in *r). */
+static void make_golden(ds4ref_model *m, const char *golden, const char *dump, rec *r) {
+    ds4ref_session *s;
+    ds4ref_error e;
+    assert_int_equal(ds4ref_session_new(m, NULL, &s, &e), 0);
+    int32_t prompt[6] = {256, 258, 72, 105, 259, 261};
+    ds4ref_generate_options go;
+    ds4ref_generate_options_init(&go);
+    go.n_tokens = 24;
+    go.stop_at_eos = 0;
+    go.golden_path = golden;
+    go.dump_path = dump;
+    memset(r, 0, sizeof(*r));
+    if (ds4ref_generate(s, prompt, 6, &go, record, r, &e)) fail_msg("%s", e.message);
+    ds4ref_session_free(s);
+}
+
+static void test_diff(void **state) {
+    fixture *f = *state;
+    char *g1 = tu_path(f->dir, "a.jsonl"), *g2 = tu_path(f->dir, "b.jsonl");
+    char *d1 = tu_path(f->dir, "a.json");
+    rec r1, r2;
+    make_golden(f->m, g1, d1, &r1);
+    /* The same model without the QAT rounding: other numbers. */
+    ds4ref_model_options mo;
+    ds4ref_model_options_init(&mo);
+    mo.path = f->path;
+    mo.qat = 0;
+    ds4ref_model *m;
+    ds4ref_error e;
+    assert_int_equal(ds4ref_model_open(&mo, &m, &e), 0);
+    make_golden(m, g2, NULL, &r2);
+    ds4ref_model_close(m);
+
+    /* Identical files: exact, nothing violated, PASS. */
+    ds4ref_diff_options o;
+    ds4ref_diff_options_init(&o);
+    o.exact = 1;
+    o.max_dlogprob = 0;
+    o.min_top1 = 1;
+    ds4ref_diff_result res;
+    capture c;
+    capture_open(&c);
+    assert_int_equal(ds4ref_diff_files(g1, g1, &o, c.f, &res, &e), 0);
+    capture_close(&c);
+    assert_int_equal(res.violations, 0);
+    assert_true(res.exact);
+    assert_false(res.prompt_differs);
+    assert_int_equal(res.first_divergence, -1);
+    assert_int_equal(res.n_steps_a, 24);
+    assert_int_equal(res.n_steps_b, 24);
+    assert_int_equal(res.n_compared, 24);
+    assert_true(res.top1 == 1 && res.max_dlogprob == 0);
+    assert_non_null(strstr(c.p, "exact=yes"));
+    assert_non_null(strstr(c.p, "\nresult: PASS\n"));
+    free(c.p);
+
+    /* The same stream as a ds4 dump: the tokens, not the bits. */
+    ds4ref_diff_options_init(&o);
+    o.min_top1 = 1;
+    assert_int_equal(ds4ref_diff_files(g1, d1, &o, NULL, &res, &e), 0);
+    assert_int_equal(res.violations, 0);
+    assert_int_equal(res.first_divergence, -1);
+    assert_true(res.max_dlogprob < 1e-6);
+
+    /* Different numbers: not exact, --exact violated, FAIL; the divergence
+     * is where the recorded tokens first differ. */
+    int64_t first = -1;
+    for (uint32_t i = 0; i < 24 && first < 0; i++)
+        if (r1.ids[i] != r2.ids[i]) first = i;
+    ds4ref_diff_options_init(&o);
+    o.exact = 1;
+    capture_open(&c);
+    assert_int_equal(ds4ref_diff_files(g1, g2, &o, c.f, &res, &e), 0);
+    capture_close(&c);
+    assert_int_equal(res.violations, 1);
+    assert_false(res.exact);
+    assert_int_equal(res.first_divergence, first);
+    assert_true(res.max_dlogprob > 0);
+    assert_non_null(strstr(c.p, "note: settings differ: qat 1 vs 0"));
+    assert_non_null(strstr(c.p, "\nresult: FAIL\n  violated: --exact"));
+    size_t full_len = c.len;
+    free(c.p);
+    /* Quiet: no per-step lines; JSON: one object with the verdict. */
+    o.quiet = 1;
+    capture_open(&c);
+    assert_int_equal(ds4ref_diff_files(g1, g2, &o, c.f, &res, &e), 0);
+    capture_close(&c);
+    assert_true(c.len < full_len);
+    assert_null(strstr(c.p, "\n   0 "));
+    free(c.p);
+    o.json = 1;
+    capture_open(&c);
+    assert_int_equal(ds4ref_diff_files(g1, g2, &o, c.f, &res, &e), 0);
+    capture_close(&c);
+    assert_true(c.len > 0 && c.p[0] == '{');
+    assert_null(strstr(c.p, "result: FAIL"));
+    free(c.p);
+    /* A threshold that holds: nothing violated; NAN is no threshold. */
+    ds4ref_diff_options_init(&o);
+    o.max_dlogprob = 1e9;
+    o.max_kl = NAN;
+    assert_int_equal(ds4ref_diff_files(g1, g2, &o, NULL, &res, &e), 0);
+    assert_int_equal(res.violations, 0);
+    assert_int_equal(ds4ref_diff_files(g1, g2, NULL, NULL, NULL, &e), 0);
+
+    /* Errors: a missing file, a malformed one, an unknown .vec case. */
+    assert_int_equal(ds4ref_diff_files(g1, "/nonexistent/b.jsonl", &o, NULL, &res, &e),
+                     DS4REF_E_IO);
+    assert_non_null(strstr(e.message, "/nonexistent/b.jsonl"));
+    char *bad = tu_path(f->dir, "bad.vec");
+    FILE *b = fopen(bad, "wb");
+    fputs("GGUFxxxx", b);
+    fclose(b);
+    assert_int_equal(ds4ref_diff_files(bad, g1, &o, NULL, &res, &e), DS4REF_E_FORMAT);
+    o.case_id = "nope";
+    assert_int_equal(ds4ref_diff_files(g1, "vectors/tiny.vec", &o, NULL, &res, &e),
+                     DS4REF_E_ARG);
+    assert_int_equal(ds4ref_diff_files(NULL, g1, &o, NULL, &res, &e), DS4REF_E_ARG);
+    FILE *full = fopen("/dev/full", "w");
+    if (full) {
+        assert_int_equal(ds4ref_diff_files(g1, g2, NULL, full, &res, &e), DS4REF_E_IO);
+        assert_non_null(strstr(e.message, "cannot write the report"));
+        fclose(full);
+    }
+    remove(g1);
+    remove(g2);
+    remove(d1);
+    remove(bad);
+    free(g1);
+    free(g2);
+    free(d1);
+    free(bad);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_info_and_tokenizer),
         cmocka_unit_test(test_tensor),            cmocka_unit_test(test_sessions),
         cmocka_unit_test(test_generate),          cmocka_unit_test(test_taps),
+        cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
+        cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,16 +3,17 @@
  *   ds4ref-diff [options] GOLDEN OTHER
  *
  * Both files may be a ds4ref golden, a ds4 --dump-logprobs JSON or an
- * official.vec file (the kind is told from the content).  The figures and
- * their definitions live in ref/diffmetrics.h; this is the front end that
- * loads, prints and turns thresholds into an exit status. */
+ * official.vec file (the kind is told from the content).  Argument parsing
+ * over the public API (ds4ref_diff_files in ds4ref.h), which loads, compares
+ * and writes the report; this turns its verdict into the exit status.  The
+ * figures and their definitions live in ref/diffmetrics.h. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "diffmetrics.h"
+#include "ds4ref.h"
 
 static const char usage[] =
     "usage: ds4ref-diff [options] GOLDEN OTHER\n"
@@ -53,7 +54,7 @@ static const char usage[] =
 
 static int fail_usage(const char *msg, const char *arg) {
     fprintf(stderr, "ds4ref-diff: %s%s%s (try --help)\n", msg, arg ? ": " : "", arg ? arg : "");
-    return DS4_E_ARG;
+    return DS4REF_E_ARG;
 }
 
 /* A number in [lo, hi]; -1 when arg is not one. */
@@ -66,37 +67,32 @@ static int parse_num(const char *arg, double lo, double hi, double *out) {
     return 0;
 }
 
-typedef struct opts {
-    const char *golden, *other, *case_id;
-    bool all_steps, json, quiet;
-    ds4_diff_limits lim;
-} opts;
-
 /* 0 when parsed, -1 for --help, else an exit status. */
-static int parse_args(int argc, char **argv, opts *o) {
-    ds4_diff_limits_none(&o->lim);
+static int parse_args(int argc, char **argv, const char **golden, const char **other,
+                      ds4ref_diff_options *o) {
+    ds4ref_diff_options_init(o);
     const struct {
         const char *flag;
         double hi;
         double *dst;
     } nums[] = {
-        {"--max-dlogprob", INFINITY, &o->lim.max_dlogprob},
-        {"--min-top1", 1, &o->lim.min_top1},
-        {"--min-top5-overlap", 1, &o->lim.min_top5},
-        {"--min-top20-overlap", 1, &o->lim.min_top20},
-        {"--max-kl", INFINITY, &o->lim.max_kl},
+        {"--max-dlogprob", INFINITY, &o->max_dlogprob},
+        {"--min-top1", 1, &o->min_top1},
+        {"--min-top5-overlap", 1, &o->min_top5_overlap},
+        {"--min-top20-overlap", 1, &o->min_top20_overlap},
+        {"--max-kl", INFINITY, &o->max_kl},
     };
     int npos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        bool matched = false;
+        int matched = 0;
         for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]); k++) {
             if (strcmp(a, nums[k].flag)) continue;
             if (i + 1 >= argc) return fail_usage("missing value after", a);
             if (parse_num(argv[++i], 0, nums[k].hi, nums[k].dst))
                 return fail_usage(nums[k].hi == 1 ? "expected a fraction 0..1 after"
                                                   : "expected a number >= 0 after", a);
-            matched = true;
+            matched = 1;
         }
         if (matched) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return -1;
@@ -104,20 +100,20 @@ static int parse_args(int argc, char **argv, opts *o) {
             if (i + 1 >= argc) return fail_usage("missing value after", a);
             o->case_id = argv[++i];
         } else if (!strcmp(a, "--all-steps")) {
-            o->all_steps = true;
+            o->all_steps = 1;
         } else if (!strcmp(a, "--exact")) {
-            o->lim.exact = true;
+            o->exact = 1;
         } else if (!strcmp(a, "--json")) {
-            o->json = true;
+            o->json = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            o->quiet = true;
+            o->quiet = 1;
         } else if (a[0] == '-' && a[1]) {
             return fail_usage("unknown option", a);
         } else if (npos == 0) {
-            o->golden = a;
+            *golden = a;
             npos++;
         } else if (npos == 1) {
-            o->other = a;
+            *other = a;
             npos++;
         } else {
             return fail_usage("too many files", a);
@@ -127,67 +123,20 @@ static int parse_args(int argc, char **argv, opts *o) {
     return 0;
 }
 
-static int fail_err(const ds4err *e) {
-    fprintf(stderr, "ds4ref-diff: %s\n", e->msg);
-    return e->code ? e->code : DS4_E_INTERNAL;
-}
-
 int main(int argc, char **argv) {
-    opts o;
-    memset(&o, 0, sizeof(o));
-    int rc = parse_args(argc, argv, &o);
+    const char *golden = NULL, *other = NULL;
+    ds4ref_diff_options o;
+    int rc = parse_args(argc, argv, &golden, &other, &o);
     if (rc < 0) {
         fputs(usage, stdout);
         return 0;
     }
     if (rc) return rc;
-
-    ds4err err = {0};
-    ds4_golden a, b;
-    if (ds4_trace_load(o.golden, o.case_id, &a, &err)) return fail_err(&err);
-    if (ds4_trace_load(o.other, o.case_id, &b, &err)) {
-        ds4_golden_free(&a);
-        return fail_err(&err);
+    ds4ref_error err = {0};
+    ds4ref_diff_result r;
+    if ((rc = ds4ref_diff_files(golden, other, &o, stdout, &r, &err))) {
+        fprintf(stderr, "ds4ref-diff: %s\n", err.message);
+        return rc;
     }
-    ds4_diff_opts dopt = {.all_steps = o.all_steps};
-    ds4_diff_report r;
-    ds4_buf why = {0}, out = {0};
-    if (ds4_diff_compute(&a, &b, &dopt, &r, &err)) {
-        rc = fail_err(&err);
-        goto done;
-    }
-    uint32_t bad = ds4_diff_check(&r, &o.lim, &why);
-    if (o.json) {
-        rc = ds4_diff_format_json(&r, &a, &b, o.golden, o.other, &why, &out, &err);
-    } else {
-        rc = ds4_diff_format_text(&r, &a, &b, o.golden, o.other, o.quiet, &out, &err);
-        if (bad) {
-            ds4_buf_puts(&out, "result: FAIL\n");
-            size_t pos = 0;
-            while (pos < why.len) {
-                const char *nl = memchr(why.p + pos, '\n', why.len - pos);
-                size_t n = (size_t)(nl - (why.p + pos));
-                ds4_buf_puts(&out, "  violated: ");
-                ds4_buf_put(&out, why.p + pos, n + 1);
-                pos += n + 1;
-            }
-        } else {
-            ds4_buf_puts(&out, "result: PASS\n");
-        }
-    }
-    if (rc || out.failed || why.failed) {
-        rc = rc ? fail_err(&err) : (fprintf(stderr, "ds4ref-diff: out of memory\n"), DS4_E_NOMEM);
-    } else if (fwrite(out.p, 1, out.len, stdout) != out.len || fflush(stdout)) {
-        fprintf(stderr, "ds4ref-diff: cannot write the report: %s\n", strerror(errno));
-        rc = DS4_E_IO;
-    } else {
-        rc = bad ? 1 : 0;
-    }
-    ds4_diff_report_free(&r);
-done:
-    ds4_buf_free(&why);
-    ds4_buf_free(&out);
-    ds4_golden_free(&a);
-    ds4_golden_free(&b);
-    return rc;
+    return r.violations ? 1 : 0;
 }

@@ -1,11 +1,12 @@
 /* ds4ref-mkmodel: write a synthetic DS4 model (base GGUF + MTP GGUF).
- * All logic is in ref/synth.c; this is argument parsing. */
+ * Argument parsing over the public API (ds4ref_synth_write in ds4ref.h);
+ * the generator is ref/synth.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "synth.h"
+#include "ds4ref.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -26,7 +27,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    ds4_synth_opts o = {.config = NULL, .f32 = false, .seed = 1, .vocab_from = NULL};
+    ds4ref_synth_options o;
+    ds4ref_synth_options_init(&o);
+    o.config = NULL;   /* required */
     const char *out = NULL;
     int mtp = 1;
     for (int i = 1; i < argc; i++) {
@@ -41,7 +44,7 @@ int main(int argc, char **argv) {
         }
         if (!v) {
             fprintf(stderr, "ds4ref-mkmodel: %s needs a value (see --help)\n", a);
-            return DS4_E_ARG;
+            return DS4REF_E_ARG;
         }
         i++;
         if (!strcmp(a, "--config")) o.config = v;
@@ -51,30 +54,31 @@ int main(int argc, char **argv) {
             o.seed = strtoull(v, &end, 10);
             if (*end || !*v || *v == '-' || errno) {
                 fprintf(stderr, "ds4ref-mkmodel: --seed expects a decimal integer, got '%s'\n", v);
-                return DS4_E_ARG;
+                return DS4REF_E_ARG;
             }
         } else if (!strcmp(a, "--types")) {
-            if (!strcmp(v, "f32")) o.f32 = true;
-            else if (!strcmp(v, "ds4")) o.f32 = false;
+            if (!strcmp(v, "f32")) o.f32 = 1;
+            else if (!strcmp(v, "ds4")) o.f32 = 0;
             else {
                 fprintf(stderr, "ds4ref-mkmodel: --types expects f32 or ds4, got '%s'\n", v);
-                return DS4_E_ARG;
+                return DS4REF_E_ARG;
             }
         } else if (!strcmp(a, "--vocab-from")) o.vocab_from = v;
         else if (!strcmp(a, "-o")) out = v;
         else {
             fprintf(stderr, "ds4ref-mkmodel: unknown option %s (see --help)\n", a);
-            return DS4_E_ARG;
+            return DS4REF_E_ARG;
         }
     }
     if (!o.config || !out) {
         fprintf(stderr, "ds4ref-mkmodel: --config NAME and -o FILE are required (see --help)\n");
-        return DS4_E_ARG;
+        return DS4REF_E_ARG;
     }
-    char *mtp_path = mtp ? ds4_synth_mtp_path(out) : NULL;
-    ds4err err = {0};
-    int rc = ds4_synth_write(&o, out, mtp_path, &err);
-    if (rc) fprintf(stderr, "ds4ref-mkmodel: %s\n", err.msg);
-    free(mtp_path);
-    return rc ? (err.code ? err.code : DS4_E_INTERNAL) : 0;
+    ds4ref_error err = {0};
+    char *mtp_path = NULL;
+    int rc = mtp ? ds4ref_synth_mtp_path(out, &mtp_path, &err) : 0;
+    if (rc == 0) rc = ds4ref_synth_write(&o, out, mtp_path, &err);
+    if (rc) fprintf(stderr, "ds4ref-mkmodel: %s\n", err.message);
+    ds4ref_free(mtp_path);
+    return rc;
 }
