@@ -3,7 +3,12 @@
  * closing line is "N passed, N failed, N skipped".
  *
  * Environment: DS4_TEST_MODEL (default ./ds4flash.gguf), DS4_TEST_VECTOR_FILE
- * (default ../shared/vectors/official/official.vec), DS4_TEST_MTP. */
+ * (default ../shared/vectors/official/official.vec), DS4_TEST_MTP.
+ *
+ * Unlike the command-line programs, which use only the public API
+ * (ds4ref.h), the runner and its tests (ds4t_*.c) include internal headers:
+ * they check internals (golden writer and reader, drafter, verification
+ * depth) that the public API deliberately hides. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

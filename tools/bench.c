@@ -23,7 +23,11 @@
  *
  * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
  * each block type (--kernel-rows changes the 4096 rows), T = 1 and T = 16
- * tokens. */
+ * tokens.
+ *
+ * Unlike the other programs, which use only the public API (ds4ref.h), this
+ * one includes internal headers: it times the kernels, the engine and the
+ * KV state that the public API deliberately hides. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
