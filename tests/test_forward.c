@@ -69,15 +69,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int32_t *random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
-    int32_t *t = malloc(sizeof(int32_t) * n);
-    for (uint32_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        t[i] = (int32_t)((seed >> 33) % vocab);
-    }
-    return t;
-}
-
 /* Logits of every position, evaluated in passes of `chunk` tokens. */
 static float *eval_all(const ds4_model *m, bool qat, const int32_t *toks, uint32_t n,
                        uint32_t chunk, float **hc) {
@@ -99,7 +90,7 @@ static float *eval_all(const ds4_model *m, bool qat, const int32_t *toks, uint32
 static void chunk_invariance(const ds4_model *m, bool qat) {
     uint32_t n = n_tokens(), V = m->cfg.n_vocab;
     size_t hc_dim = (size_t)m->cfg.n_hc * m->cfg.n_embd;
-    int32_t *toks = random_tokens(n, V, 11);
+    int32_t *toks = tu_random_tokens(n, V, 11);
     float *hc_ref, *hc;
     float *ref = eval_all(m, qat, toks, n, n, &hc_ref);
     const uint32_t chunks[] = {1, 7, 64};
@@ -132,7 +123,7 @@ static void test_threads(void **state) {
     fixture *f = *state;
     if (under_valgrind()) skip();
     uint32_t n = n_tokens(), V = f->ds4.cfg.n_vocab;
-    int32_t *toks = random_tokens(n, V, 12);
+    int32_t *toks = tu_random_tokens(n, V, 12);
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
     float *ref = eval_all(&f->ds4, true, toks, n, 64, NULL);
@@ -153,7 +144,7 @@ static void test_batched_sequences(void **state) {
     fixture *f = *state;
     const ds4_model *m = &f->ds4;
     uint32_t n = n_tokens(), V = m->cfg.n_vocab, step = 5;
-    int32_t *ta = random_tokens(n, V, 21), *tb = random_tokens(n, V, 22);
+    int32_t *ta = tu_random_tokens(n, V, 21), *tb = tu_random_tokens(n, V, 22);
     float *ra = eval_all(m, true, ta, n, n, NULL), *rb = eval_all(m, true, tb, n, n, NULL);
     ds4err err = {0};
     ds4_engine e;
@@ -194,7 +185,7 @@ static void test_truncate(void **state) {
     fixture *f = *state;
     const ds4_model *m = &f->ds4;
     uint32_t n = n_tokens(), V = m->cfg.n_vocab;
-    int32_t *toks = random_tokens(n, V, 31);
+    int32_t *toks = tu_random_tokens(n, V, 31);
     float *ref = eval_all(m, true, toks, n, n, NULL);
     ds4err err = {0};
     ds4_engine e;
@@ -298,7 +289,7 @@ static void test_synthetic_margins(void **state) {
     if (under_valgrind()) skip();
     const ds4_model *m = &f->ds4;
     uint32_t n = n_tokens();
-    int32_t *toks = random_tokens(n, m->cfg.n_vocab, 41);
+    int32_t *toks = tu_random_tokens(n, m->cfg.n_vocab, 41);
     ds4err err = {0};
     ds4_engine e;
     ds4_fwd_opts o = {.qat = true};

@@ -337,44 +337,19 @@ static void test_oracle_routing(void **state) {
 
 /* ---- the synthetic model ---- */
 
-typedef struct fixture {
-    char *dir, *path, *mtp_path;
-    ds4_model m;
-} fixture;
+typedef tu_model fixture;
 
 static int setup(void **state) {
-    fixture *f = calloc(1, sizeof(*f));
-    f->dir = tu_tmpdir();
-    f->path = tu_path(f->dir, "tiny.gguf");
-    f->mtp_path = tu_path(f->dir, "tiny-mtp.gguf");
     ds4err err = {0};
-    ds4_synth_opts o = {.config = "tiny", .seed = 5};
-    if (ds4_synth_write(&o, f->path, f->mtp_path, &err)) fail_msg("%s", err.msg);
-    if (ds4_model_open(&f->m, f->path, &err) || ds4_model_load_mtp(&f->m, f->mtp_path, &err))
-        fail_msg("%s", err.msg);
+    fixture *f = tu_model_new("tiny", 5, true, &err);
+    if (!f) fail_msg("%s", err.msg);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
-    fixture *f = *state;
-    ds4_model_close(&f->m);
-    remove(f->path);
-    remove(f->mtp_path);
-    free(f->path);
-    free(f->mtp_path);
-    tu_rmdir(f->dir);
-    free(f);
+    tu_model_free(*state);
     return 0;
-}
-
-static int32_t *random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
-    int32_t *t = malloc(sizeof(int32_t) * n);
-    for (uint32_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        t[i] = (int32_t)((seed >> 33) % vocab);
-    }
-    return t;
 }
 
 /* Trunk final HC states of tokens [0, n). */
@@ -400,7 +375,7 @@ static void test_mtp_pass_shapes(void **state) {
     const ds4_model *m = &f->m;
     uint32_t n = under_valgrind() ? 8 : 40, V = m->cfg.n_vocab;
     size_t hc_dim = (size_t)m->cfg.n_hc * m->cfg.n_embd;
-    int32_t *toks = random_tokens(n + 1, V, 3);
+    int32_t *toks = tu_random_tokens(n + 1, V, 3);
     float *h = trunk_hc(m, toks, n);
     float *all = mtp_rows(m, true, h, toks + 1, n, 64, NULL);
     float *three = mtp_rows(m, true, h, toks + 1, n, 3, NULL);
@@ -513,7 +488,7 @@ static void test_mtp_drafter_state(void **state) {
     assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
     ds4_drafter *d;
     if (ds4_mtp_drafter_new(&d, &e, 1, 64, 4, depth, &err)) fail_msg("%s", err.msg);
-    int32_t *prompt = random_tokens(n_prompt, V, 9);
+    int32_t *prompt = tu_random_tokens(n_prompt, V, 9);
     ds4_session *rows[1] = {&s};
     const int32_t *prompts[1] = {prompt};
     if (ds4_spec_prefill(d, rows, prompts, &n_prompt, 1, &err)) fail_msg("%s", err.msg);
@@ -530,7 +505,7 @@ static void test_mtp_drafter_state(void **state) {
     check_drafts(m, d, s.hist, s.kv.pos - 1, x, depth);
     /* x and three more (three rows wait, under the buffer's 4), then x, six
      * more (the buffer fills and is flushed). */
-    int32_t *more = random_tokens(7, V, 21);
+    int32_t *more = tu_random_tokens(7, V, 21);
     for (uint32_t round = 0; round < 2; round++) {
         uint32_t n = round ? 7 : 4;
         more[0] = x;

@@ -33,44 +33,19 @@
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
 
-typedef struct fixture {
-    char *dir, *path, *mtp_path;
-    ds4_model m;
-} fixture;
+typedef tu_model fixture;
 
 static int group_setup(void **state) {
-    fixture *f = calloc(1, sizeof(*f));
-    f->dir = tu_tmpdir();
-    f->path = tu_path(f->dir, "tiny.gguf");
-    f->mtp_path = tu_path(f->dir, "tiny-mtp.gguf");
     ds4err err = {0};
-    ds4_synth_opts o = {.config = "tiny", .seed = 11};
-    if (ds4_synth_write(&o, f->path, f->mtp_path, &err)) fail_msg("%s", err.msg);
-    if (ds4_model_open(&f->m, f->path, &err) || ds4_model_load_mtp(&f->m, f->mtp_path, &err))
-        fail_msg("%s", err.msg);
+    fixture *f = tu_model_new("tiny", 11, true, &err);
+    if (!f) fail_msg("%s", err.msg);
     *state = f;
     return 0;
 }
 
 static int group_teardown(void **state) {
-    fixture *f = *state;
-    ds4_model_close(&f->m);
-    remove(f->path);
-    remove(f->mtp_path);
-    free(f->path);
-    free(f->mtp_path);
-    tu_rmdir(f->dir);
-    free(f);
+    tu_model_free(*state);
     return 0;
-}
-
-static int32_t *random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
-    int32_t *t = malloc(sizeof(int32_t) * n);
-    for (uint32_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        t[i] = (int32_t)((seed >> 33) % vocab);
-    }
-    return t;
 }
 
 /* ---- running plain and speculative decoding ---- */
@@ -257,7 +232,7 @@ typedef struct ref_data {
 
 static void ref_make(const fixture *f, uint32_t n_steps, ref_data *rd) {
     memset(rd, 0, sizeof(*rd));
-    rd->prompt = random_tokens(NP, f->m.cfg.n_vocab, 77);
+    rd->prompt = tu_random_tokens(NP, f->m.cfg.n_vocab, 77);
     rd->c = (conf){.ctx = 128, .chunk = 64, .go = {.n_steps = n_steps, .top_k = 4, .eos = -1}};
     plain(&f->m, rd->prompt, NP, &rd->c, &rd->ref);
     assert_int_equal(rd->ref.n, n_steps);
@@ -558,7 +533,7 @@ static void test_batched_rows(void **state) {
     run refs[B];
     int32_t *streams[B];
     for (uint32_t i = 0; i < B; i++) {
-        prompts[i] = random_tokens(np[i], V, 100 + i);
+        prompts[i] = tu_random_tokens(np[i], V, 100 + i);
         conf c = {.ctx = 128, .chunk = 64,
                   .go = {.n_steps = under_valgrind() ? steps_v[i] : steps_n[i], .top_k = 3, .eos = -1}};
         plain(m, prompts[i], np[i], &c, &refs[i]);
@@ -823,7 +798,7 @@ static void test_sampled_exact(void **state) {
     }
     free(w);
     /* Two rows together, each as alone (same seeds). */
-    int32_t *p2 = random_tokens(4, V, 5);
+    int32_t *p2 = tu_random_tokens(4, V, 5);
     const int32_t *pp[2] = {rd.prompt, p2};
     const uint32_t np[2] = {NP, 4};
     const uint64_t seeds[2] = {5, 6};

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "synth.h"
+
 int tu_read_file(const char *path, uint8_t **buf, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
@@ -84,4 +86,46 @@ void tu_rmdir(char *dir) {
     }
     rmdir(dir);
     free(dir);
+}
+
+tu_model *tu_model_new(const char *config, uint64_t seed, bool mtp, ds4err *err) {
+    tu_model *t = calloc(1, sizeof(*t));
+    if (!t) {
+        ds4err_set(err, DS4_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    t->dir = tu_tmpdir();
+    t->path = t->dir ? tu_path(t->dir, "model.gguf") : NULL;
+    t->mtp_path = t->dir && mtp ? tu_path(t->dir, "model-mtp.gguf") : NULL;
+    ds4_synth_opts o = {.config = config, .seed = seed};
+    if (!t->path || (mtp && !t->mtp_path)) {
+        ds4err_set(err, DS4_E_IO, "cannot make a scratch directory");
+    } else if (!ds4_synth_write(&o, t->path, t->mtp_path, err) &&
+               !ds4_model_open(&t->m, t->path, err)) {
+        if (!mtp || !ds4_model_load_mtp(&t->m, t->mtp_path, err)) return t;
+        ds4_model_close(&t->m);
+    }
+    memset(&t->m, 0, sizeof(t->m));
+    tu_model_free(t);
+    return NULL;
+}
+
+void tu_model_free(tu_model *t) {
+    if (!t) return;
+    ds4_model_close(&t->m);
+    if (t->path) remove(t->path);
+    if (t->mtp_path) remove(t->mtp_path);
+    free(t->path);
+    free(t->mtp_path);
+    if (t->dir) tu_rmdir(t->dir);
+    free(t);
+}
+
+int32_t *tu_random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
+    int32_t *t = malloc(sizeof(int32_t) * (n ? n : 1));
+    for (uint32_t i = 0; t && i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (int32_t)((seed >> 33) % vocab);
+    }
+    return t;
 }

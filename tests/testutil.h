@@ -1,10 +1,13 @@
 /* Small helpers shared by the unit tests: whole-file reads, the location of
- * the shared fixtures, scratch directories. */
+ * the shared fixtures, scratch directories, synthetic models, token ids. */
 #ifndef DS4_TESTUTIL_H
 #define DS4_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "model.h"
 
 /* Read a whole file into a malloc'd buffer (caller frees).  0 on success. */
 int tu_read_file(const char *path, uint8_t **buf, size_t *len);
@@ -25,5 +28,20 @@ int tu_count_entries(const char *dir);
 
 /* Remove dir and the plain files directly in it, then free the path. */
 void tu_rmdir(char *dir);
+
+/* A synthetic model (ref/synth.h, ds4 quant types) written to a scratch
+ * directory and opened, with its MTP head loaded when asked for. */
+typedef struct tu_model {
+    char *dir, *path, *mtp_path;   /* mtp_path: NULL without MTP */
+    ds4_model m;
+} tu_model;
+
+/* NULL on failure, with the reason in *err. */
+tu_model *tu_model_new(const char *config, uint64_t seed, bool mtp, ds4err *err);
+void tu_model_free(tu_model *t);
+
+/* n pseudo-random token ids below vocab, a fixed sequence per seed
+ * (malloc'd; an LCG, so the tests do not depend on the library's RNG). */
+int32_t *tu_random_tokens(uint32_t n, uint32_t vocab, uint64_t seed);
 
 #endif
