@@ -14,6 +14,7 @@
 #include "formats.h"
 #include "gguf.h"
 #include "reslimit.h"
+#include "utf8.h"
 
 enum { STR_SHOWN = 160, ARR_HEAD = 8, ARR_TAIL = 2, ARR_SHOWN_NESTED = 4 };
 
@@ -28,21 +29,13 @@ static int write_failed(FILE *out, ds4err *err) {
  * Printing values.
  * ======================================================================== */
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid.
- * Overlong forms, surrogates and code points past U+10FFFF are invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
-    if (len == 0 || s[0] > 0xf4 || len > n) return 0;
-    uint32_t cp = s[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    static const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    /* C1 controls (U+0080..U+009F) act on some terminals: escape them too. */
-    if (cp < 0xa0) return 0;
-    return len;
+/* Length of the well-formed UTF-8 sequence at s (utf8.h), 0 if there is
+ * none or it is a C1 control (U+0080..U+009F), which acts on some terminals
+ * and is escaped too. */
+static size_t printable_utf8_len(const unsigned char *s, size_t n) {
+    uint32_t cp;
+    size_t len = ds4_utf8_next(s, n, &cp);
+    return len > 1 && cp >= 0xa0 ? len : 0;
 }
 
 /* Bytes as a string that is safe on a terminal: printable ASCII and valid
@@ -65,7 +58,7 @@ static int print_escaped(FILE *f, const char *s, uint64_t n, int quoted) {
         } else if (c >= 0x20 && c < 0x7f) {
             cols += fprintf(f, "%c", c);
             i++;
-        } else if (c >= 0x80 && (len = utf8_len(u + i, (size_t)(n - i))) != 0) {
+        } else if (c >= 0x80 && (len = printable_utf8_len(u + i, (size_t)(n - i))) != 0) {
             fwrite(u + i, 1, len, f);
             cols++;
             i += len;

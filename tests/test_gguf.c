@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ds4ref.h"
 #include "formats.h"
 #include "gguf.h"
 #include "gguf_write.h"
@@ -1076,6 +1077,39 @@ static void test_tiny_ds4types(void **state) {
     free(path);
 }
 
+/* ds4ref-gguf info (ds4ref_gguf_describe) prints metadata strings safely
+ * for a terminal: printable ASCII and well-formed UTF-8 as they are; quotes,
+ * backslashes, controls, C1 controls, surrogates and stray bytes escaped. */
+static void test_describe_escapes_strings(void **state) {
+    (void)state;
+    char *dir = tu_tmpdir();
+    char *path = tu_path(dir, "s.gguf"), *txt = tu_path(dir, "s.txt");
+    static const char value[] = "a\"\\\n\x01\xc2\x85" "b\xc3\xa9\xed\xa0\x80\xff" "c";
+    gguf_writer *w = gguf_writer_new(32);
+    assert_int_equal(gguf_w_str_n(w, "t.s", value, sizeof(value) - 1), 0);
+    ds4err err = {0};
+    if (gguf_writer_save(w, path, &err)) fail_msg("%s", err.msg);
+    gguf_writer_free(w);
+    FILE *f = fopen(txt, "w+");
+    assert_non_null(f);
+    ds4ref_error e;
+    assert_int_equal(ds4ref_gguf_describe(path, f, &e), 0);
+    fclose(f);
+    uint8_t *out;
+    size_t len;
+    assert_int_equal(tu_read_file(txt, &out, &len), 0);
+    out = realloc(out, len + 1);
+    out[len] = '\0';
+    const char *want = "t.s = str \"a\\\"\\\\\\n\\x01\\xc2\\x85b\xc3\xa9\\xed\\xa0\\x80\\xffc\"";
+    if (!strstr((const char *)out, want)) fail_msg("not found: %s\nin: %s", want, out);
+    free(out);
+    remove(path);
+    remove(txt);
+    free(path);
+    free(txt);
+    tu_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_align32),
@@ -1086,6 +1120,7 @@ int main(void) {
         cmocka_unit_test(test_writer_save_fails_cleanly),
         cmocka_unit_test(test_valid_small),
         cmocka_unit_test(test_catalogue),
+        cmocka_unit_test(test_describe_escapes_strings),
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_truncations_rich),
