@@ -8,10 +8,10 @@
 #            on the C library (only the IEEE-exact ones listed below remain);
 #   ds4_test its ds4_test --golden-vectors regenerates the goldens in memory
 #            (chunk 13, every thread) and compares them value by value;
-#   regen    its ds4ref-mkmodel and ds4ref rewrite the goldens the way
-#            tools/make_vectors.sh does, into a temporary directory, with one
-#            thread, and each file must equal the committed one byte for byte
-#            (the golden format is canonical, so bytes equal = bits equal).
+#   regen    tools/make_vectors.sh with its ds4ref-mkmodel and ds4ref, one
+#            thread, rewrites the goldens into a directory of its own, and
+#            each file must equal the committed one byte for byte (the golden
+#            format is canonical, so bytes equal = bits equal).
 #
 # Usage: tools/portability.sh [full|short|list|fetch-arm64-libomp] [BUILD...]
 #   full   the whole matrix this machine can build (make portability)
@@ -166,32 +166,24 @@ check_ds4_test() { # dir threads workdir run...
         > "$dir/ds4_test.log" 2>&1
 }
 
-# tools/make_vectors.sh's steps with this build's binaries, written to
-# dir/regen and compared with vectors/ byte for byte.  names: all if empty.
+# tools/make_vectors.sh with this build's binaries, into dir/regen, and
+# every file it wrote compared with vectors/ byte for byte; so is each line
+# of its manifest (the model's and the golden's sha256).  names: all if empty.
 check_regen() ( # dir names run...
-    local dir=$1 names=$2 out=$1/regen fail=0 line name config types seed qat steps prompt msha
+    local dir=$1 names=$2 out=$1/regen fail=0 name line
     shift 2
     rm -rf "$out"
-    mkdir -p "$out"
-    export OMP_NUM_THREADS=1
+    export OMP_NUM_THREADS=1 DS4REF_RUN="$*"
     exec 3> "$dir/regen.log"
-    while IFS= read -r line; do
-        case "$line" in ''|'#'*) continue ;; esac
-        read -r name config types seed qat steps prompt msha _ <<< "$line"
-        [ -z "$names" ] || [[ " $names " == *" $name "* ]] || continue
-        local model="$out/$config-$types-$seed.gguf"
-        if [ ! -f "$model" ]; then
-            "$@" "$dir/bin/ds4ref-mkmodel" --config "$config" --types "$types" --seed "$seed" \
-                --no-mtp -o "$model" >&3 2>&1 || { echo "FAIL $name: ds4ref-mkmodel" >&3; fail=1; continue; }
-            if [ "$(sha256sum < "$model" | cut -d' ' -f1)" != "$msha" ]; then
-                echo "FAIL $name: the generated model differs from the manifest's model_sha256" >&3
-                fail=1
-            fi
-        fi
-        if ! "$@" "$dir/bin/ds4ref" -m "$model" --prompt-file "vectors/$prompt" -sys "" --nothink \
-                --qat "$qat" -n "$steps" --ignore-eos --logprobs-top-k 8 \
-                --golden-out "$out/$name.jsonl" > /dev/null 2>&3; then
-            echo "FAIL $name: ds4ref exited non-zero" >&3
+    if ! tools/make_vectors.sh --bin "$dir/bin" --out "$out" ${names:+--only "$names"} >&3 2>&1; then
+        echo "FAIL tools/make_vectors.sh exited non-zero" >&3
+        fail=1
+    fi
+    while read -r name _; do
+        case "$name" in ''|'#'*) continue ;; esac
+        line=$(grep "^$name " "$out/manifest.txt")
+        if [ "$line" != "$(grep "^$name " vectors/manifest.txt)" ]; then
+            echo "FAIL $name: its manifest line (model or golden sha256) differs" >&3
             fail=1
         elif cmp "$out/$name.jsonl" "vectors/$name.jsonl" >&3 2>&1; then
             echo "ok   $name" >&3
@@ -199,20 +191,12 @@ check_regen() ( # dir names run...
             echo "FAIL $name: differs from vectors/$name.jsonl" >&3
             fail=1
         fi
-    done < vectors/manifest.txt
+    done < "$out/manifest.txt"
     if [ -z "$names" ]; then
-        local model="$out/tiny-ds4-1.gguf" p
-        [ -f "$model" ] || "$@" "$dir/bin/ds4ref-mkmodel" --config tiny --types ds4 --seed 1 --no-mtp \
-            -o "$model" >&3 2>&1
-        for p in capital code story; do
-            "$@" "$dir/bin/ds4ref" -m "$model" --prompt-file "vectors/prompts/$p.txt" -sys "" --nothink \
-                -n 16 --ignore-eos --vec-out "$out/tiny.vec" --vec-id "$p" > /dev/null 2>&3 || fail=1
-        done
         if cmp "$out/tiny.vec" vectors/tiny.vec >&3 2>&1; then echo "ok   tiny.vec" >&3
         else echo "FAIL tiny.vec: differs from vectors/tiny.vec" >&3; fail=1; fi
     fi
     exec 3>&-
-    rm -f "$out"/*.gguf
     return $fail
 )
 
@@ -358,7 +342,7 @@ entry() { # name compiler opt arch
         td=$(cat "$dir/ds4_test.secs")
     fi
     tail -3 "$dir/ds4_test.log" | sed 's/^/    /'
-    grep -v '^ok' "$dir/regen.log" | sed 's/^/    /'
+    grep '^FAIL' "$dir/regen.log" | sed 's/^/    /'
     echo "    regen: $(grep -c '^ok' "$dir/regen.log") files byte-identical"
     [ "$dt" = pass ] || { status=FAIL; cat "$dir/ds4_test.log"; }
     [ "$rg" = pass ] || status=FAIL
