@@ -13,7 +13,7 @@ ARCH    ?=
 CFLAGS  ?= $(OPT) $(ARCH) -g
 # -fPIC: the same objects make libds4ref.a and libds4ref.so.
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
-            -ffp-contract=off -fno-fast-math -fopenmp -Iquant -Iref -Iinclude
+            -ffp-contract=off -fno-fast-math -fopenmp -I. -Iref -Iinclude
 LDLIBS  = -lpcre2-8 -lm
 BUILD  ?= build
 # Where the binaries go; tools/portability.sh gives each build of its matrix its own.
@@ -22,16 +22,18 @@ BINDIR ?= .
 ALL_CFLAGS = $(BASEFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS = -fopenmp $(LDFLAGS) $(EXTRA_LDFLAGS)
 
-QUANT_SRC = $(sort $(wildcard quant/*.c))
-REF_SRC   = $(sort $(filter-out ref/main.c,$(wildcard ref/*.c)))
-LIB_OBJ   = $(patsubst %.c,$(BUILD)/%.o,$(QUANT_SRC) $(REF_SRC))
-HEADERS   = $(wildcard quant/*.h ref/*.h include/*.h tests/*.h)
+# The library: base/ (utilities), quant/ (GGUF, block formats, kernels) and
+# ref/*/ (the model and everything built on it); docs/ARCHITECTURE.md.
+LIB_SRC   = $(sort $(wildcard base/*.c quant/*.c ref/*/*.c))
+LIB_OBJ   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h)
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
 TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c))
 
-TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(wildcard tools/*.c))))
+# tools/ds4ref.c is the ds4ref command; every other tools/NAME.c is ds4ref-NAME.
+TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(filter-out tools/ds4ref.c,$(wildcard tools/*.c)))))
 
 DEFAULT_MODEL = models/tiny.gguf
 
@@ -43,15 +45,15 @@ $(BUILD)/%.o: %.c $(HEADERS) Makefile
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # The shared library exports the public API (include/ds4ref.h) only.
-$(BUILD)/libds4ref.so: $(LIB_OBJ) ref/ds4ref.map
-	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4ref.so.1 -Wl,--version-script=ref/ds4ref.map \
+$(BUILD)/libds4ref.so: $(LIB_OBJ) ref/api/ds4ref.map
+	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4ref.so.1 -Wl,--version-script=ref/api/ds4ref.map \
 	    -o $@ $(LIB_OBJ) $(LDLIBS)
 
 $(BUILD)/libds4ref.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BINDIR)/ds4ref: $(BUILD)/ref/main.o $(BUILD)/libds4ref.a
+$(BINDIR)/ds4ref: $(BUILD)/tools/ds4ref.o $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 DS4T_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/ds4t_*.c)))
@@ -114,7 +116,7 @@ ubsan: SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-fram
 .PHONY: asan ubsan fuzz fuzz-smoke
 asan ubsan:
 	@mkdir -p $(BUILD)/$@
-	@for f in Makefile ds4ref.pc.in examples include quant ref tests tools vectors; do \
+	@for f in Makefile ds4ref.pc.in examples include base quant ref tests tools vectors; do \
 	    if [ -e $$f ]; then ln -sfn $(CURDIR)/$$f $(BUILD)/$@/$$f; fi; done
 	@if [ -e ../shared ]; then ln -sfn $(abspath ../shared) $(BUILD)/shared; fi
 	DS4REF_SANITIZER=$@ $(MAKE) -C $(BUILD)/$@ CC=$(SAN_CC) OPT=-O1 BUILD=build BINDIR=. \
@@ -126,7 +128,7 @@ fuzz-smoke:
 
 # make install PREFIX=/usr/local: header, libraries, binaries, pkg-config file.
 PREFIX ?= /usr/local
-VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' ref/goldenrun.h)
+VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' ref/trace/goldenrun.h)
 .PHONY: install examples
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

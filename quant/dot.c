@@ -48,14 +48,14 @@
  * Nothing here allocates: every buffer has a fixed size on the stack (about
  * 8 KiB per job; the IQ2_XXS lookup tables are static, built once), so the
  * functions cannot fail halfway. */
-#include "dot.h"
+#include "quant/dot.h"
 
 #include <math.h>
 #include <string.h>
 
 #include <omp.h>
 
-#include "formats.h"
+#include "quant/formats.h"
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>

@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 #define DS4_LANES 16
 

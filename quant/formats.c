@@ -11,7 +11,7 @@
  * is the correctly rounded result of the format's formula.
  * Blocks are read byte by byte (little-endian, as GGUF stores them), so
  * neither alignment nor host byte order matters. */
-#include "formats.h"
+#include "quant/formats.h"
 
 #include <string.h>
 

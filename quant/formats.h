@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 /* ggml type ids (the numbers stored in GGUF tensor infos). */
 enum ds4_type {

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 #define GGUF_MAGIC 0x46554747u   /* "GGUF" little-endian */
 #define GGUF_MAX_DIMS 4

@@ -1,6 +1,6 @@
 /* The table of tensor types ds4ref supports.  Ids and block geometry are
  * ggml's; a GGUF tensor of any other type is rejected by the reader. */
-#include "formats.h"
+#include "quant/formats.h"
 
 #include <stdio.h>
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "ds4t.h"
-#include "reslimit.h"
+#include "base/reslimit.h"
 
 extern const ds4t_entry ds4t_golden_vectors, ds4t_logprob_vectors;
 extern const ds4t_entry ds4t_mtp_verify_depth;

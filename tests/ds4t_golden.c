@@ -11,15 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "diffmetrics.h"
+#include "text/chat.h"
+#include "trace/diffmetrics.h"
 #include "ds4t.h"
-#include "fileio.h"
-#include "goldenrun.h"
-#include "model.h"
-#include "session.h"
-#include "sha256.h"
-#include "synth.h"
+#include "base/fileio.h"
+#include "trace/goldenrun.h"
+#include "model/model.h"
+#include "decode/session.h"
+#include "base/sha256.h"
+#include "model/synth.h"
 
 typedef struct entry {
     char name[128], config[32], types[8], qat[8], prompt[256], model_sha[65], golden_sha[65];

@@ -18,13 +18,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
+#include "text/chat.h"
 #include "ds4t.h"
-#include "fileio.h"
-#include "generate.h"
-#include "lpvec.h"
-#include "model.h"
-#include "session.h"
+#include "base/fileio.h"
+#include "decode/generate.h"
+#include "trace/lpvec.h"
+#include "model/model.h"
+#include "decode/session.h"
 
 #define LOGPROB_TOLERANCE 4.0
 #define LOCAL_TOP_K 20

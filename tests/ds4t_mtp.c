@@ -19,15 +19,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
+#include "text/chat.h"
 #include "ds4t.h"
-#include "generate.h"
-#include "model.h"
-#include "mtp.h"
-#include "sample.h"
-#include "session.h"
-#include "spec.h"
-#include "synth.h"
+#include "decode/generate.h"
+#include "model/model.h"
+#include "decode/mtp.h"
+#include "decode/sample.h"
+#include "decode/session.h"
+#include "decode/spec.h"
+#include "model/synth.h"
 
 static const char copy_prompt[] =
     "Copy the following text exactly:\n\nThe quick brown fox jumps over the lazy dog.";

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "quant/gguf.h"
 
 /* ========================================================================
  * A byte builder with sticky OOM.

@@ -1,4 +1,4 @@
-/* Tests for ref/chat.c, the DeepSeek V4 chat renderer.
+/* Tests for ref/text/chat.c, the DeepSeek V4 chat renderer.
  *
  * Rendered text is compared with
  *   - the official encoder's published fixtures (DeepSeek-V4-Flash
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
+#include "text/chat.h"
 
 #define BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
 #define EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"

@@ -1,4 +1,4 @@
-/* Tests of ref/detmath.c.
+/* Tests of base/detmath.c.
  *
  * Three independent references:
  *   - exact tables: inputs whose correctly rounded result was computed
@@ -20,7 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "detmath.h"
+#include "base/detmath.h"
 
 struct unary_case {
     double x;

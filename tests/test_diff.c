@@ -1,4 +1,4 @@
-/* The comparison behind ds4ref-diff (ref/diffmetrics.h) on constructed
+/* The comparison behind ds4ref-diff (ref/trace/diffmetrics.h) on constructed
  * goldens whose expected figures are worked out by hand below (KL with the C
  * library's exp/log, not ds4ref's). */
 #include <stdarg.h>
@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diffmetrics.h"
-#include "ds4dump.h"
-#include "fileio.h"
-#include "golden.h"
-#include "lpvec.h"
+#include "trace/diffmetrics.h"
+#include "trace/ds4dump.h"
+#include "base/fileio.h"
+#include "trace/golden.h"
+#include "trace/lpvec.h"
 #include "testutil.h"
 
 enum { MAXK = 8 };

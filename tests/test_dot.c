@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dot.h"
-#include "formats.h"
+#include "quant/dot.h"
+#include "quant/formats.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 

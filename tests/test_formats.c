@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats.h"
+#include "quant/formats.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */

@@ -17,10 +17,10 @@
 
 #include <cmocka.h>
 
-#include "model.h"
-#include "sample.h"
-#include "session.h"
-#include "synth.h"
+#include "model/model.h"
+#include "decode/sample.h"
+#include "decode/session.h"
+#include "model/synth.h"
 #include "testutil.h"
 
 typedef struct fixture {

@@ -16,9 +16,9 @@
 #include <strings.h>
 
 #include "ds4ref.h"
-#include "formats.h"
-#include "gguf.h"
-#include "gguf_write.h"
+#include "quant/formats.h"
+#include "quant/gguf.h"
+#include "quant/gguf_write.h"
 #include "malformed.h"
 #include "testutil.h"
 

@@ -1,5 +1,5 @@
-/* Golden streams (ref/golden.h), the ds4 dump layout (ref/ds4dump.h), the
- * atomic writer (ref/fileio.h) and model identities (ref/modelid.h).
+/* Golden streams (ref/trace/golden.h), the ds4 dump layout (ref/trace/ds4dump.h), the
+ * atomic writer (base/fileio.h) and model identities (ref/model/modelid.h).
  *
  * The expected file texts below are written out by hand from
  * docs/FORMATS.md, not produced by the code under test; digests are checked
@@ -22,14 +22,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ds4dump.h"
-#include "fileio.h"
-#include "generate.h"
-#include "gguf.h"
-#include "gguf_write.h"
-#include "golden.h"
-#include "modelid.h"
-#include "sha256.h"
+#include "trace/ds4dump.h"
+#include "base/fileio.h"
+#include "decode/generate.h"
+#include "quant/gguf.h"
+#include "quant/gguf_write.h"
+#include "trace/golden.h"
+#include "model/modelid.h"
+#include "base/sha256.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------ fixtures */

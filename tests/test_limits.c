@@ -34,14 +34,14 @@
 
 #include <cmocka.h>
 
-#include "forward.h"
-#include "golden.h"
-#include "json.h"
+#include "forward/forward.h"
+#include "trace/golden.h"
+#include "text/json.h"
 #include "malformed.h"
-#include "model.h"
-#include "reslimit.h"
-#include "session.h"
-#include "synth.h"
+#include "model/model.h"
+#include "base/reslimit.h"
+#include "decode/session.h"
+#include "model/synth.h"
 #include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -493,7 +493,7 @@ static void test_cli_model_truncated(void **state) {
     int st = child_wait(&c);
     if (WIFSIGNALED(st))
         fail_msg("ds4ref died of signal %d: the CLI must install the SIGBUS handler "
-                 "(ds4_sigbus_install, ref/reslimit.h)", WTERMSIG(st));
+                 "(ds4_sigbus_install, base/reslimit.h)", WTERMSIG(st));
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), DS4_EXIT_SIGBUS);
     assert_int_equal(count_lines(&c.err), 1);

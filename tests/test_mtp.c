@@ -24,13 +24,13 @@
 
 #include <cmocka.h>
 
-#include "json.h"
-#include "model.h"
-#include "mtp.h"
-#include "sample.h"
-#include "session.h"
-#include "spec.h"
-#include "synth.h"
+#include "text/json.h"
+#include "model/model.h"
+#include "decode/mtp.h"
+#include "decode/sample.h"
+#include "decode/session.h"
+#include "decode/spec.h"
+#include "model/synth.h"
 #include "testutil.h"
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }

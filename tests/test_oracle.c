@@ -26,10 +26,10 @@
 
 #include <cmocka.h>
 
-#include "json.h"
-#include "model.h"
-#include "sample.h"
-#include "session.h"
+#include "text/json.h"
+#include "model/model.h"
+#include "decode/sample.h"
+#include "decode/session.h"
 #include "testutil.h"
 
 /* ---- running a model over a token file, with selections recorded ---- */

@@ -1,4 +1,4 @@
-/* Tests of ref/qat.c.
+/* Tests of ref/forward/qat.c.
  *
  * References:
  *   - the official vectors in ../shared/oracle/official/qat_unit (outputs of
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qat.h"
+#include "forward/qat.h"
 #include "testutil.h"
 
 static uint32_t fbits(float f)

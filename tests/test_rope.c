@@ -1,4 +1,4 @@
-/* Tests of ref/rope.c.
+/* Tests of ref/forward/rope.c.
  *
  * References:
  *   - the official float32 tables in ../shared/oracle/official/rope/
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rope.h"
+#include "forward/rope.h"
 #include "testutil.h"
 
 static uint32_t fbits(float f)

@@ -21,14 +21,14 @@
 
 #include <cmocka.h>
 
-#include "generate.h"
-#include "model.h"
-#include "mtp.h"
-#include "rng.h"
-#include "sample.h"
-#include "session.h"
-#include "spec.h"
-#include "synth.h"
+#include "decode/generate.h"
+#include "model/model.h"
+#include "decode/mtp.h"
+#include "decode/rng.h"
+#include "decode/sample.h"
+#include "decode/session.h"
+#include "decode/spec.h"
+#include "model/synth.h"
 #include "testutil.h"
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }

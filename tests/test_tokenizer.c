@@ -1,5 +1,5 @@
-/* Tests for the pre-tokenizer (ref/pretok.c), the tokenizer
- * (ref/tokenizer.c) and the tokenizer.json reader (ref/hf_vocab.c).
+/* Tests for the pre-tokenizer (ref/text/pretok.c), the tokenizer
+ * (ref/text/tokenizer.c) and the tokenizer.json reader (ref/text/hf_vocab.c).
  *
  * Independent references:
  *   - a tiny hand-built vocabulary whose BPE results are derived by hand;
@@ -23,8 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pretok.h"
-#include "tokenizer.h"
+#include "text/pretok.h"
+#include "text/tokenizer.h"
 
 #define SHARED_TOKENIZER "../shared/tokenizer/deepseek_v3_tokenizer.json.xz"
 #define SHARED_PEER "../shared/tokenizer/peer_tokenize.jsonl"

@@ -36,12 +36,12 @@
 #include <omp.h>
 #include <sys/resource.h>
 
-#include "dot.h"
-#include "formats.h"
-#include "forward.h"
-#include "model.h"
-#include "sample.h"
-#include "session.h"
+#include "quant/dot.h"
+#include "quant/formats.h"
+#include "forward/forward.h"
+#include "model/model.h"
+#include "decode/sample.h"
+#include "decode/session.h"
 
 typedef struct bench_cfg {
     const char *model;

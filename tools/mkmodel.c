@@ -1,6 +1,6 @@
 /* ds4ref-mkmodel: write a synthetic DS4 model (base GGUF + MTP GGUF).
  * Argument parsing over the public API (ds4ref_synth_write in ds4ref.h);
- * the generator is ref/synth.c. */
+ * the generator is ref/model/synth.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

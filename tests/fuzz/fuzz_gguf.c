@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats.h"
+#include "quant/formats.h"
 #include "fuzzutil.h"
-#include "gguf.h"
-#include "model.h"
+#include "quant/gguf.h"
+#include "model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diffmetrics.h"
-#include "ds4dump.h"
+#include "trace/diffmetrics.h"
+#include "trace/ds4dump.h"
 #include "fuzzutil.h"
-#include "golden.h"
-#include "json.h"
-#include "lpvec.h"
+#include "trace/golden.h"
+#include "text/json.h"
+#include "trace/lpvec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

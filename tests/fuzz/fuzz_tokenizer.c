@@ -21,12 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
+#include "text/chat.h"
 #include "fuzzutil.h"
-#include "gguf.h"
-#include "json.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "quant/gguf.h"
+#include "text/json.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

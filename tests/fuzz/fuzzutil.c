@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "err.h"
-#include "fileio.h"
-#include "synth.h"
+#include "base/err.h"
+#include "base/fileio.h"
+#include "model/synth.h"
 
 _Noreturn static void die(const char *what, const char *msg) {
     fprintf(stderr, "fuzz setup: %s: %s\n", what, msg);

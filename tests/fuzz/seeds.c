@@ -20,12 +20,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ds4dump.h"
-#include "fileio.h"
+#include "trace/ds4dump.h"
+#include "base/fileio.h"
 #include "fuzzutil.h"
-#include "gguf.h"
-#include "golden.h"
-#include "lpvec.h"
+#include "quant/gguf.h"
+#include "trace/golden.h"
+#include "trace/lpvec.h"
 #include "malformed.h"
 
 static const char *outdir;

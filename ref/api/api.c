@@ -1,0 +1,502 @@
+/* The public API (include/ds4ref.h) over the internal modules.  Each public
+ * handle owns the internal objects it needs; every function converts the
+ * internal ds4err into the caller's ds4ref_error (apierr.h).  The tools'
+ * entry points are in api_synth.c, api_gguf.c and api_diff.c. */
+#include "ds4ref.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/apierr.h"
+#include "text/chat.h"
+#include "quant/formats.h"
+#include "forward/forward.h"
+#include "trace/goldenrun.h"
+#include "model/model.h"
+#include "decode/sample.h"
+#include "decode/mtp.h"
+#include "base/reslimit.h"
+#include "decode/session.h"
+#include "decode/spec.h"
+
+struct ds4ref_model {
+    ds4_model m;
+    ds4_engine e;
+    ds4ref_tap_fn tap;
+    void *tap_ud;
+};
+
+struct ds4ref_session {
+    ds4ref_model *model;
+    ds4_session s;
+};
+
+/* ------------------------------------------------------------------ errors */
+
+const char *ds4ref_status_name(int code) {
+    switch (code) {
+    case DS4REF_OK: return "DS4REF_OK";
+    case DS4REF_E_ARG: return "DS4REF_E_ARG";
+    case DS4REF_E_IO: return "DS4REF_E_IO";
+    case DS4REF_E_FORMAT: return "DS4REF_E_FORMAT";
+    case DS4REF_E_MODEL: return "DS4REF_E_MODEL";
+    case DS4REF_E_NOMEM: return "DS4REF_E_NOMEM";
+    case DS4REF_E_RANGE: return "DS4REF_E_RANGE";
+    case DS4REF_E_UNSUPPORTED: return "DS4REF_E_UNSUPPORTED";
+    case DS4REF_E_MISMATCH: return "DS4REF_E_MISMATCH";
+    case DS4REF_E_INTERRUPTED: return "DS4REF_E_INTERRUPTED";
+    case DS4REF_E_INTERNAL: return "DS4REF_E_INTERNAL";
+    }
+    return "DS4REF_E_UNKNOWN";
+}
+
+const char *ds4ref_version(void) { return DS4REF_VERSION; }
+
+void ds4ref_free(void *p) { free(p); }
+
+void ds4ref_set_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+}
+
+_Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit status");
+
+int ds4ref_report_sigbus(const char *program, ds4ref_error *err) {
+    ds4err e = {0};
+    if (ds4_sigbus_install(program ? program : "ds4ref", &e)) return api_fail(err, &e);
+    api_ok(err);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ models */
+
+void ds4ref_model_options_init(ds4ref_model_options *o) {
+    memset(o, 0, sizeof(*o));
+    o->qat = 1;
+    o->max_batch = 256;
+}
+
+/* Forwards the engine's internal taps to the public callback. */
+static void tap_bridge(void *ud, const ds4_tap *t) {
+    ds4ref_model *m = ud;
+    ds4ref_tap pub = {t->name, t->layer, t->pos, (int)t->kind, t->data, t->n};
+    m->tap(m->tap_ud, &pub);
+}
+
+int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_error *err) {
+    *out = NULL;
+    if (!o || !o->path) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_model_open: no model path");
+    ds4ref_model *m = calloc(1, sizeof(*m));
+    if (!m) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    ds4err e = {0};
+    if (ds4_model_open(&m->m, o->path, &e)) {
+        free(m);
+        return api_fail(err, &e);
+    }
+    ds4_fwd_opts fo = {.qat = o->qat != 0};
+    if ((o->mtp_path && ds4_model_load_mtp(&m->m, o->mtp_path, &e)) ||
+        ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e)) {
+        ds4_model_close(&m->m);
+        free(m);
+        return api_fail(err, &e);
+    }
+    *out = m;
+    api_ok(err);
+    return 0;
+}
+
+void ds4ref_model_close(ds4ref_model *m) {
+    if (!m) return;
+    ds4_engine_free(&m->e);
+    ds4_model_close(&m->m);
+    free(m);
+}
+
+void ds4ref_model_get_info(const ds4ref_model *m, ds4ref_model_info *info) {
+    const ds4_config *c = &m->m.cfg;
+    memset(info, 0, sizeof(*info));
+    info->n_layer = c->n_layer;
+    info->n_embd = c->n_embd;
+    info->n_vocab = c->n_vocab;
+    info->n_head = c->n_head;
+    info->head_dim = c->head_dim;
+    info->n_hc = c->n_hc;
+    info->n_expert = c->n_expert;
+    info->n_expert_used = c->n_expert_used;
+    info->context_length = c->context_length;
+    info->has_mtp = m->m.mtp != NULL;
+    info->has_tokenizer = m->m.has_tok;
+    info->bos = m->m.has_tok ? ds4_tok_special(&m->m.tok, DS4_SPECIAL_BOS) : -1;
+    info->eos = m->m.has_tok ? ds4_tok_special(&m->m.tok, DS4_SPECIAL_EOS) : -1;
+}
+
+void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud) {
+    m->tap = fn;
+    m->tap_ud = ud;
+    m->e.tap = fn ? tap_bridge : NULL;
+    m->e.tap_ud = fn ? m : NULL;
+}
+
+int ds4ref_tensor_f32(const ds4ref_model *m, const char *name, float **data, uint64_t ne[4],
+                      ds4ref_error *err) {
+    const gguf_tensor *t = gguf_find_tensor(&m->m.file, name);
+    if (!t && m->m.mtp) t = gguf_find_tensor(&m->m.mtp->file, name);
+    if (!t) {
+        ds4err e;
+        ds4err_set(&e, DS4_E_ARG, "no tensor named '%s' in %s", name, m->m.file.path);
+        return api_fail(err, &e);
+    }
+    float *v = malloc(sizeof(float) * (t->n_elem ? t->n_elem : 1));
+    if (!v) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    ds4_dequant_row(t->type, t->data, v, t->n_elem);
+    for (int i = 0; i < 4; i++) ne[i] = t->ne[i];
+    *data = v;
+    api_ok(err);
+    return 0;
+}
+
+/* --------------------------------------------------------------- tokenizer */
+
+static int take_tokens(ds4_tokens *t, int32_t **ids, size_t *n) {
+    *ids = t->ids ? t->ids : malloc(sizeof(int32_t));
+    *n = t->n;
+    return *ids ? 0 : -1;
+}
+
+int ds4ref_tokenize(const ds4ref_model *m, const char *text, size_t len, unsigned flags,
+                    int32_t **ids, size_t *n, ds4ref_error *err) {
+    const ds4_tokenizer *tok;
+    ds4err e = {0};
+    ds4_tokens t = {0};
+    if (ds4_model_tokenizer(&m->m, &tok, &e) ||
+        ds4_tok_encode(tok, text, len, flags & DS4REF_TOKENIZE_SPECIAL ? DS4_TOK_ADDED : 0, &t, &e)) {
+        ds4_tokens_free(&t);
+        return api_fail(err, &e);
+    }
+    if (take_tokens(&t, ids, n)) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_detokenize(const ds4ref_model *m, const int32_t *ids, size_t n, char **bytes,
+                      size_t *len, ds4ref_error *err) {
+    const ds4_tokenizer *tok;
+    ds4err e = {0};
+    ds4_buf b = {0};
+    if (ds4_model_tokenizer(&m->m, &tok, &e) || ds4_tok_decode(tok, ids, n, &b, &e)) {
+        ds4_buf_free(&b);
+        return api_fail(err, &e);
+    }
+    if (!b.p && !(b.p = calloc(1, 1))) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    *bytes = b.p;
+    *len = b.len;
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_token_string(const ds4ref_model *m, int32_t id, const char **s, size_t *len,
+                        ds4ref_error *err) {
+    const ds4_tokenizer *tok;
+    ds4err e = {0};
+    ds4_strref r;
+    if (ds4_model_tokenizer(&m->m, &tok, &e) || ds4_tok_text(tok, id, &r, &e)) return api_fail(err, &e);
+    *s = r.ptr;
+    *len = r.len;
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_chat_prompt(const ds4ref_model *m, const char *prompt, size_t len,
+                       const ds4ref_chat_options *o, int32_t **ids, size_t *n,
+                       ds4ref_error *err) {
+    const ds4_tokenizer *tok;
+    ds4err e = {0};
+    ds4_tokens t = {0};
+    ds4_chat_opts co = {.thinking = o && o->thinking, .effort_max = o && o->think_max};
+    const char *sys = o ? o->system : NULL;
+    size_t sys_len = o && o->system ? o->system_len : 0;
+    if (ds4_model_tokenizer(&m->m, &tok, &e) ||
+        ds4_chat_prompt_ids(tok, sys, sys_len, prompt, len, &co, &t, &e)) {
+        ds4_tokens_free(&t);
+        return api_fail(err, &e);
+    }
+    if (take_tokens(&t, ids, n)) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    api_ok(err);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+/* The model's declared context, capped: a 1M-token state is rarely what a
+ * caller that did not ask for one wants. */
+static uint32_t default_ctx(const ds4_config *c) {
+    if (!c->context_length) return 4096;
+    return c->context_length < 32768 ? c->context_length : 32768;
+}
+
+int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_session **out,
+                       ds4ref_error *err) {
+    *out = NULL;
+    ds4ref_session *s = calloc(1, sizeof(*s));
+    if (!s) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    uint32_t ctx = o && o->ctx ? o->ctx : default_ctx(&m->m.cfg);
+    ds4_session_opts so = {.ctx = ctx, .chunk = o && o->chunk ? o->chunk : m->e.cap,
+                           .rollback = 32};
+    ds4err e = {0};
+    if (ds4_session_init(&s->s, &m->e, &so, &e)) {
+        free(s);
+        return api_fail(err, &e);
+    }
+    s->model = m;
+    if (o && o->progress) {
+        s->s.progress = o->progress;
+        s->s.progress_ud = o->progress_ud;
+    }
+    *out = s;
+    api_ok(err);
+    return 0;
+}
+
+void ds4ref_session_free(ds4ref_session *s) {
+    if (!s) return;
+    ds4_session_free(&s->s);
+    free(s);
+}
+
+uint32_t ds4ref_session_pos(const ds4ref_session *s) { return ds4_session_pos(&s->s); }
+
+int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *logits,
+                        ds4ref_error *err) {
+    ds4err e = {0};
+    if (n > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "too many tokens");
+    if (ds4_session_eval(&s->s, ids, (uint32_t)n, logits, NULL, &e)) return api_fail(err, &e);
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_session_truncate(ds4ref_session *s, uint32_t pos, ds4ref_error *err) {
+    ds4err e = {0};
+    if (ds4_session_truncate(&s->s, pos, &e)) return api_fail(err, &e);
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_session_logits(ds4ref_session *s, uint32_t pos, float *out, ds4ref_error *err) {
+    ds4err e = {0};
+    uint32_t cur = s->s.kv.pos, V = s->model->m.cfg.n_vocab;
+    if (pos >= cur) {
+        ds4err_set(&e, DS4_E_RANGE, "position %u has not been evaluated (the session holds %u tokens)",
+                   pos, cur);
+        return api_fail(err, &e);
+    }
+    if (pos + 1 == cur && s->s.has_logits) {
+        memcpy(out, s->s.logits, sizeof(float) * V);
+        api_ok(err);
+        return 0;
+    }
+    /* Back to pos+1 (which re-evaluates token pos), copy, and forward again
+     * over the same tokens: both moves reproduce the state exactly. */
+    int32_t *tail = malloc(sizeof(int32_t) * (cur - pos - 1 ? cur - pos - 1 : 1));
+    if (!tail) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    memcpy(tail, s->s.hist + pos + 1, sizeof(int32_t) * (cur - pos - 1));
+    int rc = ds4_session_truncate(&s->s, pos + 1, &e);
+    if (!rc) memcpy(out, s->s.logits, sizeof(float) * V);
+    if (!rc) rc = ds4_session_eval(&s->s, tail, cur - pos - 1, NULL, NULL, &e);
+    free(tail);
+    if (rc) return api_fail(err, &e);
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_session_top_logprobs(ds4ref_session *s, uint32_t pos, uint32_t k,
+                                ds4ref_logprob *out, uint32_t *n, ds4ref_error *err) {
+    uint32_t V = s->model->m.cfg.n_vocab;
+    float *lg = malloc(sizeof(float) * V);
+    int32_t *ids = malloc(sizeof(int32_t) * (k ? k : 1));
+    double *lp = malloc(sizeof(double) * (k ? k : 1));
+    if (!lg || !ids || !lp) {
+        free(lg);
+        free(ids);
+        free(lp);
+        return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    }
+    int rc = ds4ref_session_logits(s, pos, lg, err);
+    if (!rc) {
+        *n = ds4_top_k(lg, V, k, ids, lp);
+        for (uint32_t i = 0; i < *n; i++) out[i] = (ds4ref_logprob){ids[i], lg[ids[i]], lp[i]};
+    }
+    free(lg);
+    free(ids);
+    free(lp);
+    return rc;
+}
+
+/* -------------------------------------------------------------- generation */
+
+void ds4ref_generate_options_init(ds4ref_generate_options *o) {
+    memset(o, 0, sizeof(*o));
+    o->n_tokens = 128;
+    o->top_k = 20;
+    o->stop_at_eos = 1;
+    o->seed = 1;
+}
+
+void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size) {
+    ds4_spec_stats in = {st->passes, st->iters, st->proposed, st->accepted};
+    ds4_spec_report(&in, buf, size);
+}
+
+/* Turns internal step records into the public ds4ref_step for a callback. */
+typedef struct step_bridge {
+    const ds4ref_model *m;
+    ds4ref_step_fn fn;
+    ds4ref_row_step_fn row_fn;
+    void *ud;
+    uint32_t row;
+} step_bridge;
+
+static int bridge_step(void *ud, uint32_t index, const ds4_gen_step *st) {
+    step_bridge *b = ud;
+    if (!b->fn && !b->row_fn) return 0;
+    ds4_buf bytes = {0};
+    ds4err e = {0};
+    if (b->m->m.has_tok) ds4_tok_decode(&b->m->m.tok, &st->token, 1, &bytes, &e);
+    ds4ref_logprob top[64];
+    uint32_t n_top = st->n_top < 64 ? st->n_top : 64;
+    for (uint32_t i = 0; i < n_top; i++)
+        top[i] = (ds4ref_logprob){st->top_ids[i], st->top_logits[i], st->top_logprobs[i]};
+    ds4ref_step pub = {index, st->token, (const uint8_t *)bytes.p, bytes.len, st->logit,
+                       st->logprob, n_top, top, st->digest};
+    int rc = b->fn ? b->fn(b->ud, &pub) : b->row_fn(b->ud, b->row, &pub);
+    ds4_buf_free(&bytes);
+    return rc;
+}
+
+/* The speculation settings of a call: a drafter over the model's MTP head
+ * when asked for (owned by the caller of this function). */
+static int spec_setup(ds4ref_model *m, const ds4ref_generate_options *o, uint32_t rows,
+                      uint32_t ctx, uint32_t chunk, ds4_spec_cfg *sc, ds4err *e) {
+    memset(sc, 0, sizeof(*sc));
+    sc->temp = o->temperature;
+    if (!o->mtp_draft) return 0;
+    if (!m->m.mtp) return ds4err_set(e, DS4_E_ARG, "mtp_draft needs a model opened with an MTP head");
+    if (o->mtp_draft > DS4_SPEC_MAX_DRAFT)
+        return ds4err_set(e, DS4_E_ARG, "mtp_draft %u: at most %u", o->mtp_draft, DS4_SPEC_MAX_DRAFT);
+    sc->n_draft = o->mtp_draft;
+    return ds4_mtp_drafter_new(&sc->drafter, &m->e, rows, ctx, chunk, o->mtp_draft, e);
+}
+
+static void stats_out(const ds4_spec_stats *in, ds4ref_spec_stats *out) {
+    if (!out) return;
+    out->passes += in->passes;
+    out->iters += in->iters;
+    out->proposed += in->proposed;
+    out->accepted += in->accepted;
+}
+
+int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
+                    const ds4ref_generate_options *o, ds4ref_step_fn fn, void *ud,
+                    ds4ref_error *err) {
+    ds4ref_generate_options def;
+    if (!o) {
+        ds4ref_generate_options_init(&def);
+        o = &def;
+    }
+    ds4err e = {0};
+    if (n_prompt > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
+    ds4_spec_cfg sc;
+    if (spec_setup(s->model, o, 1, s->s.kv.ctx, s->s.kv.chunk, &sc, &e)) return api_fail(err, &e);
+    step_bridge b = {s->model, fn, NULL, ud, 0};
+    ds4_spec_stats st = {0};
+    ds4_run_opts ro = {
+        .n_steps = o->n_tokens, .top_k = o->top_k ? o->top_k : 1, .stop_at_eos = o->stop_at_eos != 0,
+        .golden_path = o->golden_path, .dump_path = o->dump_path, .vec_path = o->vec_path,
+        .vec_id = o->vec_id ? o->vec_id : "ds4ref",
+        .vec_prompt_path = o->vec_prompt_path ? o->vec_prompt_path : "prompt.txt",
+        .prompt_text = o->prompt_text, .prompt_text_len = o->prompt_text_len,
+        .on_step = bridge_step, .step_ud = &b, .stop = o->stop,
+        .spec = &sc, .seed = o->seed, .stats = &st,
+    };
+    const ds4_tokenizer *tok = s->model->m.has_tok ? &s->model->m.tok : NULL;
+    int rc = ds4_run_golden(&s->s, tok, prompt, (uint32_t)n_prompt, &ro, NULL, &e);
+    if (sc.drafter) ds4_drafter_free(sc.drafter);
+    stats_out(&st, o->stats);
+    if (rc) return api_fail(err, &e);
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *prompts,
+                          const size_t *n_prompt, size_t n_rows,
+                          const ds4ref_generate_options *o, ds4ref_row_step_fn fn, void *ud,
+                          ds4ref_error *err) {
+    ds4ref_generate_options def;
+    if (!o) {
+        ds4ref_generate_options_init(&def);
+        o = &def;
+    }
+    if (!n_rows) return 0;
+    if (n_rows > UINT32_MAX) return api_fail_msg(err, DS4REF_E_ARG, "too many rows");
+    ds4ref_model *m = rows[0]->model;
+    uint32_t n = (uint32_t)n_rows, max_ctx = 0, max_chunk = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (rows[i]->model != m) return api_fail_msg(err, DS4REF_E_ARG, "the rows' sessions belong to different models");
+        if (n_prompt[i] > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
+        if (rows[i]->s.kv.ctx > max_ctx) max_ctx = rows[i]->s.kv.ctx;
+        if (rows[i]->s.kv.chunk > max_chunk) max_chunk = rows[i]->s.kv.chunk;
+    }
+    ds4err e = {0};
+    ds4_spec_cfg sc;
+    if (spec_setup(m, o, n, max_ctx, max_chunk, &sc, &e)) return api_fail(err, &e);
+    ds4_session **ss = calloc(n, sizeof(*ss));
+    uint32_t *lens = calloc(n, sizeof(*lens));
+    ds4_spec_row *sr = calloc(n, sizeof(*sr));
+    step_bridge *br = calloc(n, sizeof(*br));
+    int rc = -1;
+    if (!ss || !lens || !sr || !br) {
+        ds4err_set(&e, DS4_E_NOMEM, "out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        ss[i] = &rows[i]->s;
+        lens[i] = (uint32_t)n_prompt[i];
+        if (lens[i] > ss[i]->kv.ctx) {
+            ds4err_set(&e, DS4_E_RANGE, "row %u: the prompt has %u tokens, more than the context of %u",
+                       i, lens[i], ss[i]->kv.ctx);
+            goto done;
+        }
+        ds4_session_reset(ss[i]);
+        uint64_t room = (uint64_t)ss[i]->kv.ctx - lens[i] + 1;
+        br[i] = (step_bridge){m, NULL, fn, ud, i};
+        sr[i] = (ds4_spec_row){.s = ss[i], .seed = o->seed + i, .cb = bridge_step, .ud = &br[i],
+                               .n_steps = (uint32_t)(room < o->n_tokens ? room : o->n_tokens)};
+        sr[i].steps = calloc(sr[i].n_steps ? sr[i].n_steps : 1, sizeof(ds4_gen_step));
+        if (!sr[i].steps) {
+            ds4err_set(&e, DS4_E_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    ds4_gen_opts go = {.n_steps = o->n_tokens, .top_k = o->top_k ? o->top_k : 1,
+                       .eos = m->m.has_tok ? ds4_tok_special(&m->m.tok, DS4_SPECIAL_EOS) : -1,
+                       .stop_at_eos = o->stop_at_eos != 0};
+    ds4_spec_stats st = {0};
+    if (!ds4_spec_prefill(sc.drafter, ss, prompts, lens, n, &e) &&
+        !ds4_spec_generate(&sc, &go, sr, n, &st, &e))
+        rc = 0;
+    stats_out(&st, o->stats);
+done:
+    for (uint32_t i = 0; sr && i < n; i++)
+        if (sr[i].steps) {
+            ds4_gen_steps_free(sr[i].steps, sr[i].n_done);
+            free(sr[i].steps);
+        }
+    if (sc.drafter) ds4_drafter_free(sc.drafter);
+    free(ss);
+    free(lens);
+    free(sr);
+    free(br);
+    if (rc) return api_fail(err, &e);
+    api_ok(err);
+    return 0;
+}

@@ -1,0 +1,57 @@
+/* Running a prompt to a golden: evaluate the prompt, generate greedily, and
+ * record every step into a golden stream (and optionally a ds4
+ * --dump-logprobs JSON and an official.vec case).  Shared by `ds4ref
+ * --golden-out`, `make vectors` and `ds4_test --golden-vectors`, so the
+ * committed goldens and a user's goldens come from the same code. */
+#ifndef DS4_GOLDENRUN_H
+#define DS4_GOLDENRUN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "decode/generate.h"
+#include "trace/golden.h"
+#include "decode/session.h"
+#include "decode/spec.h"
+
+#define DS4REF_VERSION "0.1.0"
+
+typedef struct ds4_run_opts {
+    uint32_t n_steps;
+    uint32_t top_k;
+    bool stop_at_eos;
+    const char *golden_path;      /* NULL: keep the golden in memory only */
+    const char *dump_path;        /* ds4 --dump-logprobs JSON, or NULL */
+    const char *vec_path;         /* official.vec to append a case to, or NULL */
+    const char *vec_id;
+    const char *vec_prompt_path;  /* the prompt path written into the case */
+    const uint8_t *prompt_text;   /* recorded in the golden when not NULL */
+    size_t prompt_text_len;
+    /* Called with each generated token's bytes (e.g. to print the text). */
+    void (*on_text)(void *ud, const uint8_t *bytes, size_t n);
+    void *ud;
+    /* Called with each step's full record; non-zero stops generation (the
+     * outputs are then finished as complete, stop "length"). */
+    ds4_gen_cb on_step;
+    void *step_ud;
+    /* Set asynchronously (SIGINT): generation stops and the outputs are
+     * written, marked incomplete. */
+    volatile sig_atomic_t *stop;
+    /* Speculative decoding and/or sampling (NULL: plain greedy).  Greedy
+     * speculation gives the same records as plain greedy; sampled runs
+     * (temp > 0) record no golden, dump or vec output. */
+    const ds4_spec_cfg *spec;
+    uint64_t seed;
+    ds4_spec_stats *stats;        /* added to, when not NULL */
+} ds4_run_opts;
+
+/* Evaluate prompt[0..n_prompt) on a fresh session and generate (the
+ * drafter of o->spec, if any, is shown the prompt too).  tok may be
+ * NULL (token bytes are then empty).  On success *out (if not NULL) holds
+ * the golden (caller frees with ds4_golden_free). */
+int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
+                   uint32_t n_prompt, const ds4_run_opts *o, ds4_golden *out, ds4err *err);
+
+#endif
