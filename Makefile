@@ -128,7 +128,7 @@ fuzz-smoke:
 
 # make install PREFIX=/usr/local: header, libraries, binaries, pkg-config file.
 PREFIX ?= /usr/local
-VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' ref/trace/goldenrun.h)
+VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' base/version.h)
 .PHONY: install examples
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

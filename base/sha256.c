@@ -1,6 +1,9 @@
 #include "base/sha256.h"
 
+
 #include <string.h>
+
+#include "base/hex.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -82,15 +85,6 @@ void ds4_sha256_final(ds4_sha256 *s, uint8_t out[32]) {
         out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
         out[4 * i + 3] = (uint8_t)s->h[i];
     }
-}
-
-void ds4_hex(const uint8_t *bytes, size_t n, char *out) {
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[bytes[i] >> 4];
-        out[2 * i + 1] = digits[bytes[i] & 15];
-    }
-    out[2 * n] = '\0';
 }
 
 void ds4_sha256_hex(const void *data, size_t n, char out[65]) {

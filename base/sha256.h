@@ -19,6 +19,5 @@ void ds4_sha256_final(ds4_sha256 *s, uint8_t out[32]);
 
 /* One-shot digest as 64 lowercase hex characters + NUL. */
 void ds4_sha256_hex(const void *data, size_t n, char out[65]);
-void ds4_hex(const uint8_t *bytes, size_t n, char *out);   /* 2n chars + NUL */
 
 #endif

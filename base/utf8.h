@@ -1,8 +1,10 @@
-/* UTF-8 decoding and encoding, shared by the JSON parser, the pre-tokenizer
- * and the tokenizer's byte-level alphabet. */
+/* UTF-8: the one rule of well-formedness every part of ds4ref applies
+ * (JSON, the pre-tokenizer, the byte-level alphabet, trace files, the
+ * terminal-safe printers), decoding and encoding. */
 #ifndef DS4_UTF8_H
 #define DS4_UTF8_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +32,19 @@ static inline size_t ds4_utf8_next(const unsigned char *s, size_t n, uint32_t *c
     if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
     *cp = v;
     return len;
+}
+
+/* Is s[0..n) well-formed UTF-8 (ds4_utf8_next's rule) throughout?  NUL
+ * bytes are well-formed UTF-8; callers that need C strings check for them
+ * themselves. */
+static inline bool ds4_utf8_valid(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = ds4_utf8_next(s + i, n - i, &cp);
+        if (!len) return false;
+        i += len;
+    }
+    return true;
 }
 
 /* Encode a code point (<= U+10FFFF, not a surrogate) into out; returns the

@@ -11,15 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
+#include "base/sha256.h"
+#include "decode/session.h"
+#include "ds4t.h"
+#include "model/model.h"
+#include "model/synth.h"
 #include "text/chat.h"
 #include "trace/diffmetrics.h"
-#include "ds4t.h"
-#include "base/fileio.h"
+#include "trace/golden_read.h"
 #include "trace/goldenrun.h"
-#include "model/model.h"
-#include "decode/session.h"
-#include "base/sha256.h"
-#include "model/synth.h"
 
 typedef struct entry {
     char name[128], config[32], types[8], qat[8], prompt[256], model_sha[65], golden_sha[65];

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "text/chat.h"
+#include "text/json.h"
 
 #define BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
 #define EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"

@@ -12,12 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
+#include "testutil.h"
+#include "text/json.h"
 #include "trace/diffmetrics.h"
 #include "trace/ds4dump.h"
-#include "base/fileio.h"
 #include "trace/golden.h"
+#include "trace/golden_write.h"
 #include "trace/lpvec.h"
-#include "testutil.h"
 
 enum { MAXK = 8 };
 

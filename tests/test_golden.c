@@ -22,15 +22,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "trace/ds4dump.h"
 #include "base/fileio.h"
+#include "base/hex.h"
+#include "base/sha256.h"
 #include "decode/generate.h"
+#include "model/modelid.h"
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
-#include "trace/golden.h"
-#include "model/modelid.h"
-#include "base/sha256.h"
 #include "testutil.h"
+#include "trace/ds4dump.h"
+#include "trace/golden.h"
+#include "trace/golden_read.h"
+#include "trace/golden_write.h"
+#include "trace/goldenrun.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -104,6 +108,15 @@ static void make_gen(gen *g, uint32_t n, const int32_t *ids, const float *logits
     memset(g->st.digest, digest_byte, 32);
 }
 
+/* A generation step into a golden writer, as the golden runner records it. */
+static int write_gen(ds4_golden_writer *w, const ds4_gen_step *gs, ds4err *err) {
+    ds4_golden_step st;
+    int rc = ds4_golden_step_of(gs, fake_bytes, NULL, &st, err);
+    if (rc == 0) rc = ds4_golden_writer_step(w, &st, err);
+    ds4_golden_step_free(&st);
+    return rc;
+}
+
 /* The two steps of the hand-written example. */
 static void example_steps(gen s[2]) {
     make_gen(&s[0], 2, (int32_t[]){1, 4}, (float[]){12.5f, 0.1f}, (double[]){-0.25, -0.1},
@@ -161,7 +174,7 @@ static ds4_golden_writer *example_writer(const char *path) {
     gen s[2];
     example_steps(s);
     for (int i = 0; i < 2; i++)
-        assert_int_equal(ds4_golden_writer_step(w, &s[i].st, fake_bytes, NULL, &err), 0);
+        assert_int_equal(write_gen(w, &s[i].st, &err), 0);
     assert_int_equal(ds4_golden_writer_finish(w, DS4_STOP_LENGTH, &err), 0);
     return w;
 }
@@ -319,7 +332,7 @@ static void test_numbers_round_trip_bit_exactly(void **state) {
             want_lp[i][k] = lp[k];
         }
         make_gen(&g, K, ids, lg, lp, (uint8_t)i);
-        assert_int_equal(ds4_golden_writer_step(w, &g.st, fake_bytes, NULL, &err), 0);
+        assert_int_equal(write_gen(w, &g.st, &err), 0);
     }
     assert_int_equal(ds4_golden_writer_finish(w, DS4_STOP_LENGTH, &err), 0);
     ds4_golden_writer_free(w);
@@ -471,7 +484,7 @@ static void test_interrupted_golden(void **state) {
     example_steps(s);
     uint32_t done = 0;
     for (uint32_t i = 0; i < 10 && !g_stop; i++) {
-        assert_int_equal(ds4_golden_writer_step(w, &s[i % 2].st, fake_bytes, NULL, &err), 0);
+        assert_int_equal(write_gen(w, &s[i % 2].st, &err), 0);
         done++;
         if (i == 2) raise(SIGINT);
     }
@@ -529,21 +542,21 @@ static void test_writer_refuses_what_the_reader_would(void **state) {
 
     assert_int_equal(ds4_golden_writer_open(&w, NULL, &h, &err), 0);
     make_gen(&g, 2, (int32_t[]){1, 2}, (float[]){1.0f, 2.0f}, (double[]){-1, -0.5}, 0);
-    assert_int_not_equal(ds4_golden_writer_step(w, &g.st, fake_bytes, NULL, &err), 0);
+    assert_int_not_equal(write_gen(w, &g.st, &err), 0);
     assert_non_null(strstr(err.msg, "descending"));
     make_gen(&g, 2, (int32_t[]){1, 2}, (float[]){2.0f, 1.0f}, (double[]){-INFINITY, -1}, 0);
-    assert_int_not_equal(ds4_golden_writer_step(w, &g.st, fake_bytes, NULL, &err), 0);
+    assert_int_not_equal(write_gen(w, &g.st, &err), 0);
     assert_non_null(strstr(err.msg, "finite"));
     make_gen(&g, 3, (int32_t[]){1, 2, 3}, (float[]){3, 2, 1}, (double[]){-1, -2, -3}, 0);
-    assert_int_not_equal(ds4_golden_writer_step(w, &g.st, fake_bytes, NULL, &err), 0);
+    assert_int_not_equal(write_gen(w, &g.st, &err), 0);
     assert_non_null(strstr(err.msg, "top_k"));
     make_gen(&g, 2, (int32_t[]){1, 2000}, (float[]){2, 1}, (double[]){-1, -2}, 0);
-    assert_int_not_equal(ds4_golden_writer_step(w, &g.st, fake_bytes, NULL, &err), 0);
+    assert_int_not_equal(write_gen(w, &g.st, &err), 0);
     assert_non_null(strstr(err.msg, "no token 2000"));
     /* The greedy token must head its top list. */
     make_gen(&g, 2, (int32_t[]){1, 2}, (float[]){2, 1}, (double[]){-1, -2}, 0);
     g.st.logprob = -1.5;
-    assert_int_not_equal(ds4_golden_writer_step(w, &g.st, fake_bytes, NULL, &err), 0);
+    assert_int_not_equal(write_gen(w, &g.st, &err), 0);
     assert_non_null(strstr(err.msg, "top[0]"));
     /* Nothing was recorded; "length" needs max_steps steps. */
     assert_int_equal(ds4_golden_writer_golden(w)->n_steps, 0);

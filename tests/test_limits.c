@@ -34,15 +34,16 @@
 
 #include <cmocka.h>
 
-#include "forward/forward.h"
-#include "trace/golden.h"
-#include "text/json.h"
-#include "malformed.h"
-#include "model/model.h"
 #include "base/reslimit.h"
 #include "decode/session.h"
+#include "forward/forward.h"
+#include "malformed.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "testutil.h"
+#include "text/json.h"
+#include "trace/golden.h"
+#include "trace/golden_read.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "text/json.h"
 #include "text/pretok.h"
 #include "text/tokenizer.h"
 

@@ -10,16 +10,17 @@
 #include <string.h>
 
 #include "api/apierr.h"
-#include "text/chat.h"
-#include "quant/formats.h"
-#include "forward/forward.h"
-#include "trace/goldenrun.h"
-#include "model/model.h"
-#include "decode/sample.h"
-#include "decode/mtp.h"
 #include "base/reslimit.h"
+#include "base/version.h"
+#include "decode/mtp.h"
+#include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/spec.h"
+#include "forward/forward.h"
+#include "model/model.h"
+#include "quant/formats.h"
+#include "text/chat.h"
+#include "trace/goldenrun.h"
 
 struct ds4ref_model {
     ds4_model m;

@@ -15,6 +15,8 @@
  *   6. grouped output projection.
  * A token reads only rows of positions it may see, all of which exist by step
  * 5, so the result does not depend on which other tokens share the batch. */
+#include "forward/attention.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,19 +24,10 @@
 #include <omp.h>
 
 #include "base/detmath.h"
-#include "forward/forward.h"
+#include "forward/compressor.h"
+#include "forward/indexer.h"
+#include "forward/norm.h"
 #include "forward/qat.h"
-
-/* Per-thread double buffer of at least `n` entries per thread. */
-static int scratch_doubles(ds4_fwd_scratch *s, uint32_t n, ds4err *err) {
-    uint32_t threads = (uint32_t)omp_get_max_threads();
-    if (n <= s->attn_p_stride && s->attn_p) return 0;
-    free(s->attn_p);
-    s->attn_p = malloc(sizeof(double) * (size_t)n * threads);
-    s->attn_p_stride = s->attn_p ? n : 0;
-    if (!s->attn_p) return ds4err_set(err, DS4_E_NOMEM, "out of memory for attention scratch");
-    return 0;
-}
 
 static uint32_t window_start(uint32_t pos, uint32_t swa) {
     return pos + 1 >= swa ? pos + 1 - swa : 0;
@@ -157,7 +150,7 @@ static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_m
 }
 
 /* Step 4: indexer queries, head weights and each token's selection. */
-static int run_indexer(const ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
+static int run_indexer(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
                  uint32_t T, ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
@@ -172,7 +165,7 @@ static int run_indexer(const ds4_engine *e, const ds4_layer *L, uint32_t il, con
         uint32_t v = (s->tok[t].pos + 1) / 4;
         if (v > max_vis) max_vis = v;
     }
-    if (scratch_doubles(s, max_vis + 1, err)) return -1;
+    if (ds4_engine_thread_doubles(e, max_vis + 1, err)) return -1;
 #pragma omp parallel for schedule(dynamic, 1) if (T > 1 && !e->tap)
     for (uint32_t t = 0; t < T; t++) {
         const ds4_tok *tk = &s->tok[t];
@@ -199,7 +192,7 @@ static int run_indexer(const ds4_engine *e, const ds4_layer *L, uint32_t il, con
 }
 
 /* Steps 5-6. */
-static int attend(const ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
+static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
                   uint32_t T, ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
@@ -210,7 +203,7 @@ static int attend(const ds4_engine *e, const ds4_layer *L, uint32_t il, const ds
         uint32_t n = pos - window_start(pos, c->swa) + 1 + (L->ratio ? s->nsel[t] : 0);
         if (n > max_rows) max_rows = n;
     }
-    if (scratch_doubles(s, max_rows, err)) return -1;
+    if (ds4_engine_thread_doubles(e, max_rows, err)) return -1;
     uint64_t qdim = (uint64_t)c->n_head * hd;
 #pragma omp parallel for schedule(dynamic, 1)
     for (uint64_t th = 0; th < (uint64_t)T * c->n_head; th++) {

@@ -10,13 +10,15 @@
  * compressed row sees 8 positions.  The pooled row is RMS-normed, RoPE'd at
  * the window's first position and, with QAT, rounded the official way (FP8 for
  * attention rows; Hadamard + FP4 for indexer rows). */
+#include "forward/compressor.h"
+
 #include <math.h>
 #include <string.h>
 
 #include "base/detmath.h"
-#include "forward/forward.h"
-#include "quant/formats.h"
+#include "forward/norm.h"
 #include "forward/qat.h"
+#include "quant/formats.h"
 
 void ds4_comp_store(ds4_comp_state *cs, const ds4_mat *ape, uint32_t pos,
                     const float *kv, const float *sc) {

@@ -1,6 +1,9 @@
 /* The output head (official ParallelHead): collapse the HC streams with
  * sigmoid weights, RMSNorm, LM head.  No soft-capping, no scaling. */
-#include "forward/forward.h"
+#include "forward/head.h"
+
+#include "forward/hyperconn.h"
+#include "forward/norm.h"
 
 void ds4_output_head(const ds4_model *m, const ds4_mat *hc_fn, const ds4_vec *hc_scale,
                      const ds4_vec *hc_base, const ds4_vec *norm, const float *x, uint32_t T,

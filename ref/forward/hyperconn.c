@@ -1,4 +1,4 @@
-/* Hyper-connections (mHC) and RMSNorm.
+/* Hyper-connections (mHC) and their Sinkhorn projection.
  *
  * The residual stream of DeepSeek V4 is n_hc parallel copies of the hidden
  * state.  Before a sublayer, hc_pre mixes them into one input vector with
@@ -11,27 +11,14 @@
  * kernel.hc_split_sinkhorn.  The mixes, Sinkhorn iterates and pre weights are
  * internal doubles; post and comb are stored as f32 for hc_post, and every
  * output row is rounded to f32 once. */
+#include "forward/hyperconn.h"
+
 #include <math.h>
 
 #include <omp.h>
 
 #include "base/detmath.h"
-#include "forward/forward.h"
-
-/* 1/sqrt(mean(x^2) + eps) of n values, in double. */
-static double rms_scale(const float *x, uint32_t n, float eps) {
-    double ss = ds4_sumsq_f32(x, n);
-    return 1.0 / sqrt(ss / n + (double)eps);
-}
-
-void ds4_rms_norm(const float *x, const float *w, uint32_t n, float eps, float *out) {
-    double rs = rms_scale(x, n, eps);
-    for (uint32_t i = 0; i < n; i++) {
-        double v = (double)x[i] * rs;
-        if (w) v *= (double)w[i];
-        out[i] = (float)v;
-    }
-}
+#include "forward/norm.h"
 
 /* mix[k] = (fn row k . x) * rsqrt(mean(x^2) + eps), the official order
  * (F.linear on the raw state, then the norm factor).  Called for one token
@@ -40,7 +27,7 @@ void ds4_rms_norm(const float *x, const float *w, uint32_t n, float eps, float *
  * team would be made of new threads every time. */
 static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, double *mix) {
     uint32_t n = c->n_hc * c->n_embd;
-    double rs = rms_scale(x, n, c->rms_eps);
+    double rs = ds4_rms_scale(x, n, c->rms_eps);
 #pragma omp parallel for schedule(static) if (omp_get_level() == 0)
     for (uint64_t k = 0; k < fn->rows; k++)
         mix[k] = ds4_dot_row(fn->type, fn->data + k * fn->row_bytes, x, n) * rs;
@@ -59,7 +46,7 @@ static void hc_collapse(const ds4_config *c, const double *w, const float *x, fl
 /* Row softmax (+eps), then alternate column and row normalization: the
  * official hc_split_sinkhorn, which ends with a column pass.  cm is hc x hc,
  * row i = input stream, column j = output stream. */
-static void sinkhorn(double *cm, uint32_t hc, uint32_t iters, double eps) {
+void ds4_sinkhorn(double *cm, uint32_t hc, uint32_t iters, double eps) {
     for (uint32_t i = 0; i < hc; i++) {
         double *row = cm + i * hc;
         double mx = row[0];
@@ -100,7 +87,7 @@ void ds4_hc_pre(const ds4_config *c, const ds4_mat *fn, const ds4_vec *scale,
         post[h] = (float)(2.0 * ds4_sigmoid(mix[hc + h] * s[1] + b[hc + h]));
     }
     for (uint32_t k = 0; k < hc * hc; k++) cm[k] = mix[2 * hc + k] * s[2] + b[2 * hc + k];
-    sinkhorn(cm, hc, c->sinkhorn_iter, eps);
+    ds4_sinkhorn(cm, hc, c->sinkhorn_iter, eps);
     for (uint32_t k = 0; k < hc * hc; k++) comb[k] = (float)cm[k];
     hc_collapse(c, pre, x, y);
 }

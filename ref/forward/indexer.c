@@ -9,10 +9,10 @@
  * score descending, then by entry index ascending, so ties and the batch shape
  * never change which entries are kept.  The result is returned in ascending
  * entry order, the order attention visits them. */
+#include "forward/indexer.h"
+
 #include <math.h>
 #include <stdlib.h>
-
-#include "forward/forward.h"
 
 /* a ranks before b: higher score, or equal score and lower index.  NaN ranks
  * last. */

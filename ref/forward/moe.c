@@ -15,11 +15,12 @@
  * prefill reads each expert's weights once, and the experts' products run
  * together in a few parallel regions (run_batch); every (token, row) value
  * is still the canonical dot, identical to one-token decode. */
+#include "forward/moe.h"
+
 #include <math.h>
 #include <string.h>
 
 #include "base/detmath.h"
-#include "forward/forward.h"
 
 static double router_score(float logit) {
     return sqrt(ds4_softplus((double)logit));

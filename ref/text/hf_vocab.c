@@ -2,6 +2,7 @@
  * (ds4_vocab, see tokenizer.h).  Used by the synthetic model generator to
  * embed the real DeepSeek vocabulary, and by tests to build the official
  * tokenizer without a GGUF. */
+#include "text/json.h"
 #include "text/tokenizer.h"
 
 #include <errno.h>

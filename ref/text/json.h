@@ -1,5 +1,4 @@
-/* A small strict JSON parser (RFC 8259) and a byte buffer with a JSON string
- * writer.
+/* A small strict JSON parser (RFC 8259) and a JSON string writer.
  *
  * ds4ref reads JSON in a few places: Hugging Face tokenizer.json files, the
  * official chat encoder's message lists and test fixtures.  None of them need
@@ -21,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 
 /* Arrays and objects nested deeper than this are rejected: the parser is
@@ -66,19 +66,6 @@ const ds4_json *ds4_json_get(const ds4_json *obj, const char *key);
 
 /* True when v is a STRING equal to the NUL-terminated s. */
 bool ds4_json_is_str(const ds4_json *v, const char *s);
-
-/* Growable byte buffer.  An allocation failure sets `failed`; later appends
- * are ignored, so a writer can append freely and check once at the end. */
-typedef struct ds4_buf {
-    char *p;            /* NUL-terminated whenever len > 0 */
-    size_t len;
-    size_t cap;
-    bool failed;
-} ds4_buf;
-
-int ds4_buf_put(ds4_buf *b, const void *data, size_t n);
-int ds4_buf_puts(ds4_buf *b, const char *s);
-void ds4_buf_free(ds4_buf *b);
 
 /* Append s[0..n) as a JSON string literal with the escapes Python's
  * json.dumps(..., ensure_ascii=False) produces: \" \\ \b \f \n \r \t, other

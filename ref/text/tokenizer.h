@@ -25,7 +25,7 @@
 
 #include "base/err.h"
 #include "quant/gguf.h"
-#include "text/json.h"
+#include "base/buf.h"
 #include "text/pretok.h"
 
 /* A byte string that is not NUL-terminated (GGUF strings point into the

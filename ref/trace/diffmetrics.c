@@ -8,10 +8,13 @@
 #include <string.h>
 
 #include "base/detmath.h"
-#include "trace/ds4dump.h"
 #include "base/fileio.h"
-#include "trace/lpvec.h"
+#include "base/hex.h"
 #include "base/sha256.h"
+#include "text/json.h"
+#include "trace/ds4dump.h"
+#include "trace/golden_read.h"
+#include "trace/lpvec.h"
 
 static const uint32_t top_n[DS4_DIFF_NTOP] = {1, 5, 20};
 

@@ -45,7 +45,7 @@
 
 #include "base/err.h"
 #include "trace/golden.h"
-#include "text/json.h"
+#include "base/buf.h"
 
 enum { DS4_DIFF_TOP1, DS4_DIFF_TOP5, DS4_DIFF_TOP20, DS4_DIFF_NTOP };
 

@@ -1,33 +1,23 @@
 #include "trace/ds4dump.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/fileio.h"
 #include "base/utf8.h"
+#include "text/json.h"
+#include "trace/record.h"
 
 /* ================================================================ writing */
-
-static bool utf8_valid(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = ds4_utf8_next(s + i, n - i, &cp);
-        if (!len) return false;
-        i += len;
-    }
-    return true;
-}
 
 /* ds4's json_write_string: its escapes, not Python's (\b and \f go out as
  * \u0008 and \u000c, DEL stays raw). */
 static void put_text(ds4_buf *b, const uint8_t *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
-    bool valid = utf8_valid(s, n);
+    bool valid = ds4_utf8_valid(s, n);
     ds4_buf_put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         uint8_t c = s[i];
@@ -99,114 +89,67 @@ int ds4_dump_write(const ds4_golden *g, const char *path, ds4err *err) {
 
 /* ================================================================ reading */
 
-typedef struct rd {
-    const char *name;
-    ds4err *err;
-} rd;
-
-static int bad(const rd *r, const char *where, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(const rd *r, const char *where, const char *fmt, ...) {
-    char msg[DS4_ERR_MSG];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return ds4err_set(r->err, DS4_E_FORMAT, "%s: %s: %s", r->name, where, msg);
-}
-
-static int get_uint(const rd *r, const ds4_json *v, const char *where, uint64_t max,
-                    uint64_t *out) {
-    if (!v) return bad(r, where, "missing");
-    if (v->type != DS4_JSON_NUMBER || strspn(v->str, "0123456789") != v->len)
-        return bad(r, where, "expected a non-negative integer");
-    errno = 0;
-    unsigned long long x = strtoull(v->str, NULL, 10);
-    if (errno || x > max) return bad(r, where, "%.40s is out of range 0..%" PRIu64, v->str, max);
-    *out = x;
-    return 0;
-}
-
-static int get_f32(const rd *r, const ds4_json *v, const char *where, float *out) {
-    if (!v) return bad(r, where, "missing");
-    if (v->type != DS4_JSON_NUMBER) return bad(r, where, "expected a number");
-    char *end;
-    float x = strtof(v->str, &end);
-    if (end != v->str + v->len || !isfinite(x))
-        return bad(r, where, "%.40s is not a finite f32 value", v->str);
-    *out = x;
-    return 0;
-}
-
-static int read_tok(const rd *r, const ds4_json *v, const char *where, ds4_golden_tok *t) {
+static int read_tok(const ds4_rd *r, const ds4_json *v, const char *where, ds4_golden_tok *t) {
     char w[120];
-    if (!v || v->type != DS4_JSON_OBJECT) return bad(r, where, "expected a token object");
+    if (!v || v->type != DS4_JSON_OBJECT)
+        return ds4_rd_fail(r, "%s: expected a token object", where);
     uint64_t id;
     snprintf(w, sizeof(w), "%s.id", where);
-    if (get_uint(r, ds4_json_get(v, "id"), w, INT32_MAX, &id)) return -1;
+    if (ds4_rd_uint(r, ds4_json_get(v, "id"), w, INT32_MAX, &id)) return -1;
     t->id = (int32_t)id;
     const ds4_json *text = ds4_json_get(v, "text");
     if (!text || text->type != DS4_JSON_STRING)
-        return bad(r, where, "\"text\" is missing or not a string");
+        return ds4_rd_fail(r, "%s: \"text\" is missing or not a string", where);
     const ds4_json *bytes = ds4_json_get(v, "bytes");
     if (!bytes || bytes->type != DS4_JSON_ARRAY)
-        return bad(r, where, "\"bytes\" is missing or not an array");
+        return ds4_rd_fail(r, "%s: \"bytes\" is missing or not an array", where);
     if (bytes->n > DS4_GOLDEN_MAX_TOKEN_BYTES)
-        return bad(r, where, "%zu bytes, more than %d", bytes->n, DS4_GOLDEN_MAX_TOKEN_BYTES);
+        return ds4_rd_fail(r, "%s: %zu bytes, more than %d", where, bytes->n,
+                           DS4_GOLDEN_MAX_TOKEN_BYTES);
     t->bytes = malloc(bytes->n ? bytes->n : 1);
-    if (!t->bytes) return ds4err_set(r->err, DS4_E_NOMEM, "%s: out of memory", r->name);
+    if (!t->bytes) return ds4_rd_nomem(r);
     t->n_bytes = (uint32_t)bytes->n;
     for (size_t i = 0; i < bytes->n; i++) {
         uint64_t b;
         snprintf(w, sizeof(w), "%s.bytes[%zu]", where, i);
-        if (get_uint(r, &bytes->elems[i], w, 255, &b)) return -1;
+        if (ds4_rd_uint(r, &bytes->elems[i], w, 255, &b)) return -1;
         t->bytes[i] = (uint8_t)b;
     }
     return 0;
 }
 
-static void tok_clear(ds4_golden_tok *t) {
-    free(t->bytes);
-    memset(t, 0, sizeof(*t));
-}
-
-static void step_clear(ds4_golden_step *s) {
-    tok_clear(&s->tok);
-    for (uint32_t i = 0; i < s->n_top; i++) tok_clear(&s->top[i]);
-    free(s->top);
-    memset(s, 0, sizeof(*s));
-}
-
-static int read_step(const rd *r, const ds4_json *v, size_t i, uint32_t top_k,
+static int read_step(const ds4_rd *r, const ds4_json *v, size_t i, uint32_t top_k,
                      ds4_golden_step *st) {
     char w[120];
     snprintf(w, sizeof(w), "steps[%zu]", i);
-    if (!v || v->type != DS4_JSON_OBJECT) return bad(r, w, "expected an object");
+    if (!v || v->type != DS4_JSON_OBJECT) return ds4_rd_fail(r, "%s: expected an object", w);
     uint64_t idx;
     snprintf(w, sizeof(w), "steps[%zu].step", i);
-    if (get_uint(r, ds4_json_get(v, "step"), w, UINT32_MAX, &idx)) return -1;
-    if (idx != i) return bad(r, w, "is %" PRIu64 ", expected %zu", idx, i);
+    if (ds4_rd_uint(r, ds4_json_get(v, "step"), w, UINT32_MAX, &idx)) return -1;
+    if (idx != i) return ds4_rd_fail(r, "%s: is %" PRIu64 ", expected %zu", w, idx, i);
     snprintf(w, sizeof(w), "steps[%zu].selected", i);
     if (read_tok(r, ds4_json_get(v, "selected"), w, &st->tok)) return -1;
     const ds4_json *top = ds4_json_get(v, "top_logprobs");
     snprintf(w, sizeof(w), "steps[%zu].top_logprobs", i);
-    if (!top || top->type != DS4_JSON_ARRAY) return bad(r, w, "missing or not an array");
-    if (top->n > top_k) return bad(r, w, "%zu entries, more than top_k %u", top->n, top_k);
+    if (!top || top->type != DS4_JSON_ARRAY)
+        return ds4_rd_fail(r, "%s: missing or not an array", w);
+    if (top->n > top_k)
+        return ds4_rd_fail(r, "%s: %zu entries, more than top_k %u", w, top->n, top_k);
     st->top = calloc(top->n ? top->n : 1, sizeof(ds4_golden_tok));
-    if (!st->top) return ds4err_set(r->err, DS4_E_NOMEM, "%s: out of memory", r->name);
+    if (!st->top) return ds4_rd_nomem(r);
     for (size_t k = 0; k < top->n; k++) {
         const ds4_json *e = &top->elems[k];
         ds4_golden_tok *t = &st->top[k];
         st->n_top = (uint32_t)k + 1;
         snprintf(w, sizeof(w), "steps[%zu].top_logprobs[%zu]", i, k);
-        if (e->type != DS4_JSON_OBJECT) return bad(r, w, "expected an object");
+        if (e->type != DS4_JSON_OBJECT) return ds4_rd_fail(r, "%s: expected an object", w);
         snprintf(w, sizeof(w), "steps[%zu].top_logprobs[%zu].token", i, k);
         if (read_tok(r, ds4_json_get(e, "token"), w, t)) return -1;
         float lp = 0;
         snprintf(w, sizeof(w), "steps[%zu].top_logprobs[%zu].logit", i, k);
-        if (get_f32(r, ds4_json_get(e, "logit"), w, &t->logit)) return -1;
+        if (ds4_rd_f32(r, ds4_json_get(e, "logit"), w, &t->logit)) return -1;
         snprintf(w, sizeof(w), "steps[%zu].top_logprobs[%zu].logprob", i, k);
-        if (get_f32(r, ds4_json_get(e, "logprob"), w, &lp)) return -1;
+        if (ds4_rd_f32(r, ds4_json_get(e, "logprob"), w, &lp)) return -1;
         t->logprob = lp;
     }
     return 0;
@@ -214,7 +157,7 @@ static int read_step(const rd *r, const ds4_json *v, size_t i, uint32_t top_k,
 
 int ds4_dump_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
                    ds4err *err) {
-    rd r = {name ? name : "dump", err};
+    ds4_rd r = {name ? name : "dump", 0, err};
     ds4_golden_init(g, DS4_TRACE_DUMP);
     g->has_ids = g->has_logits = g->lp_f32 = g->has_prompt_count = true;
     ds4_json_doc *doc;
@@ -223,28 +166,28 @@ int ds4_dump_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
     int rc = -1;
     uint64_t x;
     if (root->type != DS4_JSON_OBJECT) {
-        bad(&r, "top level", "expected an object");
+        ds4_rd_fail(&r, "top level: expected an object");
         goto out;
     }
     const ds4_json *src = ds4_json_get(root, "source");
     if (!src || src->type != DS4_JSON_STRING) {
-        bad(&r, "source", "missing or not a string");
+        ds4_rd_fail(&r, "source: missing or not a string");
         goto out;
     }
-    if (get_uint(&r, ds4_json_get(root, "prompt_tokens"), "prompt_tokens", UINT32_MAX, &x))
+    if (ds4_rd_uint(&r, ds4_json_get(root, "prompt_tokens"), "prompt_tokens", UINT32_MAX, &x))
         goto out;
     g->h.n_prompt = (uint32_t)x;
-    if (get_uint(&r, ds4_json_get(root, "ctx"), "ctx", UINT32_MAX, &x)) goto out;
+    if (ds4_rd_uint(&r, ds4_json_get(root, "ctx"), "ctx", UINT32_MAX, &x)) goto out;
     g->h.settings.ctx = (uint32_t)x;
-    if (get_uint(&r, ds4_json_get(root, "top_k"), "top_k", DS4_GOLDEN_MAX_TOP, &x)) goto out;
+    if (ds4_rd_uint(&r, ds4_json_get(root, "top_k"), "top_k", DS4_GOLDEN_MAX_TOP, &x)) goto out;
     g->h.settings.top_k = (uint32_t)x;
     const ds4_json *steps = ds4_json_get(root, "steps");
     if (!steps || steps->type != DS4_JSON_ARRAY) {
-        bad(&r, "steps", "missing or not an array");
+        ds4_rd_fail(&r, "steps: missing or not an array");
         goto out;
     }
     if (steps->n > UINT32_MAX) {
-        bad(&r, "steps", "too many steps");
+        ds4_rd_fail(&r, "steps: too many steps");
         goto out;
     }
     g->h.settings.max_steps = (uint32_t)steps->n;
@@ -253,7 +196,7 @@ int ds4_dump_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
         memset(&st, 0, sizeof(st));
         int s = read_step(&r, &steps->elems[i], i, g->h.settings.top_k, &st);
         if (s == 0) s = ds4_golden_push_step(g, &st, err);
-        step_clear(&st);
+        ds4_golden_step_free(&st);
         if (s) goto out;
     }
     rc = 0;

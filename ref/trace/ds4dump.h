@@ -28,7 +28,7 @@
 
 #include "base/err.h"
 #include "trace/golden.h"
-#include "text/json.h"
+#include "base/buf.h"
 
 #define DS4_DUMP_SOURCE "ds4ref"
 

@@ -20,22 +20,9 @@
  * official.vec cases (lpvec.h); the has_* flags say which fields a source
  * provides.
  *
- * Hooks for the CLI (ds4ref --golden-out F):
- *
- *     ds4_golden_writer *w;
- *     ds4_golden_writer_open(&w, path, &header, err);     // header line
- *     ... in the ds4_generate_greedy callback:
- *     ds4_golden_writer_step(w, step, tok_bytes, tok, err);   // one line
- *     ... when generation ends (or SIGINT set the CLI's flag):
- *     ds4_golden_writer_finish(w, DS4_STOP_LENGTH / _EOS / _INTERRUPTED, err);
- *     ds4_dump_write(ds4_golden_writer_golden(w), dump_path, err);   // optional
- *     ds4_lpv_append(vec_path, ds4_golden_writer_golden(w), &opts, err); // optional
- *     ds4_golden_writer_free(w);
- *
- * The writer streams each step into a temporary file and renames it over the
- * target only in finish (fileio.h), so an interrupted run leaves either the
- * previous file or a complete golden whose end line says "complete":false,
- * "stop":"interrupted" -- never a truncated one. */
+ * Writing is golden_write.h (the streaming writer the golden runner uses),
+ * reading golden_read.h (the strict reader); this header is the model and
+ * the rules both apply. */
 #ifndef DS4_GOLDEN_H
 #define DS4_GOLDEN_H
 
@@ -44,7 +31,6 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "text/json.h"
 #include "model/modelid.h"
 
 #define DS4_GOLDEN_FORMAT "ds4ref-golden-v1"
@@ -137,87 +123,43 @@ typedef struct ds4_golden {
     char vec_id[96];         /* DS4_TRACE_VEC: the case id */
 } ds4_golden;
 
-/* Resolves a token id to its bytes: appends them to *out (which arrives
- * empty).  The CLI passes a wrapper around ds4_tok_decode(); golden code
- * never depends on the tokenizer itself. */
-typedef int (*ds4_tok_bytes_fn)(void *ud, int32_t id, ds4_buf *out, ds4err *err);
-
 /* ------------------------------------------------------------ in memory */
 
 void ds4_golden_init(ds4_golden *g, ds4_trace_kind kind);
 void ds4_golden_free(ds4_golden *g);
+void ds4_golden_step_free(ds4_golden_step *s);
 
 /* Deep copy of h into g->h (and g becomes a full ds4ref golden: every has_*
  * flag set).  Validates what the file format requires: printable version,
  * UTF-8 names, top_k <= DS4_GOLDEN_MAX_TOP, a prompt token list. */
 int ds4_golden_set_header(ds4_golden *g, const ds4_golden_header *h, ds4err *err);
 
-struct ds4_gen_step;   /* generate.h */
-
-/* Append one generated step, resolving every token's bytes through fn.
- * Checks what the reader checks (finite scores, top list order, top[0] equal
- * to the greedy token, at most settings.top_k entries). */
-int ds4_golden_add_step(ds4_golden *g, const struct ds4_gen_step *st, ds4_tok_bytes_fn fn,
-                        void *ud, ds4err *err);
-
-/* Append a step already in golden form (deep copy), with the same checks
- * for a ds4ref golden; readers of other formats use it too. */
+/* Append a copy of step st; for a ds4ref golden, st must pass
+ * ds4_golden_check_step (DS4_E_FORMAT otherwise). */
 int ds4_golden_push_step(ds4_golden *g, const ds4_golden_step *st, ds4err *err);
+
+/* Append st itself, unchecked: g takes over its arrays and st is zeroed. */
+int ds4_golden_take_step(ds4_golden *g, ds4_golden_step *st, ds4err *err);
 
 /* Mark the end: stop reason and completeness (ds4_stop_complete). */
 void ds4_golden_set_end(ds4_golden *g, ds4_stop stop);
 
-/* ------------------------------------------------------------ file format */
+/* ------------------------------------------------------------ the rules */
 
-/* The whole file (header, steps, end line) into *out.  Needs a ds4ref
- * golden with its end set. */
-int ds4_golden_format(const ds4_golden *g, ds4_buf *out, ds4err *err);
+/* What a ds4ref golden step must satisfy (finite scores, the top list in
+ * order and without repeats, top[0] equal to the greedy token, at most
+ * settings.top_k entries): why[0] is '\0' when it does, else the reason. */
+void ds4_golden_check_step(const ds4_golden *g, const ds4_golden_step *s, char *why,
+                           size_t cap);
 
-/* Write the whole golden atomically. */
-int ds4_golden_write(const ds4_golden *g, const char *path, ds4err *err);
+/* The consistency an end record with this stop reason must have with the
+ * steps and settings (same convention). */
+void ds4_golden_check_end(const ds4_golden *g, ds4_stop stop, char *why, size_t cap);
 
-/* Strict reader: every line, key, type, number spelling, digest, count and
- * cross-check (recorded tensor list vs its combined digest, step numbering,
- * top list order, end line) is validated; errors are DS4_E_FORMAT and read
- * "NAME:LINE: what is wrong".  `name` labels messages. */
-int ds4_golden_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
-                     ds4err *err);
-int ds4_golden_read(const char *path, ds4_golden *g, ds4err *err);
+/* The stop reason named s[0..n), DS4_STOP_UNKNOWN when none is. */
+ds4_stop ds4_stop_by_name(const char *s, size_t n);
 
-/* ------------------------------------------------------------ streaming */
-
-typedef struct ds4_golden_writer ds4_golden_writer;
-
-/* Start a golden at path (the header line goes out at once).  path may be
- * NULL: the steps are then only collected in memory, for a CLI that wants a
- * dump or a .vec case but no golden file. */
-int ds4_golden_writer_open(ds4_golden_writer **w, const char *path,
-                           const ds4_golden_header *h, ds4err *err);
-
-/* Record one step and stream its line into the temporary file. */
-int ds4_golden_writer_step(ds4_golden_writer *w, const struct ds4_gen_step *st,
-                           ds4_tok_bytes_fn fn, void *ud, ds4err *err);
-
-/* Write the end line and commit the file.  complete is implied by stop
- * (length/eos/ctx: complete; interrupted/error: incomplete).  Call it from
- * ordinary context after a SIGINT handler set its flag.  Also fine after a
- * failed step: the steps recorded so far are kept. */
-int ds4_golden_writer_finish(ds4_golden_writer *w, ds4_stop stop, ds4err *err);
-
-/* Everything recorded so far (for ds4_dump_write / ds4_lpv_append). */
-const ds4_golden *ds4_golden_writer_golden(const ds4_golden_writer *w);
-
-/* Release; an unfinished file is abandoned (its temporary file removed). */
-void ds4_golden_writer_free(ds4_golden_writer *w);
-
-/* ------------------------------------------------------------ helpers */
-
-/* Hex digits (either case) to bytes: n must be even; -1 on a non-hex
- * character. */
-int ds4_hex_decode(const char *s, size_t n, uint8_t *out);
-
-/* Token bytes for humans: printable ASCII as is, everything else \xHH, cut
- * to about `max` output chars with "..." (always NUL-terminated). */
-void ds4_bytes_show(const uint8_t *b, uint32_t n, char *out, size_t max);
+/* DS4_E_NOMEM "out of memory building a golden". */
+int ds4_golden_nomem(ds4err *err);
 
 #endif

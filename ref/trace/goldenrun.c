@@ -1,13 +1,16 @@
 #include "trace/goldenrun.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/ds4dump.h"
+#include "base/version.h"
 #include "decode/generate.h"
-#include "trace/lpvec.h"
 #include "model/modelid.h"
+#include "trace/ds4dump.h"
+#include "trace/golden_write.h"
+#include "trace/lpvec.h"
 
 typedef struct run_ctx {
     const ds4_tokenizer *tok;
@@ -19,15 +22,69 @@ typedef struct run_ctx {
     bool caller_stopped;   /* on_step asked to stop */
 } run_ctx;
 
+/* Token bytes, at most DS4_GOLDEN_MAX_TOKEN_BYTES of them, into t. */
+static int token_of(ds4_golden_tok *t, int32_t id, ds4_tok_bytes_fn fn, void *ud, ds4err *err) {
+    ds4_buf b = {0};
+    t->id = id;
+    if (fn(ud, id, &b, err)) {
+        ds4_buf_free(&b);
+        return -1;
+    }
+    if (b.failed) {
+        ds4_buf_free(&b);
+        return ds4_golden_nomem(err);
+    }
+    if (b.len > DS4_GOLDEN_MAX_TOKEN_BYTES) {
+        ds4_buf_free(&b);
+        return ds4err_set(err, DS4_E_RANGE, "token %" PRId32 " has %zu bytes, more than %d",
+                          id, b.len, DS4_GOLDEN_MAX_TOKEN_BYTES);
+    }
+    t->n_bytes = (uint32_t)b.len;
+    t->bytes = b.len ? (uint8_t *)b.p : malloc(1);
+    if (!t->bytes) return ds4_golden_nomem(err);
+    return 0;
+}
+
+int ds4_golden_step_of(const ds4_gen_step *gs, ds4_tok_bytes_fn fn, void *ud,
+                       ds4_golden_step *st, ds4err *err) {
+    memset(st, 0, sizeof(*st));
+    if (gs->n_top > DS4_GOLDEN_MAX_TOP)
+        return ds4err_set(err, DS4_E_RANGE, "%u alternatives, more than %d", gs->n_top,
+                          DS4_GOLDEN_MAX_TOP);
+    st->top = calloc(gs->n_top ? gs->n_top : 1, sizeof(ds4_golden_tok));
+    if (!st->top) return ds4_golden_nomem(err);
+    int rc = token_of(&st->tok, gs->token, fn, ud, err);
+    st->tok.logit = gs->logit;
+    st->tok.logprob = gs->logprob;
+    memcpy(st->logits_sha256, gs->digest, 32);
+    for (uint32_t i = 0; rc == 0 && i < gs->n_top; i++) {
+        rc = token_of(&st->top[i], gs->top_ids[i], fn, ud, err);
+        st->top[i].logit = gs->top_logits[i];
+        st->top[i].logprob = gs->top_logprobs[i];
+        st->n_top = i + 1;
+    }
+    if (rc) ds4_golden_step_free(st);
+    return rc;
+}
+
 static int token_bytes(void *ud, int32_t id, ds4_buf *out, ds4err *err) {
     const ds4_tokenizer *tok = ud;
     if (!tok) return 0;
     return ds4_tok_decode(tok, &id, 1, out, err);
 }
 
+/* The step into the golden being written. */
+static int record_step(run_ctx *r, const ds4_gen_step *gs) {
+    ds4_golden_step st;
+    int rc = ds4_golden_step_of(gs, token_bytes, (void *)r->tok, &st, r->err);
+    if (rc == 0) rc = ds4_golden_writer_step(r->w, &st, r->err);
+    ds4_golden_step_free(&st);
+    return rc;
+}
+
 static int on_step(void *ud, uint32_t step, const ds4_gen_step *st) {
     run_ctx *r = ud;
-    if (r->w && ds4_golden_writer_step(r->w, st, token_bytes, (void *)r->tok, r->err)) {
+    if (r->w && record_step(r, st)) {
         r->failed = 1;
         return 1;
     }

@@ -10,13 +10,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "decode/generate.h"
-#include "trace/golden.h"
 #include "decode/session.h"
 #include "decode/spec.h"
-
-#define DS4REF_VERSION "0.1.0"
+#include "trace/golden.h"
 
 typedef struct ds4_run_opts {
     uint32_t n_steps;
@@ -46,6 +45,15 @@ typedef struct ds4_run_opts {
     uint64_t seed;
     ds4_spec_stats *stats;        /* added to, when not NULL */
 } ds4_run_opts;
+
+/* Resolves a token id to its bytes: appends them to *out (which arrives
+ * empty).  The runner passes the tokenizer's decoder; tests pass their own. */
+typedef int (*ds4_tok_bytes_fn)(void *ud, int32_t id, ds4_buf *out, ds4err *err);
+
+/* The golden record of a generation step: every token's bytes through fn,
+ * scores and digest copied.  Free *out with ds4_golden_step_free. */
+int ds4_golden_step_of(const ds4_gen_step *gs, ds4_tok_bytes_fn fn, void *ud,
+                       ds4_golden_step *out, ds4err *err);
 
 /* Evaluate prompt[0..n_prompt) on a fresh session and generate (the
  * drafter of o->spec, if any, is shown the prompt too).  tok may be

@@ -2,36 +2,21 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/fileio.h"
+#include "base/hex.h"
 #include "base/sha256.h"
+#include "trace/record.h"
 
 /* ================================================================ reading */
 
 /* ds4 trims and splits with isspace() in the C locale. */
 static bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
-
-typedef struct rd {
-    const char *name;
-    uint32_t line;
-    ds4err *err;
-} rd;
-
-static int bad(const rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(const rd *r, const char *fmt, ...) {
-    char msg[DS4_ERR_MSG];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return ds4err_set(r->err, DS4_E_FORMAT, "%s:%u: %s", r->name, r->line, msg);
 }
 
 enum { MAX_FIELDS = 6 };
@@ -62,43 +47,43 @@ static void split(fields *fs, const char *line, size_t n) {
 }
 
 /* Plain decimal digits, value in [lo, hi]. */
-static int get_num(const rd *r, const char *s, const char *what, uint32_t lo, uint32_t hi,
+static int get_num(const ds4_rd *r, const char *s, const char *what, uint32_t lo, uint32_t hi,
                    uint32_t *out) {
     if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 10)
-        return bad(r, "%s \"%.20s\" is not a decimal number", what, s);
+        return ds4_rd_fail(r, "%s \"%.20s\" is not a decimal number", what, s);
     unsigned long long v = strtoull(s, NULL, 10);
-    if (v < lo || v > hi) return bad(r, "%s %llu is out of range %u..%u", what, v, lo, hi);
+    if (v < lo || v > hi) return ds4_rd_fail(r, "%s %llu is out of range %u..%u", what, v, lo, hi);
     *out = (uint32_t)v;
     return 0;
 }
 
-static int get_hex(const rd *r, const char *s, size_t n, const char *what, ds4_lpv_tok *t) {
+static int get_hex(const ds4_rd *r, const char *s, size_t n, const char *what, ds4_lpv_tok *t) {
     if (n > 2 * DS4_LPV_MAX_TOKEN_BYTES)
-        return bad(r, "%s: %zu hex digits, more than %d", what, n, 2 * DS4_LPV_MAX_TOKEN_BYTES);
+        return ds4_rd_fail(r, "%s: %zu hex digits, more than %d", what, n, 2 * DS4_LPV_MAX_TOKEN_BYTES);
     if (n % 2 || ds4_hex_decode(s, n, t->bytes))
-        return bad(r, "%s \"%.40s\" is not an even number of hex digits", what, s);
+        return ds4_rd_fail(r, "%s \"%.40s\" is not an even number of hex digits", what, s);
     t->n_bytes = (uint32_t)(n / 2);
     return 0;
 }
 
 /* A decimal float (what %f reads, without inf/nan/hex forms), finite in f32. */
-static int get_logprob(const rd *r, const char *s, float *out) {
+static int get_logprob(const ds4_rd *r, const char *s, float *out) {
     char *end;
     if (strspn(s, "0123456789+-.eE") != strlen(s))
-        return bad(r, "logprob \"%.40s\" is not a decimal number", s);
+        return ds4_rd_fail(r, "logprob \"%.40s\" is not a decimal number", s);
     float v = strtof(s, &end);
     if (end == s || *end || !isfinite(v))
-        return bad(r, "logprob \"%.40s\" is not a finite float", s);
+        return ds4_rd_fail(r, "logprob \"%.40s\" is not a finite float", s);
     *out = v;
     return 0;
 }
 
-static int parse_case_line(const rd *r, const fields *fs, ds4_lpv_case *c) {
-    if (fs->n != 5) return bad(r, "expected \"case <id> <ctx> <nsteps> <prompt-path>\"");
+static int parse_case_line(const ds4_rd *r, const fields *fs, ds4_lpv_case *c) {
+    if (fs->n != 5) return ds4_rd_fail(r, "expected \"case <id> <ctx> <nsteps> <prompt-path>\"");
     if (fs->len[1] > DS4_LPV_MAX_ID)
-        return bad(r, "case id has %zu chars, more than %d", fs->len[1], DS4_LPV_MAX_ID);
+        return ds4_rd_fail(r, "case id has %zu chars, more than %d", fs->len[1], DS4_LPV_MAX_ID);
     if (fs->len[4] > DS4_LPV_MAX_PATH)
-        return bad(r, "prompt path has %zu chars, more than %d", fs->len[4], DS4_LPV_MAX_PATH);
+        return ds4_rd_fail(r, "prompt path has %zu chars, more than %d", fs->len[4], DS4_LPV_MAX_PATH);
     memcpy(c->id, fs->f[1], fs->len[1] + 1);
     memcpy(c->prompt, fs->f[4], fs->len[4] + 1);
     if (get_num(r, fs->f[2], "ctx", 1, INT32_MAX, &c->ctx) ||
@@ -115,26 +100,26 @@ typedef struct cur {
     uint32_t tops;           /* top records seen for the last step */
 } cur;
 
-static int parse_in_case(const rd *r, const char *p, const fields *fs, cur *k) {
+static int parse_in_case(const ds4_rd *r, const char *p, const fields *fs, cur *k) {
     ds4_lpv_case *c = k->c;
     if (!strcmp(p, "end")) {
         if (k->steps && k->tops < c->steps[k->steps - 1].n_top)
-            return bad(r, "step %u has %u top lines, %u announced", k->steps - 1, k->tops,
+            return ds4_rd_fail(r, "step %u has %u top lines, %u announced", k->steps - 1, k->tops,
                        c->steps[k->steps - 1].n_top);
         if (k->steps != c->n_steps)
-            return bad(r, "case %s ends after %u steps, %u announced", c->id, k->steps,
+            return ds4_rd_fail(r, "case %s ends after %u steps, %u announced", c->id, k->steps,
                        c->n_steps);
         k->c = NULL;
         return 1;
     }
     if (!strncmp(p, "step ", 5)) {
-        if (fs->n != 4) return bad(r, "expected \"step <index> <selected-hex> <top-count>\"");
+        if (fs->n != 4) return ds4_rd_fail(r, "expected \"step <index> <selected-hex> <top-count>\"");
         if (k->steps && k->tops < c->steps[k->steps - 1].n_top)
-            return bad(r, "step %u has %u top lines, %u announced", k->steps - 1, k->tops,
+            return ds4_rd_fail(r, "step %u has %u top lines, %u announced", k->steps - 1, k->tops,
                        c->steps[k->steps - 1].n_top);
         uint32_t idx = 0;
         if (get_num(r, fs->f[1], "step index", 0, c->n_steps - 1, &idx)) return -1;
-        if (idx != k->steps) return bad(r, "step %u where step %u was expected", idx, k->steps);
+        if (idx != k->steps) return ds4_rd_fail(r, "step %u where step %u was expected", idx, k->steps);
         ds4_lpv_step *s = &c->steps[idx];
         if (get_hex(r, fs->f[2], fs->len[2], "selected token", &s->selected) ||
             get_num(r, fs->f[3], "top-count", 0, DS4_LPV_MAX_TOP, &s->n_top))
@@ -144,11 +129,11 @@ static int parse_in_case(const rd *r, const char *p, const fields *fs, cur *k) {
         return 0;
     }
     if (!strncmp(p, "top ", 4)) {
-        if (fs->n != 3) return bad(r, "expected \"top <token-hex> <logprob>\"");
-        if (!k->steps) return bad(r, "top line before any step line");
+        if (fs->n != 3) return ds4_rd_fail(r, "expected \"top <token-hex> <logprob>\"");
+        if (!k->steps) return ds4_rd_fail(r, "top line before any step line");
         ds4_lpv_step *s = &c->steps[k->steps - 1];
         if (k->tops == s->n_top)
-            return bad(r, "more top lines than the %u step %u announced", s->n_top,
+            return ds4_rd_fail(r, "more top lines than the %u step %u announced", s->n_top,
                        k->steps - 1);
         ds4_lpv_tok *t = &s->top[k->tops];
         if (get_hex(r, fs->f[1], fs->len[1], "top token", t) ||
@@ -157,13 +142,13 @@ static int parse_in_case(const rd *r, const char *p, const fields *fs, cur *k) {
         k->tops++;
         return 0;
     }
-    return bad(r, "unexpected line in case %s (expected step, top or end)", c->id);
+    return ds4_rd_fail(r, "unexpected line in case %s (expected step, top or end)", c->id);
 }
 
-static int add_case(const rd *r, ds4_lpv_file *f, cur *k) {
-    if (f->n_cases == UINT32_MAX) return bad(r, "too many cases");
+static int add_case(const ds4_rd *r, ds4_lpv_file *f, cur *k) {
+    if (f->n_cases == UINT32_MAX) return ds4_rd_fail(r, "too many cases");
     ds4_lpv_case *p = realloc(f->cases, ((size_t)f->n_cases + 1) * sizeof(*p));
-    if (!p) return ds4err_set(r->err, DS4_E_NOMEM, "%s: out of memory", r->name);
+    if (!p) return ds4_rd_nomem(r);
     f->cases = p;
     k->c = &p[f->n_cases++];
     memset(k->c, 0, sizeof(*k->c));
@@ -174,24 +159,23 @@ static int add_case(const rd *r, ds4_lpv_file *f, cur *k) {
 int ds4_lpv_parse(const char *buf, size_t len, const char *name, ds4_lpv_file *f,
                   ds4err *err) {
     memset(f, 0, sizeof(*f));
-    rd r = {name ? name : "vectors", 0, err};
+    ds4_rd r = {name ? name : "vectors", 0, err};
     cur k = {0};
     fields *fs = malloc(sizeof(*fs));
     if (!fs) return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", r.name);
     size_t pos = 0;
     int rc = 0;
-    while (rc == 0 && pos < len) {
-        r.line++;
-        size_t start = pos;
-        const char *nl = memchr(buf + pos, '\n', len - pos);
-        size_t n = nl ? (size_t)(nl - (buf + pos)) : len - pos;
-        pos += n + (nl ? 1 : 0);
+    const char *lp;
+    size_t n;
+    bool newline;
+    while (rc == 0 && ds4_rd_next_line(&r, buf, len, &pos, &lp, &n, &newline)) {
+        size_t start = (size_t)(lp - buf);
         if (n > DS4_LPV_MAX_LINE) {
-            rc = bad(&r, "line of %zu bytes, more than %d", n, DS4_LPV_MAX_LINE);
+            rc = ds4_rd_fail(&r, "line of %zu bytes, more than %d", n, DS4_LPV_MAX_LINE);
             break;
         }
         if (memchr(buf + start, '\0', n)) {
-            rc = bad(&r, "NUL byte in line");
+            rc = ds4_rd_fail(&r, "NUL byte in line");
             break;
         }
         split(fs, buf + start, n);
@@ -205,14 +189,14 @@ int ds4_lpv_parse(const char *buf, size_t len, const char *name, ds4_lpv_file *f
         line[b - a] = '\0';
         if (!k.c) {
             if (strcmp(fs->f[0], "case")) {
-                rc = bad(&r, "unexpected line before a case (expected \"case ...\")");
+                rc = ds4_rd_fail(&r, "unexpected line before a case (expected \"case ...\")");
                 break;
             }
             rc = add_case(&r, f, &k);
             if (rc == 0) rc = parse_case_line(&r, fs, k.c);
             if (rc == 0) k.c->begin = start;
             if (rc == 0 && ds4_lpv_find(f, k.c->id) != k.c)
-                rc = bad(&r, "case id %s already used at line %u", k.c->id,
+                rc = ds4_rd_fail(&r, "case id %s already used at line %u", k.c->id,
                          ds4_lpv_find(f, k.c->id)->line);
             continue;
         }
@@ -223,7 +207,7 @@ int ds4_lpv_parse(const char *buf, size_t len, const char *name, ds4_lpv_file *f
     }
     if (rc == 0 && k.c) {
         r.line++;
-        rc = bad(&r, "case %s (line %u) has no end line", k.c->id, k.c->line);
+        rc = ds4_rd_fail(&r, "case %s (line %u) has no end line", k.c->id, k.c->line);
     }
     free(fs);
     if (rc) ds4_lpv_free(f);

@@ -33,7 +33,7 @@
 
 #include "base/err.h"
 #include "trace/golden.h"
-#include "text/json.h"
+#include "base/buf.h"
 
 #define DS4_LPV_MAX_LINE 2047
 #define DS4_LPV_MAX_ID 95

@@ -18,11 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzzutil.h"
+#include "text/json.h"
 #include "trace/diffmetrics.h"
 #include "trace/ds4dump.h"
-#include "fuzzutil.h"
 #include "trace/golden.h"
-#include "text/json.h"
+#include "trace/golden_read.h"
+#include "trace/golden_write.h"
 #include "trace/lpvec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -20,13 +20,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "trace/ds4dump.h"
 #include "base/fileio.h"
 #include "fuzzutil.h"
-#include "quant/gguf.h"
-#include "trace/golden.h"
-#include "trace/lpvec.h"
 #include "malformed.h"
+#include "quant/gguf.h"
+#include "trace/ds4dump.h"
+#include "trace/golden.h"
+#include "trace/golden_read.h"
+#include "trace/golden_write.h"
+#include "trace/lpvec.h"
 
 static const char *outdir;
 static unsigned n_written;
