@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "base/detmath.h"
+#include "base/rank.h"
 
 int32_t ds4_argmax(const float *logits, uint32_t n) {
     int32_t best = -1;
@@ -25,18 +26,15 @@ double ds4_logsumexp(const float *logits, uint32_t n) {
     return mx + ds4_log(s);
 }
 
-static int before(float a, int32_t ia, float b, int32_t ib) {
-    return a > b || (a == b && ia < ib);
-}
-
 uint32_t ds4_top_k(const float *logits, uint32_t n, uint32_t k, int32_t *ids, double *logprobs) {
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++) {
         float v = logits[i];
         if (v != v) continue;
-        if (m == k && (k == 0 || !before(v, (int32_t)i, logits[ids[k - 1]], ids[k - 1]))) continue;
+        if (m == k && (k == 0 || !ds4_ranks_before(v, i, logits[ids[k - 1]], (uint32_t)ids[k - 1])))
+            continue;
         uint32_t j = m < k ? m++ : k - 1;
-        while (j > 0 && before(v, (int32_t)i, logits[ids[j - 1]], ids[j - 1])) {
+        while (j > 0 && ds4_ranks_before(v, i, logits[ids[j - 1]], (uint32_t)ids[j - 1])) {
             ids[j] = ids[j - 1];
             j--;
         }

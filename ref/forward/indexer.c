@@ -14,21 +14,14 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* a ranks before b: higher score, or equal score and lower index.  NaN ranks
- * last. */
-static int ranks_before(double sa, uint32_t ia, double sb, uint32_t ib) {
-    if (sa != sa) return 0;
-    if (sb != sb) return 1;
-    if (sa != sb) return sa > sb;
-    return ia < ib;
-}
+#include "base/rank.h"
 
 /* Min-heap on rank: the root is the worst kept entry. */
 static void heap_sift_down(uint32_t *h, uint32_t n, uint32_t i, const double *s) {
     for (;;) {
         uint32_t l = 2 * i + 1, r = l + 1, w = i;
-        if (l < n && ranks_before(s[h[w]], h[w], s[h[l]], h[l])) w = l;
-        if (r < n && ranks_before(s[h[w]], h[w], s[h[r]], h[r])) w = r;
+        if (l < n && ds4_ranks_before(s[h[w]], h[w], s[h[l]], h[l])) w = l;
+        if (r < n && ds4_ranks_before(s[h[w]], h[w], s[h[r]], h[r])) w = r;
         if (w == i) return;
         uint32_t tmp = h[i];
         h[i] = h[w];
@@ -66,7 +59,7 @@ uint32_t ds4_indexer_select(const ds4_config *c, const ds4_comp_state *idx, cons
     for (uint32_t t = 0; t < k; t++) sel[t] = t;
     for (uint32_t i = k / 2; i-- > 0;) heap_sift_down(sel, k, i, score);
     for (uint32_t t = k; t < n_vis; t++) {
-        if (ranks_before(score[t], t, score[sel[0]], sel[0])) {
+        if (ds4_ranks_before(score[t], t, score[sel[0]], sel[0])) {
             sel[0] = t;
             heap_sift_down(sel, k, 0, score);
         }

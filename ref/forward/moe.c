@@ -21,17 +21,10 @@
 #include <string.h>
 
 #include "base/detmath.h"
+#include "base/rank.h"
 
 static double router_score(float logit) {
     return sqrt(ds4_softplus((double)logit));
-}
-
-/* a ranks before b: higher score, then lower expert id; NaN last. */
-static int ranks_before(double sa, int32_t ia, double sb, int32_t ib) {
-    if (sa != sa) return 0;
-    if (sb != sb) return 1;
-    if (sa != sb) return sa > sb;
-    return ia < ib;
 }
 
 /* Selection and weights of token t. */
@@ -51,9 +44,9 @@ static void route(const ds4_engine *e, const ds4_layer *L, const float *logits, 
         uint32_t n = 0;
         for (uint32_t x = 0; x < c->n_expert; x++) {
             double b = biased[x];
-            if (n == k && !ranks_before(b, (int32_t)x, best[k - 1], sel[k - 1])) continue;
+            if (n == k && !ds4_ranks_before(b, x, best[k - 1], (uint32_t)sel[k - 1])) continue;
             uint32_t i = n < k ? n++ : k - 1;
-            while (i > 0 && ranks_before(b, (int32_t)x, best[i - 1], sel[i - 1])) {
+            while (i > 0 && ds4_ranks_before(b, x, best[i - 1], (uint32_t)sel[i - 1])) {
                 best[i] = best[i - 1];
                 sel[i] = sel[i - 1];
                 i--;

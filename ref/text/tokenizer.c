@@ -31,9 +31,7 @@ const char *ds4_special_str(enum ds4_special which) {
 
 /* ------------------------------------------------------ byte alphabet */
 
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
- * the other 68 bytes (0..32, 127..160, 173) map in order to U+0100..U+0143. */
-static uint32_t byte_to_cp(unsigned b) {
+uint32_t ds4_byte_cp(uint8_t b) {
     if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) return b;
     if (b <= 32) return 256 + b;
     if (b <= 160) return 256 + 33 + (b - 127);
@@ -399,7 +397,7 @@ int ds4_tok_init(ds4_tokenizer *t, const ds4_strref *tokens, uint32_t n_tokens,
 
     for (unsigned b = 0; b < 256; b++) {
         unsigned char u[4];
-        size_t n = ds4_utf8_put(byte_to_cp(b), u);
+        size_t n = ds4_utf8_put(ds4_byte_cp(b), u);
         t->byte_tok[b] = ds4_tok_lookup(t, (const char *)u, n);
         if (t->byte_tok[b] < 0) {
             ds4_tok_free(t);

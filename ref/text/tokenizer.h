@@ -57,6 +57,12 @@ enum ds4_special {
 /* The UTF-8 string of a special token. */
 const char *ds4_special_str(enum ds4_special which);
 
+/* GPT-2's bytes_to_unicode, the byte-level alphabet: the code point that
+ * stands for byte b in token strings.  Printable Latin-1 bytes stand for
+ * themselves; the other 68 bytes (0..32, 127..160, 173) map in order to
+ * U+0100..U+0143. */
+uint32_t ds4_byte_cp(uint8_t b);
+
 typedef struct ds4_merge_slot ds4_merge_slot;
 typedef struct ds4_trie_node ds4_trie_node;
 
