@@ -20,6 +20,17 @@ for t in "$build"/test_*; do
     run "$(basename "$t")" "$t"
 done
 
+# The library's layering (docs/ARCHITECTURE.md), and proof that the check
+# catches both faults it looks for.
+run "layers: includes and calls go downward, no cycles" tools/layers.sh "$build"
+run "layers: a cycle and an upward edge are reported" bash -c '
+    e=$(mktemp); trap "rm -f $e" EXIT
+    printf "%s\n" "ref/text/json.c ref/decode/session.h" "ref/forward/a.c ref/forward/b.c" \
+        "ref/forward/b.c ref/forward/a.c" > "$e"
+    out=$(tools/layers.sh --edges "$e") && exit 1
+    grep -q "upward edge ref/text/json.c -> ref/decode/session.h" <<< "$out" &&
+    grep -q "cycle" <<< "$out"'
+
 run "ds4_test" ./ds4_test
 # The --logprob-vectors code path on the default synthetic model, with an
 # official.vec that ds4ref wrote for it (the real model is not available in CI).

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Checks the library's layering (docs/ARCHITECTURE.md): every dependency
+# goes downward, and nothing depends on itself in a circle.
+#
+#   tools/layers.sh [BUILD_DIR]     (default build; run by make test)
+#   tools/layers.sh --edges FILE    check one "from to" edge list (the
+#                                   test that the check can fail uses it)
+#
+# The layers, lowest first:
+#   0 base/   1 quant/   2 ref/text/   3 ref/model/   4 ref/forward/
+#   5 ref/decode/   6 ref/trace/   7 ref/api/ (and include/ds4ref.h)
+#
+# Two graphs are checked, because either can go wrong without the other:
+#   - includes: each library source or header and the project headers it
+#     includes ("folder/name.h");
+#   - objects: each library object and the objects that define the symbols
+#     it leaves undefined (nm), i.e. who calls whom at link time.
+# An edge from a lower layer to a higher one is an error, and so is a cycle
+# (tsort finds them), within a layer as well as across layers.  Prints the
+# two graphs' sizes and exits 0 when both are clean, 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+
+rank() {
+    case "$1" in
+        base/*) echo 0 ;;
+        quant/*) echo 1 ;;
+        ref/text/*) echo 2 ;;
+        ref/model/*) echo 3 ;;
+        ref/forward/*) echo 4 ;;
+        ref/decode/*) echo 5 ;;
+        ref/trace/*) echo 6 ;;
+        ref/api/* | include/*) echo 7 ;;
+        *) echo -1 ;;
+    esac
+}
+
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# check_graph NAME EDGES: upward edges and cycles of a "from to" edge list.
+check_graph() {
+    local name=$1 edges=$2 from to rf rt
+    while read -r from to; do
+        rf=$(rank "$from")
+        rt=$(rank "$to")
+        if [ "$rf" -lt 0 ] || [ "$rt" -lt 0 ]; then
+            echo "layers: $name: $from -> $to: outside the known layers"
+            fail=1
+        elif [ "$rt" -gt "$rf" ]; then
+            echo "layers: $name: upward edge $from -> $to"
+            fail=1
+        fi
+    done < "$edges"
+    # Self edges (a.c includes a.h is not one: those are different files)
+    # would be cycles of length one; tsort reports longer ones.
+    if ! awk '$1 != $2' "$edges" | tsort > /dev/null 2> "$tmp/tsort.err"; then
+        echo "layers: $name: cycle:"
+        sed 's/^tsort: /  /' "$tmp/tsort.err"
+        fail=1
+    fi
+    echo "layers: $name graph: $(cut -d' ' -f1 "$edges" | sort -u | wc -l) nodes with edges," \
+         "$(wc -l < "$edges") edges"
+}
+
+if [ "${1:-}" = --edges ]; then
+    check_graph edges "$2"
+    [ $fail -eq 0 ] && echo "layers: OK"
+    exit $fail
+fi
+
+# ---- includes
+sources=$(ls base/*.[ch] quant/*.[ch] ref/*/*.[ch])
+: > "$tmp/inc"
+for f in $sources; do
+    sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
+    while read -r inc; do
+        case "$inc" in
+            base/* | quant/*) to=$inc ;;
+            ds4ref.h) to=include/ds4ref.h ;;
+            */*) to=ref/$inc ;;
+            *) echo "layers: $f includes \"$inc\": name its folder" >&2; to=unknown/$inc ;;
+        esac
+        if [ ! -f "$to" ]; then
+            echo "layers: $f includes \"$inc\", which is not a library header" >&2
+        fi
+        echo "$f $to"
+    done >> "$tmp/inc"
+done
+check_graph includes "$tmp/inc"
+
+# ---- objects
+objs=$(cd "$build" 2>/dev/null && ls base/*.o quant/*.o ref/*/*.o 2>/dev/null)
+if [ -z "$objs" ]; then
+    echo "layers: no library objects under $build (build first)"
+    exit 1
+fi
+: > "$tmp/defs"
+for o in $objs; do
+    nm -g --defined-only "$build/$o" | awk -v o="${o%.o}.c" 'NF == 3 { print $3, o }' >> "$tmp/defs"
+done
+sort -k1,1 "$tmp/defs" > "$tmp/defs.sorted"
+: > "$tmp/calls"
+for o in $objs; do
+    nm -u "$build/$o" | awk '{ print $NF }' | sort -u |
+        join - "$tmp/defs.sorted" | awk -v o="${o%.o}.c" '{ print o, $2 }' >> "$tmp/calls"
+done
+sort -u "$tmp/calls" -o "$tmp/calls"
+check_graph objects "$tmp/calls"
+
+if [ $fail -ne 0 ]; then
+    echo "layers: FAILED (docs/ARCHITECTURE.md says what may depend on what)"
+    exit 1
+fi
+echo "layers: OK: every include and every call goes downward, no cycles"
