@@ -379,6 +379,32 @@ typedef struct ds4ref_diff_result {
 int ds4ref_diff_files(const char *golden, const char *other, const ds4ref_diff_options *o,
                       FILE *report, ds4ref_diff_result *result, ds4ref_error *err);
 
+/* ------------------------------------------------------------------ files */
+
+/* The library's own file handling, for programs that want the same rules
+ * for the files they write themselves (the ds4ref command's --logits-out).
+ *
+ * ds4ref_read_file: the whole of path (a regular file, a pipe, /dev/stdin)
+ * with a NUL appended (not counted in *len); free *data with ds4ref_free.
+ * Errors: DS4REF_E_IO, DS4REF_E_NOMEM (more than 1 GiB, or out of memory).
+ *
+ * ds4ref_output: an atomic writer.  The bytes go to a temporary file next to
+ * path, and only commit renames a complete, fsync'ed file over it, so a
+ * reader sees the old file or the whole new one, never a truncated one; a
+ * symbolic link keeps pointing at the replaced file; a target that exists
+ * and is not a regular file (/dev/null, a FIFO) is written in place.
+ * Opening it checks at once that the file can be created, so a program can
+ * open its outputs before hours of computation.  Errors name the target. */
+int ds4ref_read_file(const char *path, char **data, size_t *len, ds4ref_error *err);
+
+typedef struct ds4ref_output ds4ref_output;
+int ds4ref_output_open(const char *path, ds4ref_output **out, ds4ref_error *err);
+int ds4ref_output_write(ds4ref_output *o, const void *data, size_t n, ds4ref_error *err);
+/* Commit and release (on failure the target keeps its old content). */
+int ds4ref_output_commit(ds4ref_output *o, ds4ref_error *err);
+/* Release without committing: the temporary file is removed.  NULL is fine. */
+void ds4ref_output_abort(ds4ref_output *o);
+
 #ifdef __cplusplus
 }
 #endif

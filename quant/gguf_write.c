@@ -14,23 +14,13 @@
 #include "quant/gguf_write.h"
 #include "quant/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-/* A growing byte buffer whose failure is sticky: after a failed append the
- * following ones do nothing, and the caller checks once at the end. */
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len, cap;
-    bool failed;
-} wbuf;
+#include "base/buf.h"
+#include "base/fileio.h"
 
 typedef struct wtensor {
     char *name;
@@ -42,7 +32,7 @@ typedef struct wtensor {
 
 struct gguf_writer {
     uint32_t alignment;
-    wbuf kv;                 /* serialized metadata records, in call order */
+    ds4_buf kv;                 /* serialized metadata records, in call order */
     uint64_t n_kv;
     bool has_alignment_key;
     wtensor *t;
@@ -51,63 +41,48 @@ struct gguf_writer {
 
 static const char alignment_key[] = "general.alignment";
 
-static void put(wbuf *b, const void *src, size_t n) {
-    if (b->failed || n == 0) return;
-    if (n > SIZE_MAX - b->len) {
-        b->failed = true;
-        return;
-    }
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, src, n);
-    b->len += n;
+/* Records are appended to a ds4_buf, whose failure is sticky: the caller
+ * checks once at the end. */
+static void put(ds4_buf *b, const void *src, size_t n) {
+    ds4_buf_put(b, src, n);
 }
 
-static void put_u8(wbuf *b, uint8_t v) { put(b, &v, 1); }
+static void put_u8(ds4_buf *b, uint8_t v) { put(b, &v, 1); }
 
-static void put_u16(wbuf *b, uint16_t v) {
+static void put_u16(ds4_buf *b, uint16_t v) {
     uint8_t le[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
     put(b, le, 2);
 }
 
-static void put_u32(wbuf *b, uint32_t v) {
+static void put_u32(ds4_buf *b, uint32_t v) {
     uint8_t le[4];
     for (int i = 0; i < 4; i++) le[i] = (uint8_t)(v >> (8 * i));
     put(b, le, 4);
 }
 
-static void put_u64(wbuf *b, uint64_t v) {
+static void put_u64(ds4_buf *b, uint64_t v) {
     put_u32(b, (uint32_t)v);
     put_u32(b, (uint32_t)(v >> 32));
 }
 
-static void put_f32(wbuf *b, float f) {
+static void put_f32(ds4_buf *b, float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     put_u32(b, u);
 }
 
-static void put_f64(wbuf *b, double d) {
+static void put_f64(ds4_buf *b, double d) {
     uint64_t u;
     memcpy(&u, &d, 8);
     put_u64(b, u);
 }
 
-static void put_str(wbuf *b, const char *s, size_t len) {
+static void put_str(ds4_buf *b, const char *s, size_t len) {
     put_u64(b, len);
     put(b, s, len);
 }
 
-static void put_zeros(wbuf *b, size_t n) {
+static void put_zeros(ds4_buf *b, size_t n) {
     static const uint8_t zero[64];
     for (; n > sizeof(zero); n -= sizeof(zero)) put(b, zero, sizeof(zero));
     put(b, zero, n);
@@ -307,7 +282,7 @@ void gguf_writer_free(gguf_writer *w) {
 /* Where everything goes: the header (everything before the data section) in
  * memory, each tensor's offset inside the data section, the total size. */
 typedef struct layout {
-    wbuf head;               /* header + metadata + tensor infos + padding */
+    ds4_buf head;               /* header + metadata + tensor infos + padding */
     uint64_t *rel_off;
     uint64_t data_bytes;     /* the data section, padded */
     uint64_t total;
@@ -334,7 +309,7 @@ static int assign_offsets(const gguf_writer *w, layout *l) {
 }
 
 static void put_header(const gguf_writer *w, layout *l) {
-    wbuf *h = &l->head;
+    ds4_buf *h = &l->head;
     bool add_alignment = !w->has_alignment_key;
     put_u32(h, GGUF_MAGIC);
     put_u32(h, 3);
@@ -398,99 +373,39 @@ int gguf_writer_to_mem(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) 
     return 0;
 }
 
-static int write_all(int fd, const void *src, uint64_t n) {
-    const uint8_t *p = src;
-    while (n) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t r = write(fd, p, chunk);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        p += r;
-        n -= (uint64_t)r;
-    }
-    return 0;
-}
-
-static int write_zeros(int fd, uint64_t n) {
+static int write_zeros(ds4_afile *f, uint64_t n, ds4err *err) {
     static const uint8_t zero[4096];
     for (; n; n -= n > sizeof(zero) ? sizeof(zero) : n)
-        if (write_all(fd, zero, n > sizeof(zero) ? sizeof(zero) : n)) return -1;
+        if (ds4_afile_write(f, zero, n > sizeof(zero) ? sizeof(zero) : n, err)) return -1;
     return 0;
 }
 
 /* Header, then each tensor followed by zeros up to the next aligned offset
  * (or to the padded end of the file for the last one). */
-static int write_file(int fd, const gguf_writer *w, const layout *l) {
-    if (write_all(fd, l->head.p, l->head.len)) return -1;
+static int write_file(ds4_afile *f, const gguf_writer *w, const layout *l, ds4err *err) {
+    if (ds4_afile_write(f, l->head.p, l->head.len, err)) return -1;
     for (size_t i = 0; i < w->n_t; i++) {
         uint64_t end = l->head.len + l->rel_off[i] + w->t[i].nbytes;
         uint64_t next = i + 1 < w->n_t ? l->head.len + l->rel_off[i + 1] : l->total;
-        if (write_all(fd, w->t[i].data, w->t[i].nbytes) || write_zeros(fd, next - end)) return -1;
+        if (ds4_afile_write(f, w->t[i].data, w->t[i].nbytes, err) ||
+            write_zeros(f, next - end, err))
+            return -1;
     }
     return 0;
 }
 
-/* The directory entry of a rename is only durable once the directory itself
- * is synced. */
-static int sync_dir_of(const char *path) {
-    char *copy = strdup(path);
-    if (!copy) return -1;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Fill and sync the temporary file; the name of the failed step, or NULL. */
-static const char *fill_tmp(int fd, const gguf_writer *w, const layout *l) {
-    if (write_file(fd, w, l)) return "write";
-    /* mkstemp makes the file 0600; a model file is meant to be shared. */
-    if (fchmod(fd, 0644)) return "chmod";
-    if (fsync(fd)) return "fsync";
-    return NULL;
-}
-
+/* Through the atomic writer (base/fileio.h): the target is replaced only
+ * by a complete file. */
 int gguf_writer_save(gguf_writer *w, const char *path, ds4err *err) {
-    static const char suffix[] = ".tmp.XXXXXX";
     layout l;
     if (make_layout(w, &l, err)) return -1;
-    size_t n = strlen(path);
-    char *tmp = malloc(n + sizeof(suffix));
-    if (!tmp) {
-        layout_free(&l);
-        return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
+    ds4_afile f;
+    int rc = ds4_afile_open(&f, path, err);
+    if (rc == 0 && write_file(&f, w, &l, err)) {
+        ds4_afile_abort(&f);
+        rc = -1;
     }
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, suffix, sizeof(suffix));
-    const char *failed = NULL;
-    int e = 0;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        failed = "create";
-        e = errno;
-    } else {
-        failed = fill_tmp(fd, w, &l);
-        e = errno;
-        if (close(fd) && !failed) {
-            failed = "close";
-            e = errno;
-        }
-        if (!failed && rename(tmp, path)) {
-            failed = "rename";
-            e = errno;
-        }
-        if (failed) unlink(tmp);
-    }
-    int rc = 0;
-    if (failed)
-        rc = ds4err_set(err, DS4_E_IO, "%s: cannot %s temporary file %s: %s", path, failed, tmp,
-                        strerror(e));
-    else if (sync_dir_of(path))
-        rc = ds4err_set(err, DS4_E_IO, "%s: cannot fsync its directory: %s", path,
-                        strerror(errno));
-    free(tmp);
+    if (rc == 0) rc = ds4_afile_commit(&f, err);
     layout_free(&l);
     return rc;
 }

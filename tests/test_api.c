@@ -629,6 +629,45 @@ static void test_diff(void **state) {
     free(bad);
 }
 
+/* ds4ref_read_file and ds4ref_output: a round trip, an aborted write that
+ * leaves the old file, and errors that name the path. */
+static void test_files(void **state) {
+    fixture *f = *state;
+    char *path = tu_path(f->dir, "out.bin"), *missing = tu_path(f->dir, "no/such/dir/out.bin");
+    ds4ref_error e;
+    ds4ref_output *o;
+    assert_int_equal(ds4ref_output_open(path, &o, &e), 0);
+    assert_int_equal(ds4ref_output_write(o, "abc", 3, &e), 0);
+    assert_int_equal(ds4ref_output_write(o, "\0de", 3, &e), 0);
+    assert_int_equal(ds4ref_output_commit(o, &e), 0);
+    char *data;
+    size_t len;
+    assert_int_equal(ds4ref_read_file(path, &data, &len, &e), 0);
+    assert_int_equal(len, 6);
+    assert_memory_equal(data, "abc\0de", 6);
+    assert_int_equal(data[6], '\0');
+    ds4ref_free(data);
+
+    /* Aborted: the target keeps its old bytes and no temporary file stays. */
+    assert_int_equal(ds4ref_output_open(path, &o, &e), 0);
+    assert_int_equal(ds4ref_output_write(o, "new", 3, &e), 0);
+    ds4ref_output_abort(o);
+    assert_int_equal(ds4ref_read_file(path, &data, &len, &e), 0);
+    assert_int_equal(len, 6);
+    ds4ref_free(data);
+    assert_int_equal(tu_count_entries(f->dir), 3);   /* tiny.gguf, tiny-mtp.gguf, out.bin */
+
+    /* Errors name the file and come before anything is written. */
+    assert_int_equal(ds4ref_output_open(missing, &o, &e), DS4REF_E_IO);
+    assert_null(o);
+    assert_non_null(strstr(e.message, missing));
+    assert_int_equal(ds4ref_read_file(missing, &data, &len, &e), DS4REF_E_IO);
+    assert_non_null(strstr(e.message, missing));
+    remove(path);
+    free(path);
+    free(missing);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_info_and_tokenizer),
@@ -636,6 +675,7 @@ int main(void) {
         cmocka_unit_test(test_generate),          cmocka_unit_test(test_taps),
         cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -254,60 +254,6 @@ static int set_err(ds4ref_error *err, int code, const char *fmt, ...) {
     return code;
 }
 
-static int read_all(const char *path, char **buf, size_t *len, ds4ref_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return set_err(err, DS4REF_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        size_t got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *nb = cap < ((size_t)1 << 30) ? realloc(b, 2 * cap + 1) : NULL;
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b) return set_err(err, DS4REF_E_NOMEM, "%s: too large or out of memory", path);
-    if (bad) {
-        free(b);
-        return set_err(err, DS4REF_E_IO, "%s: read error", path);
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return 0;
-}
-
-/* Write a whole file through a temporary name and rename(): never a
- * truncated file at `path`. */
-static int write_atomic(const char *path, const void *data, size_t n, ds4ref_error *err) {
-    size_t len = strlen(path) + 16;
-    char *tmp = malloc(len);
-    if (!tmp) return set_err(err, DS4REF_E_NOMEM, "out of memory");
-    snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int rc = 0;
-    if (!f) {
-        rc = set_err(err, DS4REF_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    } else {
-        bool ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path)) {
-            rc = set_err(err, DS4REF_E_IO, "%s: cannot write: %s", path, strerror(errno));
-            remove(tmp);
-        }
-    }
-    free(tmp);
-    return rc;
-}
-
 /* ---- prompt ---- */
 
 typedef struct ids {
@@ -318,7 +264,7 @@ typedef struct ids {
 static int read_tokens_file(const char *path, ids *out, ds4ref_error *err) {
     char *buf;
     size_t len;
-    if (read_all(path, &buf, &len, err)) return err->code;
+    if (ds4ref_read_file(path, &buf, &len, err)) return err->code;
     out->v = malloc(sizeof(int32_t) * (len / 2 + 1));
     out->n = 0;
     int rc = out->v ? 0 : set_err(err, DS4REF_E_NOMEM, "out of memory");
@@ -335,7 +281,7 @@ static int read_tokens_file(const char *path, ids *out, ds4ref_error *err) {
             out->v[out->n++] = (int32_t)v;
         p = q;
     }
-    free(buf);
+    ds4ref_free(buf);
     return rc;
 }
 
@@ -354,7 +300,7 @@ static int build_prompt(const cli *c, ds4ref_model *m, ids *out, char **text, si
     *text_len = 0;
     if (c->tokens_file) return read_tokens_file(c->tokens_file, out, err);
     if (c->prompt_file) {
-        if (read_all(c->prompt_file, text, text_len, err)) return err->code;
+        if (ds4ref_read_file(c->prompt_file, text, text_len, err)) return err->code;
     } else if (c->prompt) {
         *text_len = strlen(c->prompt);
         *text = strdup(c->prompt);
@@ -372,12 +318,12 @@ static int tokenize_file(ds4ref_model *m, const char *path, ds4ref_error *err) {
     char *buf;
     size_t len;
     ids t = {0};
-    if (read_all(path, &buf, &len, err)) return err->code;
+    if (ds4ref_read_file(path, &buf, &len, err)) return err->code;
     int rc = ds4ref_tokenize(m, buf, len, 0, &t.v, &t.n, err);
     for (size_t i = 0; !rc && i < t.n; i++) printf(i ? " %d" : "%d", t.v[i]);
     if (!rc) printf("\n");
     ds4ref_free(t.v);
-    free(buf);
+    ds4ref_free(buf);
     return rc;
 }
 
@@ -404,11 +350,16 @@ static int write_logits(ds4ref_model *m, ds4ref_session *s, const ids *t, const 
                         ds4ref_error *err) {
     ds4ref_model_info in;
     ds4ref_model_get_info(m, &in);
+    /* Opened first: a path that cannot be written fails before the work. */
+    ds4ref_output *out;
+    if (ds4ref_output_open(path, &out, err)) return err->code;
     float *lg = malloc(sizeof(float) * t->n * in.n_vocab);
-    if (!lg)
-        return set_err(err, DS4REF_E_NOMEM, "out of memory for %zu x %u logits", t->n, in.n_vocab);
-    int rc = ds4ref_session_eval(s, t->v, t->n, lg, err);
-    if (!rc) rc = write_atomic(path, lg, sizeof(float) * t->n * in.n_vocab, err);
+    int rc = lg ? ds4ref_session_eval(s, t->v, t->n, lg, err)
+                : set_err(err, DS4REF_E_NOMEM, "out of memory for %zu x %u logits", t->n,
+                          in.n_vocab);
+    if (!rc) rc = ds4ref_output_write(out, lg, sizeof(float) * t->n * in.n_vocab, err);
+    if (!rc) rc = ds4ref_output_commit(out, err);
+    else ds4ref_output_abort(out);
     free(lg);
     return rc;
 }
@@ -493,7 +444,7 @@ static int read_batch(const char *path, char **buf, char ***lines, uint32_t *n,
                       ds4ref_error *err) {
     size_t len;
     *lines = NULL;
-    if (read_all(path, buf, &len, err)) return err->code;
+    if (ds4ref_read_file(path, buf, &len, err)) return err->code;
     *n = 0;
     *lines = malloc(sizeof(char *) * (len + 1));
     if (!*lines) return set_err(err, DS4REF_E_NOMEM, "out of memory");
@@ -589,7 +540,7 @@ done:
     free(t.v);
     free(text);
     free(lines);
-    free(batch_buf);
+    ds4ref_free(batch_buf);
     return rc;
 }
 
