@@ -19,15 +19,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "text/chat.h"
-#include "ds4t.h"
 #include "decode/generate.h"
-#include "model/model.h"
 #include "decode/mtp.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/spec.h"
+#include "ds4t.h"
+#include "greedy.h"
+#include "model/model.h"
 #include "model/synth.h"
+#include "text/chat.h"
 
 static const char copy_prompt[] =
     "Copy the following text exactly:\n\nThe quick brown fox jumps over the lazy dog.";
@@ -201,7 +202,7 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
     }
     for (uint32_t r = 0; r < sc->rows; r++) {
         ds4_session_opts so = {.ctx = ctx_for(f, rows[r].np), .chunk = sc->chunk,
-                               .rollback = ds4_spec_rollback(sc->depth)};
+                               .rollback = sc->depth};
         if (ds4_session_init(&s[r], &e, &so, &err)) goto out;
         n_init++;
         pp[r] = rows[r].prompt;

@@ -484,7 +484,7 @@ static void test_mtp_drafter_state(void **state) {
     ds4_fwd_opts fo = {.qat = true};
     assert_int_equal(ds4_engine_init(&e, m, &fo, 4, &err), 0);
     ds4_session s;
-    ds4_session_opts so = {.ctx = 64, .chunk = 4, .rollback = ds4_spec_rollback(depth)};
+    ds4_session_opts so = {.ctx = 64, .chunk = 4, .rollback = depth};
     assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
     ds4_drafter *d;
     if (ds4_mtp_drafter_new(&d, &e, 1, 64, 4, depth, &err)) fail_msg("%s", err.msg);

@@ -22,12 +22,13 @@
 #include <cmocka.h>
 
 #include "decode/generate.h"
-#include "model/model.h"
 #include "decode/mtp.h"
 #include "decode/rng.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/spec.h"
+#include "greedy.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "testutil.h"
 
@@ -292,7 +293,7 @@ static void test_scripted_depths(void **state) {
         for (int perfect = 0; perfect <= 1; perfect++) {
             drafting dr = {SCRIPT, N, rd.stream, rd.n_stream, perfect ? NULL : errs, N + 1, 0, 0};
             conf c = rd.c;
-            c.rollback = ds4_spec_rollback(N);
+            c.rollback = N;
             run r;
             spec(&f->m, rd.prompt, NP, &c, &dr, &r);
             same_run(&f->m, &rd.ref, &r);
@@ -325,7 +326,7 @@ static void test_scripted_chunks(void **state) {
             drafting dr = {SCRIPT, depths[j], rd.stream, rd.n_stream, errs, sizeof(errs), 0, 0};
             conf c = rd.c;
             c.chunk = chunks[i];
-            c.rollback = ds4_spec_rollback(depths[j]);
+            c.rollback = depths[j];
             run r;
             spec(&f->m, rd.prompt, NP, &c, &dr, &r);
             same_run(&f->m, &rd.ref, &r);
@@ -361,7 +362,7 @@ static void test_mtp_depths(void **state) {
             drafting dr = {MTP, depths[j], NULL, 0, NULL, 0, 0, 0};
             conf c = rd.c;
             c.chunk = chunk;
-            c.rollback = ds4_spec_rollback(depths[j]);
+            c.rollback = depths[j];
             run r;
             spec(&f->m, rd.prompt, NP, &c, &dr, &r);
             same_run(&f->m, &rd.ref, &r);
@@ -387,7 +388,7 @@ static void test_depth1_continuous(void **state) {
         if (skip_config((size_t)kind, SCRIPT)) continue;
         drafting dr = {kind, 1, rd.stream, rd.n_stream, NULL, 0, 0, 0};
         conf c = rd.c;
-        c.rollback = ds4_spec_rollback(1);
+        c.rollback = 1;
         run r;
         spec(&f->m, rd.prompt, NP, &c, &dr, &r);
         same_run(&f->m, &rd.ref, &r);
@@ -432,7 +433,7 @@ static void test_eos(void **state) {
     for (size_t i = 0; i < sizeof(drs) / sizeof(drs[0]); i++) {
         if (skip_config(i, 0)) continue;
         conf cs = c;
-        cs.rollback = ds4_spec_rollback(drs[i].depth);
+        cs.rollback = drs[i].depth;
         run r;
         spec(&f->m, rd.prompt, NP, &cs, &drs[i], &r);
         same_run(&f->m, &ref, &r);
@@ -471,7 +472,7 @@ static void test_stop_callback(void **state) {
     for (size_t i = 0; i < sizeof(drs) / sizeof(drs[0]); i++) {
         if (skip_config(i, 0)) continue;
         conf cs = c;
-        cs.rollback = ds4_spec_rollback(drs[i].depth);
+        cs.rollback = drs[i].depth;
         run r;
         spec(&f->m, rd.prompt, NP, &cs, &drs[i], &r);
         same_run(&f->m, &ref, &r);
@@ -505,7 +506,7 @@ static void test_context_end(void **state) {
         for (size_t i = 0; i < sizeof(drs) / sizeof(drs[0]); i++) {
             if (skip_config(i, 2)) continue;
             conf cs = c;
-            cs.rollback = ds4_spec_rollback(drs[i].depth);
+            cs.rollback = drs[i].depth;
             run r;
             spec(&f->m, rd.prompt, NP, &cs, &drs[i], &r);
             same_run(&f->m, &ref, &r);
@@ -547,7 +548,7 @@ static void test_batched_rows(void **state) {
     for (int kind = PLAIN; kind <= MTP; kind++) {
         if (skip_config((size_t)kind, MTP)) continue;
         uint32_t depth = kind == MTP ? 3 : 5;
-        conf c = {.ctx = 128, .chunk = 4, .rollback = ds4_spec_rollback(depth), .cap = 7,
+        conf c = {.ctx = 128, .chunk = 4, .rollback = depth, .cap = 7,
                   .go = {.top_k = 3, .eos = -1}};
         ds4err err = {0};
         ds4_engine e;
@@ -762,7 +763,7 @@ static void test_sampled_exact(void **state) {
     for (size_t i = 0; i < sizeof(drs) / sizeof(drs[0]); i++) {
         if (skip_config(i, 2)) continue;
         conf c = rd.c;
-        c.rollback = ds4_spec_rollback(drs[i].depth);
+        c.rollback = drs[i].depth;
         run r, again = {0};
         spec(m, rd.prompt, NP, &c, &drs[i], &r);
         assert_int_equal(r.rc, 0);
@@ -802,7 +803,7 @@ static void test_sampled_exact(void **state) {
     const int32_t *pp[2] = {rd.prompt, p2};
     const uint32_t np[2] = {NP, 4};
     const uint64_t seeds[2] = {5, 6};
-    conf c = {.ctx = 64, .chunk = 4, .rollback = ds4_spec_rollback(3), .cap = 6,
+    conf c = {.ctx = 64, .chunk = 4, .rollback = 3, .cap = 6,
               .go = {.n_steps = under_valgrind() ? 3 : 10, .top_k = 2, .eos = -1}};
     run alone[2];
     for (int i = 0; i < 2; i++) {
@@ -960,7 +961,7 @@ static void test_sampled_distribution(void **state) {
     for (int kind = PLAIN; kind <= MTP; kind++) {
         if (skip_config((size_t)kind, MTP)) continue;
         uint32_t depth = kind == PLAIN ? 0 : 2;
-        conf c = {.ctx = 8, .chunk = 4, .rollback = ds4_spec_rollback(2), .cap = 256,
+        conf c = {.ctx = 8, .chunk = 4, .rollback = 2, .cap = 256,
                   .go = {.n_steps = kind == PLAIN ? 3 : 4, .eos = -1}};
         ds4err err = {0};
         ds4_engine e;

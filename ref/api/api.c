@@ -13,6 +13,7 @@
 #include "base/reslimit.h"
 #include "base/version.h"
 #include "decode/mtp.h"
+#include "decode/run.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/spec.h"
@@ -243,7 +244,7 @@ int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_
     if (!s) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     uint32_t ctx = o && o->ctx ? o->ctx : default_ctx(&m->m.cfg);
     ds4_session_opts so = {.ctx = ctx, .chunk = o && o->chunk ? o->chunk : m->e.cap,
-                           .rollback = 32};
+                           .rollback = DS4_SESSION_ROLLBACK};
     ds4err e = {0};
     if (ds4_session_init(&s->s, &m->e, &so, &e)) {
         free(s);
@@ -285,27 +286,7 @@ int ds4ref_session_truncate(ds4ref_session *s, uint32_t pos, ds4ref_error *err) 
 
 int ds4ref_session_logits(ds4ref_session *s, uint32_t pos, float *out, ds4ref_error *err) {
     ds4err e = {0};
-    uint32_t cur = s->s.kv.pos, V = s->model->m.cfg.n_vocab;
-    if (pos >= cur) {
-        ds4err_set(&e, DS4_E_RANGE, "position %u has not been evaluated (the session holds %u tokens)",
-                   pos, cur);
-        return api_fail(err, &e);
-    }
-    if (pos + 1 == cur && s->s.has_logits) {
-        memcpy(out, s->s.logits, sizeof(float) * V);
-        api_ok(err);
-        return 0;
-    }
-    /* Back to pos+1 (which re-evaluates token pos), copy, and forward again
-     * over the same tokens: both moves reproduce the state exactly. */
-    int32_t *tail = malloc(sizeof(int32_t) * (cur - pos - 1 ? cur - pos - 1 : 1));
-    if (!tail) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
-    memcpy(tail, s->s.hist + pos + 1, sizeof(int32_t) * (cur - pos - 1));
-    int rc = ds4_session_truncate(&s->s, pos + 1, &e);
-    if (!rc) memcpy(out, s->s.logits, sizeof(float) * V);
-    if (!rc) rc = ds4_session_eval(&s->s, tail, cur - pos - 1, NULL, NULL, &e);
-    free(tail);
-    if (rc) return api_fail(err, &e);
+    if (ds4_session_logits_at(&s->s, pos, out, &e)) return api_fail(err, &e);
     api_ok(err);
     return 0;
 }
@@ -351,13 +332,12 @@ void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size) {
 /* Turns internal step records into the public ds4ref_step for a callback. */
 typedef struct step_bridge {
     const ds4ref_model *m;
-    ds4ref_step_fn fn;
-    ds4ref_row_step_fn row_fn;
+    ds4ref_step_fn fn;          /* one row */
+    ds4ref_row_step_fn row_fn;  /* rows */
     void *ud;
-    uint32_t row;
 } step_bridge;
 
-static int bridge_step(void *ud, uint32_t index, const ds4_gen_step *st) {
+static int bridge_row_step(void *ud, uint32_t row, uint32_t index, const ds4_gen_step *st) {
     step_bridge *b = ud;
     if (!b->fn && !b->row_fn) return 0;
     ds4_buf bytes = {0};
@@ -369,9 +349,13 @@ static int bridge_step(void *ud, uint32_t index, const ds4_gen_step *st) {
         top[i] = (ds4ref_logprob){st->top_ids[i], st->top_logits[i], st->top_logprobs[i]};
     ds4ref_step pub = {index, st->token, (const uint8_t *)bytes.p, bytes.len, st->logit,
                        st->logprob, n_top, top, st->digest};
-    int rc = b->fn ? b->fn(b->ud, &pub) : b->row_fn(b->ud, b->row, &pub);
+    int rc = b->fn ? b->fn(b->ud, &pub) : b->row_fn(b->ud, row, &pub);
     ds4_buf_free(&bytes);
     return rc;
+}
+
+static int bridge_step(void *ud, uint32_t index, const ds4_gen_step *st) {
+    return bridge_row_step(ud, 0, index, st);
 }
 
 /* The speculation settings of a call: a drafter over the model's MTP head
@@ -396,6 +380,35 @@ static void stats_out(const ds4_spec_stats *in, ds4ref_spec_stats *out) {
     out->accepted += in->accepted;
 }
 
+/* The generation settings of a call (the drafter, if any, is the
+ * caller's to free). */
+static int gen_setup(ds4ref_model *m, const ds4ref_generate_options *o, uint32_t rows,
+                     uint32_t ctx, uint32_t chunk, ds4_spec_cfg *sc, ds4_gen_run *gr,
+                     ds4err *e) {
+    if (spec_setup(m, o, rows, ctx, chunk, sc, e)) return -1;
+    *gr = (ds4_gen_run){.n_steps = o->n_tokens, .top_k = o->top_k ? o->top_k : 1,
+                        .eos = m->m.has_tok ? ds4_tok_special(&m->m.tok, DS4_SPECIAL_EOS) : -1,
+                        .stop_at_eos = o->stop_at_eos != 0, .spec = sc, .seed = o->seed,
+                        .stop = o->stop};
+    return 0;
+}
+
+/* A run recorded as a golden (and dump, vec case): the golden runner. */
+static int generate_recorded(ds4ref_session *s, const int32_t *prompt, uint32_t n_prompt,
+                             const ds4ref_generate_options *o, const ds4_gen_run *gr,
+                             step_bridge *b, ds4_spec_stats *st, ds4err *e) {
+    ds4_run_opts ro = {
+        .n_steps = gr->n_steps, .top_k = gr->top_k, .stop_at_eos = gr->stop_at_eos,
+        .golden_path = o->golden_path, .dump_path = o->dump_path, .vec_path = o->vec_path,
+        .vec_id = o->vec_id ? o->vec_id : "ds4ref",
+        .vec_prompt_path = o->vec_prompt_path ? o->vec_prompt_path : "prompt.txt",
+        .prompt_text = o->prompt_text, .prompt_text_len = o->prompt_text_len,
+        .on_step = bridge_step, .step_ud = b, .stop = o->stop, .spec = gr->spec, .stats = st,
+    };
+    const ds4_tokenizer *tok = s->model->m.has_tok ? &s->model->m.tok : NULL;
+    return ds4_run_golden(&s->s, tok, prompt, n_prompt, &ro, NULL, e);
+}
+
 int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
                     const ds4ref_generate_options *o, ds4ref_step_fn fn, void *ud,
                     ds4ref_error *err) {
@@ -406,21 +419,23 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
     }
     ds4err e = {0};
     if (n_prompt > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
+    uint32_t np = (uint32_t)n_prompt;
     ds4_spec_cfg sc;
-    if (spec_setup(s->model, o, 1, s->s.kv.ctx, s->s.kv.chunk, &sc, &e)) return api_fail(err, &e);
-    step_bridge b = {s->model, fn, NULL, ud, 0};
+    ds4_gen_run gr;
+    if (gen_setup(s->model, o, 1, s->s.kv.ctx, s->s.kv.chunk, &sc, &gr, &e)) return api_fail(err, &e);
+    step_bridge b = {s->model, fn, NULL, ud};
     ds4_spec_stats st = {0};
-    ds4_run_opts ro = {
-        .n_steps = o->n_tokens, .top_k = o->top_k ? o->top_k : 1, .stop_at_eos = o->stop_at_eos != 0,
-        .golden_path = o->golden_path, .dump_path = o->dump_path, .vec_path = o->vec_path,
-        .vec_id = o->vec_id ? o->vec_id : "ds4ref",
-        .vec_prompt_path = o->vec_prompt_path ? o->vec_prompt_path : "prompt.txt",
-        .prompt_text = o->prompt_text, .prompt_text_len = o->prompt_text_len,
-        .on_step = bridge_step, .step_ud = &b, .stop = o->stop,
-        .spec = &sc, .seed = o->seed, .stats = &st,
-    };
-    const ds4_tokenizer *tok = s->model->m.has_tok ? &s->model->m.tok : NULL;
-    int rc = ds4_run_golden(&s->s, tok, prompt, (uint32_t)n_prompt, &ro, NULL, &e);
+    gr.cb = bridge_row_step;
+    gr.ud = &b;
+    gr.stats = &st;
+    int rc;
+    if (o->golden_path || o->dump_path || o->vec_path) {
+        rc = generate_recorded(s, prompt, np, o, &gr, &b, &st, &e);
+    } else {
+        ds4_session *ss = &s->s;
+        rc = ds4_gen_rows(&ss, &prompt, &np, 1, &gr, NULL, NULL, &e);
+        if (!rc && o->stop && *o->stop) rc = ds4err_set(&e, DS4_E_INTERRUPTED, "interrupted");
+    }
     if (sc.drafter) ds4_drafter_free(sc.drafter);
     stats_out(&st, o->stats);
     if (rc) return api_fail(err, &e);
@@ -449,54 +464,29 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
     }
     ds4err e = {0};
     ds4_spec_cfg sc;
-    if (spec_setup(m, o, n, max_ctx, max_chunk, &sc, &e)) return api_fail(err, &e);
+    ds4_gen_run gr;
+    if (gen_setup(m, o, n, max_ctx, max_chunk, &sc, &gr, &e)) return api_fail(err, &e);
     ds4_session **ss = calloc(n, sizeof(*ss));
     uint32_t *lens = calloc(n, sizeof(*lens));
-    ds4_spec_row *sr = calloc(n, sizeof(*sr));
-    step_bridge *br = calloc(n, sizeof(*br));
-    int rc = -1;
-    if (!ss || !lens || !sr || !br) {
-        ds4err_set(&e, DS4_E_NOMEM, "out of memory");
-        goto done;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        ss[i] = &rows[i]->s;
-        lens[i] = (uint32_t)n_prompt[i];
-        if (lens[i] > ss[i]->kv.ctx) {
-            ds4err_set(&e, DS4_E_RANGE, "row %u: the prompt has %u tokens, more than the context of %u",
-                       i, lens[i], ss[i]->kv.ctx);
-            goto done;
-        }
-        ds4_session_reset(ss[i]);
-        uint64_t room = (uint64_t)ss[i]->kv.ctx - lens[i] + 1;
-        br[i] = (step_bridge){m, NULL, fn, ud, i};
-        sr[i] = (ds4_spec_row){.s = ss[i], .seed = o->seed + i, .cb = bridge_step, .ud = &br[i],
-                               .n_steps = (uint32_t)(room < o->n_tokens ? room : o->n_tokens)};
-        sr[i].steps = calloc(sr[i].n_steps ? sr[i].n_steps : 1, sizeof(ds4_gen_step));
-        if (!sr[i].steps) {
-            ds4err_set(&e, DS4_E_NOMEM, "out of memory");
-            goto done;
-        }
-    }
-    ds4_gen_opts go = {.n_steps = o->n_tokens, .top_k = o->top_k ? o->top_k : 1,
-                       .eos = m->m.has_tok ? ds4_tok_special(&m->m.tok, DS4_SPECIAL_EOS) : -1,
-                       .stop_at_eos = o->stop_at_eos != 0};
+    step_bridge b = {m, NULL, fn, ud};
     ds4_spec_stats st = {0};
-    if (!ds4_spec_prefill(sc.drafter, ss, prompts, lens, n, &e) &&
-        !ds4_spec_generate(&sc, &go, sr, n, &st, &e))
-        rc = 0;
-    stats_out(&st, o->stats);
-done:
-    for (uint32_t i = 0; sr && i < n; i++)
-        if (sr[i].steps) {
-            ds4_gen_steps_free(sr[i].steps, sr[i].n_done);
-            free(sr[i].steps);
+    int rc = -1;
+    if (!ss || !lens) {
+        ds4err_set(&e, DS4_E_NOMEM, "out of memory");
+    } else {
+        for (uint32_t i = 0; i < n; i++) {
+            ss[i] = &rows[i]->s;
+            lens[i] = (uint32_t)n_prompt[i];
         }
+        gr.cb = bridge_row_step;
+        gr.ud = &b;
+        gr.stats = &st;
+        rc = ds4_gen_rows(ss, prompts, lens, n, &gr, NULL, NULL, &e);
+        stats_out(&st, o->stats);
+    }
     if (sc.drafter) ds4_drafter_free(sc.drafter);
     free(ss);
     free(lens);
-    free(sr);
-    free(br);
     if (rc) return api_fail(err, &e);
     api_ok(err);
     return 0;

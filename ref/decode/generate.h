@@ -1,5 +1,5 @@
-/* Greedy generation with per-step log-probabilities: the loop behind golden
- * streams, logprob vectors and plain decoding.
+/* The record of a generation step, with per-step log-probabilities: what
+ * golden streams, logprob vectors and plain decoding are made of.
  *
  * Step i reads the session's logits (the distribution after the last token),
  * records the greedy token, its logprob, the top-k alternatives and a SHA-256
@@ -37,11 +37,6 @@ typedef struct ds4_gen_opts {
  * non-zero to stop early. */
 typedef int (*ds4_gen_cb)(void *ud, uint32_t step, const ds4_gen_step *st);
 
-/* Runs from the session's current logits (evaluate the prompt first).
- * steps: n_steps entries whose arrays this function allocates; free them with
- * ds4_gen_steps_free.  *n_done = steps produced. */
-int ds4_generate_greedy(ds4_session *s, const ds4_gen_opts *o, ds4_gen_step *steps,
-                        uint32_t *n_done, ds4_gen_cb cb, void *ud, ds4err *err);
 void ds4_gen_steps_free(ds4_gen_step *steps, uint32_t n);
 
 /* Fill one step record from a logits vector (used by the verifiers too). */

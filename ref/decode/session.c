@@ -200,3 +200,26 @@ int ds4_session_rewind(ds4_session *s, uint32_t pos, const float *logits, const 
     s->has_logits = true;
     return 0;
 }
+
+int ds4_session_logits_at(ds4_session *s, uint32_t pos, float *out, ds4err *err) {
+    uint32_t cur = s->kv.pos, V = s->e->m->cfg.n_vocab;
+    if (pos >= cur)
+        return ds4err_set(err, DS4_E_RANGE,
+                          "position %u has not been evaluated (the session holds %u tokens)", pos,
+                          cur);
+    if (pos + 1 == cur && s->has_logits) {
+        memcpy(out, s->logits, sizeof(float) * V);
+        return 0;
+    }
+    /* Back to pos+1 (which re-evaluates token pos), copy, and forward again
+     * over the same tokens: both moves reproduce the state exactly. */
+    uint32_t n_tail = cur - pos - 1;
+    int32_t *tail = malloc(sizeof(int32_t) * (n_tail ? n_tail : 1));
+    if (!tail) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    memcpy(tail, s->hist + pos + 1, sizeof(int32_t) * n_tail);
+    int rc = ds4_session_truncate(s, pos + 1, err);
+    if (!rc) memcpy(out, s->logits, sizeof(float) * V);
+    if (!rc) rc = ds4_session_eval(s, tail, n_tail, NULL, NULL, err);
+    free(tail);
+    return rc;
+}

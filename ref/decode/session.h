@@ -20,7 +20,8 @@
 typedef struct ds4_session_opts {
     uint32_t ctx;        /* positions available (0: the model's context_length) */
     uint32_t chunk;      /* max tokens per forward pass (0: engine capacity) */
-    uint32_t rollback;   /* positions a truncation may go back through the rings */
+    uint32_t rollback;   /* positions a truncation may go back through the rings;
+                            speculation at depth d needs d */
 } ds4_session_opts;
 
 typedef void (*ds4_progress_fn)(void *ud, uint32_t done, uint32_t total);
@@ -75,6 +76,11 @@ int ds4_session_truncate(ds4_session *s, uint32_t pos, ds4err *err);
  * (ds4_kv_can_truncate): an error (DS4_E_RANGE) otherwise. */
 int ds4_session_rewind(ds4_session *s, uint32_t pos, const float *logits, const float *hc_last,
                        ds4err *err);
+
+/* The logits after the token at position pos (< current) into out
+ * [n_vocab]: the session moves back and forward again over its own history,
+ * which leaves it exactly as it was. */
+int ds4_session_logits_at(ds4_session *s, uint32_t pos, float *out, ds4err *err);
 
 /* Forget everything (position 0). */
 void ds4_session_reset(ds4_session *s);

@@ -493,10 +493,6 @@ int ds4_spec_generate1(ds4_session *s, const ds4_spec_cfg *sc, const ds4_gen_opt
     return rc;
 }
 
-uint32_t ds4_spec_rollback(uint32_t n_draft) {
-    return n_draft;
-}
-
 void ds4_spec_report(const ds4_spec_stats *st, char *buf, size_t size) {
     double rate = st->proposed ? 100.0 * (double)st->accepted / (double)st->proposed : 0.0;
     double per = st->iters ? (double)st->accepted / (double)st->iters : 0.0;

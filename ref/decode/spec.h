@@ -139,10 +139,6 @@ int ds4_spec_generate1(ds4_session *s, const ds4_spec_cfg *sc, const ds4_gen_opt
                        uint64_t seed, ds4_gen_step *steps, uint32_t *n_done, ds4_gen_cb cb,
                        void *ud, ds4_spec_stats *stats, ds4err *err);
 
-/* Rollback a session needs for drafts of depth n to be rejected through its
- * rings: create sessions with ds4_session_opts.rollback >= this. */
-uint32_t ds4_spec_rollback(uint32_t n_draft);
-
 /* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y", Y being
  * accepted drafts per iteration. */
 void ds4_spec_report(const ds4_spec_stats *st, char *buf, size_t size);

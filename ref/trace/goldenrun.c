@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "base/version.h"
-#include "decode/generate.h"
 #include "model/modelid.h"
 #include "trace/ds4dump.h"
 #include "trace/golden_write.h"
@@ -17,9 +16,7 @@ typedef struct run_ctx {
     const ds4_run_opts *o;
     ds4_golden_writer *w;
     ds4err *err;
-    int failed;
-    bool interrupted;      /* the stop flag was set (SIGINT) */
-    bool caller_stopped;   /* on_step asked to stop */
+    bool failed;           /* recording a step failed (err says why) */
 } run_ctx;
 
 /* Token bytes, at most DS4_GOLDEN_MAX_TOKEN_BYTES of them, into t. */
@@ -82,28 +79,13 @@ static int record_step(run_ctx *r, const ds4_gen_step *gs) {
     return rc;
 }
 
-static int on_step(void *ud, uint32_t step, const ds4_gen_step *st) {
+static int on_step(void *ud, uint32_t row, uint32_t step, const ds4_gen_step *st) {
     run_ctx *r = ud;
-    if (r->w && record_step(r, st)) {
-        r->failed = 1;
+    if (record_step(r, st)) {
+        r->failed = true;
         return 1;
     }
-    if (r->o->on_text && r->tok) {
-        ds4_buf b = {0};
-        ds4err e2 = {0};
-        if (!ds4_tok_decode(r->tok, &st->token, 1, &b, &e2) && b.len)
-            r->o->on_text(r->o->ud, (const uint8_t *)b.p, b.len);
-        ds4_buf_free(&b);
-    }
-    if (r->o->stop && *r->o->stop) {
-        r->interrupted = true;
-        return 1;
-    }
-    if (r->o->on_step && r->o->on_step(r->o->step_ud, step, st)) {
-        r->caller_stopped = true;
-        return 1;
-    }
-    return 0;
+    return r->o->on_step && r->o->on_step(r->o->step_ud, step, st);
 }
 
 static int fill_header(ds4_session *s, const int32_t *prompt, uint32_t n_prompt,
@@ -137,14 +119,6 @@ static void free_header_ids(ds4_golden_header *h) {
     if (h->has_mtp) ds4_modelid_free(&h->mtp);
 }
 
-/* Steps the context leaves room for after the prompt: the last generated
- * token is never evaluated, so n_steps fit when prompt + n_steps - 1 <= ctx. */
-static uint32_t room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped) {
-    uint64_t free_pos = s->kv.ctx - n_prompt;
-    *clamped = (uint64_t)want > free_pos + 1;
-    return *clamped ? (uint32_t)(free_pos + 1) : want;
-}
-
 static int write_extras(const ds4_golden *g, const ds4_run_opts *o, ds4err *err) {
     if (o->dump_path && ds4_dump_write(g, o->dump_path, err)) return -1;
     if (o->vec_path) {
@@ -155,85 +129,58 @@ static int write_extras(const ds4_golden *g, const ds4_run_opts *o, ds4err *err)
     return 0;
 }
 
+/* The golden's stop reason for how the run ended. */
+static ds4_stop stop_of(ds4_gen_end end) {
+    switch (end) {
+    case DS4_GEN_LENGTH: return DS4_STOP_LENGTH;
+    case DS4_GEN_EOS: return DS4_STOP_EOS;
+    case DS4_GEN_CTX: return DS4_STOP_CTX;
+    case DS4_GEN_STOPPED: break;
+    }
+    return DS4_STOP_INTERRUPTED;
+}
+
+/* A golden copied out of the writer. */
+static int copy_golden(const ds4_golden *g, ds4_golden *out, ds4err *err) {
+    ds4_golden_init(out, DS4_TRACE_GOLDEN);
+    int rc = ds4_golden_set_header(out, &g->h, err);
+    for (uint32_t i = 0; !rc && i < g->n_steps; i++) rc = ds4_golden_push_step(out, &g->steps[i], err);
+    if (!rc) ds4_golden_set_end(out, g->stop);
+    return rc;
+}
+
 int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
                    uint32_t n_prompt, const ds4_run_opts *o, ds4_golden *out, ds4err *err) {
-    if (!n_prompt) return ds4err_set(err, DS4_E_ARG, "empty prompt: nothing to continue from");
-    if (n_prompt > s->kv.ctx)
-        return ds4err_set(err, DS4_E_RANGE, "the prompt has %u tokens, more than the context of %u",
-                          n_prompt, s->kv.ctx);
-    /* Bad input is refused before any output file is started. */
-    for (uint32_t i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || (uint32_t)prompt[i] >= s->e->m->cfg.n_vocab)
-            return ds4err_set(err, DS4_E_RANGE, "prompt token %u is %d, outside the vocabulary [0, %u)",
-                              i, prompt[i], s->e->m->cfg.n_vocab);
-    ds4_spec_cfg plain = {0};
-    const ds4_spec_cfg *sc = o->spec ? o->spec : &plain;
-    bool sampled = sc->temp > 0;
-    if (sampled && (o->golden_path || o->dump_path || o->vec_path || out))
+    if (ds4_gen_check_prompt(s, prompt, n_prompt, err)) return -1;
+    if (o->spec && o->spec->temp > 0)
         return ds4err_set(err, DS4_E_ARG, "goldens, dumps and vec cases record greedy decoding: "
                                           "use --temp 0");
+    ds4_golden_header h;
     ds4_golden_writer *w = NULL;
-    int rc = 0;
-    if (!sampled) {
-        ds4_golden_header h;
-        if (fill_header(s, prompt, n_prompt, o, &h, err)) {
-            free_header_ids(&h);
-            return -1;
-        }
-        h.settings.mtp_draft = sc->drafter ? sc->n_draft : 0;
-        rc = ds4_golden_writer_open(&w, o->golden_path, &h, err);
-        free_header_ids(&h);
-        if (rc) return -1;
-    }
-    ds4_session_reset(s);
-    ds4_stop stop = DS4_STOP_LENGTH;
-    run_ctx r = {tok, o, w, err, 0, false, false};
-    if (ds4_spec_prefill(sc->drafter, &s, &prompt, &n_prompt, 1, err)) {
-        stop = DS4_STOP_ERROR;
-    } else {
-        bool clamped;
-        ds4_gen_opts go = {.n_steps = room(s, n_prompt, o->n_steps, &clamped), .top_k = o->top_k,
-                           .eos = tok ? ds4_tok_special(tok, DS4_SPECIAL_EOS) : -1,
-                           .stop_at_eos = o->stop_at_eos};
-        ds4_gen_step *steps = calloc(go.n_steps ? go.n_steps : 1, sizeof(ds4_gen_step));
-        uint32_t done = 0;
-        if (!steps) {
-            ds4err_set(err, DS4_E_NOMEM, "out of memory");
-            stop = DS4_STOP_ERROR;
-        } else if (ds4_spec_generate1(s, sc, &go, o->seed, steps, &done, on_step, &r, o->stats,
-                                      err) || r.failed) {
-            stop = DS4_STOP_ERROR;
-        } else if (r.interrupted || r.caller_stopped) {
-            /* Fewer steps than asked: the golden says so (incomplete). */
-            stop = DS4_STOP_INTERRUPTED;
-        } else if (done && go.stop_at_eos && steps[done - 1].token == go.eos) {
-            stop = DS4_STOP_EOS;
-        } else if (clamped) {
-            stop = DS4_STOP_CTX;
-        }
-        ds4_gen_steps_free(steps, done);
-        free(steps);
-    }
-    if (!w) {
-        if (stop == DS4_STOP_ERROR) return -1;
-        return r.interrupted ? ds4err_set(err, DS4_E_INTERRUPTED, "interrupted") : 0;
-    }
-    /* The outputs are written whatever happened: an interrupted or failed run
-     * leaves a golden marked incomplete, never a truncated file. */
+    int rc = fill_header(s, prompt, n_prompt, o, &h, err);
+    h.settings.mtp_draft = o->spec && o->spec->drafter ? o->spec->n_draft : 0;
+    if (rc == 0) rc = ds4_golden_writer_open(&w, o->golden_path, &h, err);
+    free_header_ids(&h);
+    if (rc) return -1;
+    run_ctx r = {tok, o, w, err, false};
+    ds4_gen_run gr = {.n_steps = o->n_steps, .top_k = o->top_k,
+                      .eos = tok ? ds4_tok_special(tok, DS4_SPECIAL_EOS) : -1,
+                      .stop_at_eos = o->stop_at_eos, .spec = o->spec, .stop = o->stop,
+                      .cb = on_step, .ud = &r, .stats = o->stats};
+    ds4_gen_end end;
+    ds4_stop stop = DS4_STOP_ERROR;
+    if (!ds4_gen_rows(&s, &prompt, &n_prompt, 1, &gr, NULL, &end, err) && !r.failed)
+        stop = stop_of(end);
+    /* The outputs are written whatever happened: an interrupted or failed
+     * run leaves a golden marked incomplete, never a truncated file. */
     ds4err ferr = {0};
     rc = ds4_golden_writer_finish(w, stop, &ferr);
     if (!rc) rc = write_extras(ds4_golden_writer_golden(w), o, &ferr);
     if (rc && stop != DS4_STOP_ERROR) *err = ferr;
-    if (!rc && out) {
-        ds4_golden_init(out, DS4_TRACE_GOLDEN);
-        const ds4_golden *g = ds4_golden_writer_golden(w);
-        rc = ds4_golden_set_header(out, &g->h, err);
-        for (uint32_t i = 0; !rc && i < g->n_steps; i++) rc = ds4_golden_push_step(out, &g->steps[i], err);
-        if (!rc) ds4_golden_set_end(out, g->stop);
-    }
+    if (!rc && out) rc = copy_golden(ds4_golden_writer_golden(w), out, err);
     ds4_golden_writer_free(w);
     if (stop == DS4_STOP_ERROR) return -1;
-    if (stop == DS4_STOP_INTERRUPTED && r.interrupted && !rc)
+    if (!rc && o->stop && *o->stop)
         return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted: outputs written and marked incomplete");
     return rc;
 }

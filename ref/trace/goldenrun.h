@@ -13,6 +13,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "decode/generate.h"
+#include "decode/run.h"
 #include "decode/session.h"
 #include "decode/spec.h"
 #include "trace/golden.h"
@@ -28,21 +29,16 @@ typedef struct ds4_run_opts {
     const char *vec_prompt_path;  /* the prompt path written into the case */
     const uint8_t *prompt_text;   /* recorded in the golden when not NULL */
     size_t prompt_text_len;
-    /* Called with each generated token's bytes (e.g. to print the text). */
-    void (*on_text)(void *ud, const uint8_t *bytes, size_t n);
-    void *ud;
     /* Called with each step's full record; non-zero stops generation (the
-     * outputs are then finished as complete, stop "length"). */
+     * outputs are then finished as incomplete, stop "interrupted"). */
     ds4_gen_cb on_step;
     void *step_ud;
     /* Set asynchronously (SIGINT): generation stops and the outputs are
-     * written, marked incomplete. */
+     * written, marked incomplete; the call returns DS4_E_INTERRUPTED. */
     volatile sig_atomic_t *stop;
-    /* Speculative decoding and/or sampling (NULL: plain greedy).  Greedy
-     * speculation gives the same records as plain greedy; sampled runs
-     * (temp > 0) record no golden, dump or vec output. */
+    /* Speculative decoding (NULL: plain greedy).  It gives the same records
+     * as plain greedy; goldens record greedy decoding only (temp 0). */
     const ds4_spec_cfg *spec;
-    uint64_t seed;
     ds4_spec_stats *stats;        /* added to, when not NULL */
 } ds4_run_opts;
 
@@ -55,10 +51,10 @@ typedef int (*ds4_tok_bytes_fn)(void *ud, int32_t id, ds4_buf *out, ds4err *err)
 int ds4_golden_step_of(const ds4_gen_step *gs, ds4_tok_bytes_fn fn, void *ud,
                        ds4_golden_step *out, ds4err *err);
 
-/* Evaluate prompt[0..n_prompt) on a fresh session and generate (the
- * drafter of o->spec, if any, is shown the prompt too).  tok may be
- * NULL (token bytes are then empty).  On success *out (if not NULL) holds
- * the golden (caller frees with ds4_golden_free). */
+/* Run the prompt on a fresh session (decode/run.h) and record every step.
+ * tok may be NULL (token bytes are then empty).  Bad input is refused before
+ * any output file is started.  On success *out (if not NULL) holds the
+ * golden (caller frees with ds4_golden_free). */
 int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
                    uint32_t n_prompt, const ds4_run_opts *o, ds4_golden *out, ds4err *err);
 
