@@ -11,10 +11,11 @@
  * where the Python code would crash on an input, this returns an error. */
 #include "text/chat.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "text/pyjson.h"
 
 /* String constants of the official encoder.  Macros, so that they concatenate
  * into the templates below. */
@@ -73,159 +74,6 @@ static const char tools_tail[] =
 static const char response_format_head[] =
     "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n";
 
-/* ------------------------------------------------ Python's json.dumps */
-
-/* Python's truth value of a JSON value. */
-static bool truthy(const ds4_json *v) {
-    if (!v) return false;
-    switch (v->type) {
-    case DS4_JSON_NULL: case DS4_JSON_FALSE: return false;
-    case DS4_JSON_TRUE: return true;
-    case DS4_JSON_NUMBER: return v->num != 0;
-    case DS4_JSON_STRING: return v->len > 0;
-    case DS4_JSON_ARRAY: case DS4_JSON_OBJECT: return v->n > 0;
-    }
-    return false;
-}
-
-static bool is_float_literal(const ds4_json *v) {
-    return strpbrk(v->str, ".eE") != NULL;
-}
-
-/* Whether mant * 10^e10 reads back as x. */
-static bool reads_back(uint64_t mant, int e10, double x) {
-    char s[48];
-    snprintf(s, sizeof(s), "%llue%d", (unsigned long long)mant, e10);
-    return strtod(s, NULL) == x;
-}
-
-/* The shortest decimal mant * 10^e10 that reads back as |x|, the closest to
- * it among equally short ones: what Python's repr(float) prints.  For p
- * digits the correctly rounded value is tried first; at a power of two the
- * rounding interval is lopsided, and then only the next p-digit value on the
- * wide side may read back. */
-static void shortest_digits(double x, uint64_t *mant_out, int *e10_out) {
-    for (int prec = 1;; prec++) {
-        char s[48];
-        snprintf(s, sizeof(s), "%.*e", prec - 1, x);
-        uint64_t mant = 0;
-        char *p = s;
-        for (; *p != 'e'; p++)
-            if (*p != '.') mant = mant * 10 + (uint64_t)(*p - '0');
-        int e10 = atoi(p + 1) - (prec - 1);
-        /* 17 digits always read back. */
-        if (prec == 17 || reads_back(mant, e10, x)) { *mant_out = mant; *e10_out = e10; return; }
-        if (reads_back(mant + 1, e10, x)) { *mant_out = mant + 1; *e10_out = e10; return; }
-        if (mant > 1 && reads_back(mant - 1, e10, x)) { *mant_out = mant - 1; *e10_out = e10; return; }
-    }
-}
-
-/* repr(float): shortest digits, in fixed notation when the decimal point
- * falls in (-4, 16] digits from the first digit, else as d.ddde±XX. */
-static void put_py_float(ds4_buf *b, double x) {
-    if (isinf(x)) {
-        ds4_buf_puts(b, x < 0 ? "-Infinity" : "Infinity");
-        return;
-    }
-    if (x == 0) {
-        ds4_buf_puts(b, signbit(x) ? "-0.0" : "0.0");
-        return;
-    }
-    if (x < 0) {
-        ds4_buf_put(b, "-", 1);
-        x = -x;
-    }
-    uint64_t mant;
-    int e10;
-    shortest_digits(x, &mant, &e10);
-    while (mant % 10 == 0) {
-        mant /= 10;
-        e10++;
-    }
-    char digits[24];
-    int nd = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)mant);
-    int decpt = nd + e10;   /* value = 0.DIGITS * 10^decpt */
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            ds4_buf_puts(b, "0.");
-            for (int i = 0; i < -decpt; i++) ds4_buf_put(b, "0", 1);
-            ds4_buf_put(b, digits, (size_t)nd);
-        } else if (decpt >= nd) {
-            ds4_buf_put(b, digits, (size_t)nd);
-            for (int i = nd; i < decpt; i++) ds4_buf_put(b, "0", 1);
-            ds4_buf_puts(b, ".0");
-        } else {
-            ds4_buf_put(b, digits, (size_t)decpt);
-            ds4_buf_put(b, ".", 1);
-            ds4_buf_put(b, digits + decpt, (size_t)(nd - decpt));
-        }
-        return;
-    }
-    char e[16];
-    ds4_buf_put(b, digits, 1);
-    if (nd > 1) {
-        ds4_buf_put(b, ".", 1);
-        ds4_buf_put(b, digits + 1, (size_t)nd - 1);
-    }
-    snprintf(e, sizeof(e), "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
-    ds4_buf_puts(b, e);
-}
-
-static bool same_key(const ds4_json *obj, size_t i, size_t j) {
-    return obj->keys[i].len == obj->keys[j].len &&
-           memcmp(obj->keys[i].str, obj->keys[j].str, obj->keys[i].len) == 0;
-}
-
-/* Python dict semantics for a parsed object: a repeated key keeps the place
- * of its first occurrence and the value of its last.  Returns the index of
- * the value to use for member i, or -1 when i repeats an earlier key. */
-static long dict_member(const ds4_json *obj, size_t i) {
-    for (size_t j = 0; j < i; j++)
-        if (same_key(obj, i, j)) return -1;
-    size_t last = i;
-    for (size_t j = i + 1; j < obj->n; j++)
-        if (same_key(obj, i, j)) last = j;
-    return (long)last;
-}
-
-/* json.dumps(v, ensure_ascii=False) of a value json.loads produced. */
-static void py_dumps(ds4_buf *b, const ds4_json *v) {
-    switch (v->type) {
-    case DS4_JSON_NULL: ds4_buf_puts(b, "null"); return;
-    case DS4_JSON_FALSE: ds4_buf_puts(b, "false"); return;
-    case DS4_JSON_TRUE: ds4_buf_puts(b, "true"); return;
-    case DS4_JSON_NUMBER:
-        if (is_float_literal(v)) put_py_float(b, v->num);
-        else if (strcmp(v->str, "-0") == 0) ds4_buf_puts(b, "0");   /* int("-0") == 0 */
-        else ds4_buf_put(b, v->str, v->len);
-        return;
-    case DS4_JSON_STRING: ds4_json_put_str(b, v->str, v->len); return;
-    case DS4_JSON_ARRAY:
-        ds4_buf_put(b, "[", 1);
-        for (size_t i = 0; i < v->n; i++) {
-            if (i) ds4_buf_puts(b, ", ");
-            py_dumps(b, &v->elems[i]);
-        }
-        ds4_buf_put(b, "]", 1);
-        return;
-    case DS4_JSON_OBJECT: {
-        ds4_buf_put(b, "{", 1);
-        bool first = true;
-        for (size_t i = 0; i < v->n; i++) {
-            long k = dict_member(v, i);
-            if (k < 0) continue;
-            if (!first) ds4_buf_puts(b, ", ");
-            first = false;
-            ds4_json_put_str(b, v->keys[i].str, v->keys[i].len);
-            ds4_buf_puts(b, ": ");
-            py_dumps(b, &v->elems[k]);
-        }
-        ds4_buf_put(b, "}", 1);
-        return;
-    }
-    }
-}
-
 /* -------------------------------------------------------------- turns */
 
 /* One message after merge_tool_messages.  A user turn owns a run of blocks:
@@ -282,7 +130,7 @@ static int merge_messages(const ds4_chat_msg *msgs, size_t n, conv *c, ds4err *e
 
 static const ds4_json *tool_call_id(const ds4_json *tc) {
     const ds4_json *id = ds4_json_get(tc, "id");
-    return truthy(id) ? id : ds4_json_get(ds4_json_get(tc, "function"), "id");
+    return ds4_py_truthy(id) ? id : ds4_json_get(ds4_json_get(tc, "function"), "id");
 }
 
 static bool same_id(const ds4_json *a, const ds4_json *b) {
@@ -296,14 +144,14 @@ static size_t call_order(const ds4_json *calls, const ds4_json *id) {
     size_t pos = 0;
     for (size_t i = 0; calls && i < calls->n; i++) {
         const ds4_json *cid = tool_call_id(&calls->elems[i]);
-        if (truthy(cid) && same_id(cid, id)) pos = i;
+        if (ds4_py_truthy(cid) && same_id(cid, id)) pos = i;
     }
     return pos;
 }
 
 static bool has_call_ids(const ds4_json *calls) {
     for (size_t i = 0; i < calls->n; i++)
-        if (truthy(tool_call_id(&calls->elems[i]))) return true;
+        if (ds4_py_truthy(tool_call_id(&calls->elems[i]))) return true;
     return false;
 }
 
@@ -315,7 +163,7 @@ static void sort_tool_results(conv *c, block *tmp) {
     const ds4_json *calls = NULL;
     for (size_t i = 0; i < c->n; i++) {
         const turn *t = &c->turns[i];
-        if (t->role == DS4_ROLE_ASSISTANT && truthy(t->m->tool_calls) &&
+        if (t->role == DS4_ROLE_ASSISTANT && ds4_py_truthy(t->m->tool_calls) &&
             t->m->tool_calls->type == DS4_JSON_ARRAY) {
             calls = has_call_ids(t->m->tool_calls) ? t->m->tool_calls : NULL;
             continue;
@@ -396,7 +244,7 @@ static int put_tools(renderer *r, const ds4_json *tools) {
             return ds4err_set(r->err, DS4_E_ARG, "chat: tools[%zu] has no \"function\" (byte %zu)",
                               i, tools->elems[i].offset);
         if (i) put(r, "\n");
-        py_dumps(r->out, fn);
+        ds4_py_dumps(r->out, fn);
     }
     put(r, tools_tail);
     return 0;
@@ -404,11 +252,11 @@ static int put_tools(renderer *r, const ds4_json *tools) {
 
 /* The tools and response_format sections of system and developer turns. */
 static int put_extras(renderer *r, const ds4_chat_msg *m) {
-    if (truthy(m->tools) && put_tools(r, m->tools)) return -1;
-    if (truthy(m->response_format)) {
+    if (ds4_py_truthy(m->tools) && put_tools(r, m->tools)) return -1;
+    if (ds4_py_truthy(m->response_format)) {
         put(r, "\n\n");
         put(r, response_format_head);
-        py_dumps(r->out, m->response_format);
+        ds4_py_dumps(r->out, m->response_format);
     }
     return 0;
 }
@@ -475,13 +323,13 @@ static int put_arguments(renderer *r, const ds4_json *args) {
         put(r, "<" DSML "parameter name=\"arguments\" string=\"");
         put(r, args->type == DS4_JSON_STRING ? "true\">" : "false\">");
         if (args->type == DS4_JSON_STRING) put_str(r, args->str, args->len);
-        else py_dumps(r->out, args);
+        else ds4_py_dumps(r->out, args);
         put(r, "</" DSML "parameter>");
         return 0;
     }
     bool first = true;
     for (size_t i = 0; i < obj->n; i++) {
-        long k = dict_member(obj, i);
+        long k = ds4_py_dict_member(obj, i);
         if (k < 0) continue;
         const ds4_json *v = &obj->elems[k];
         if (!first) put(r, "\n");
@@ -490,7 +338,7 @@ static int put_arguments(renderer *r, const ds4_json *args) {
         put_str(r, obj->keys[i].str, obj->keys[i].len);
         put(r, v->type == DS4_JSON_STRING ? "\" string=\"true\">" : "\" string=\"false\">");
         if (v->type == DS4_JSON_STRING) put_str(r, v->str, v->len);
-        else py_dumps(r->out, v);
+        else ds4_py_dumps(r->out, v);
         put(r, "</" DSML "parameter>");
     }
     ds4_json_free(doc);
@@ -528,7 +376,7 @@ static int put_assistant(renderer *r, size_t idx) {
         put(r, THINK_END);
     }
     if (m->content) put_str(r, m->content, m->content_len);
-    if (truthy(m->tool_calls) && put_tool_calls(r, m->tool_calls)) return -1;
+    if (ds4_py_truthy(m->tool_calls) && put_tool_calls(r, m->tool_calls)) return -1;
     if (!m->wo_eos) put(r, ds4_special_str(DS4_SPECIAL_EOS));
     return 0;
 }
@@ -604,7 +452,7 @@ int ds4_chat_render(const ds4_chat_msg *msgs, size_t n, const ds4_chat_opts *opt
         sort_tool_results(&c, tmp);
         renderer r = {&c, opts, !opts->keep_thinking, -1, out, err};
         for (size_t i = 0; i < c.n; i++)
-            if (c.turns[i].role != DS4_ROLE_USER && truthy(c.turns[i].m->tools)) r.drop = false;
+            if (c.turns[i].role != DS4_ROLE_USER && ds4_py_truthy(c.turns[i].m->tools)) r.drop = false;
         if (opts->thinking && r.drop) drop_thinking(&c);
         r.last_user = find_last_user(&c);
         if (!opts->no_bos) put(&r, ds4_special_str(DS4_SPECIAL_BOS));
@@ -716,7 +564,7 @@ static int msg_from_json(const ds4_json *m, size_t i, ds4_chat_msg *out, ds4err 
     if (opt_string(m, "reasoning_content", i, &out->reasoning, &out->reasoning_len, err) ||
         opt_string(m, "task", i, &out->task, &task_len, err))
         return -1;
-    out->wo_eos = truthy(ds4_json_get(m, "wo_eos"));
+    out->wo_eos = ds4_py_truthy(ds4_json_get(m, "wo_eos"));
     out->tools = opt_json(m, "tools");
     out->response_format = opt_json(m, "response_format");
     out->tool_calls = opt_json(m, "tool_calls");
