@@ -42,7 +42,17 @@ all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(BUILD)/libds4ref.so
 
 $(BUILD)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -c $< -o $@
+
+# The kernel variants (quant/dot_kern.h): each file is compiled for its own
+# instruction set, and quant/dot.c runs the best one the CPU has.  Every
+# variant gives the same bits, so the default build is as fast as the CPU
+# allows without being tied to it; ARCH= is for cross builds.
+TARGET_MACHINE := $(shell $(CC) -dumpmachine)
+ifneq ($(filter x86_64%,$(TARGET_MACHINE)),)
+$(BUILD)/quant/dot_avx2.o: KERNEL_FLAGS = -mavx2 -mfma -mf16c
+$(BUILD)/quant/dot_avx512.o: KERNEL_FLAGS = -mavx512f -mavx512dq -mavx2 -mfma -mf16c
+endif
 
 # The shared library exports the public API (include/ds4ref.h) only.
 $(BUILD)/libds4ref.so: $(LIB_OBJ) ref/api/ds4ref.map

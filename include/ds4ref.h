@@ -59,6 +59,14 @@ typedef struct ds4ref_error {
 const char *ds4ref_status_name(int code);
 const char *ds4ref_version(void);
 
+/* The matrix kernels in use ("avx512", "avx2", "neon" or "portable": the
+ * best the CPU supports, or the variable DS4REF_KERNELS's choice) and all
+ * those this build and CPU can run, best first.  Every variant gives the
+ * same bits: the choice is about speed only.  A DS4REF_KERNELS that names a
+ * variant this machine cannot run makes ds4ref_model_open fail. */
+const char *ds4ref_kernels(void);
+const char *ds4ref_kernels_available(void);
+
 /* Release memory the library returned (token arrays, strings). */
 void ds4ref_free(void *p);
 

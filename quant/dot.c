@@ -1,90 +1,39 @@
 /* The canonical reductions of dot.h: dot products, sums of squares and
- * matrix-vector / matrix-matrix products.
+ * matrix-vector / matrix-matrix products, and the choice of kernels.
  *
- * There is exactly one evaluation order (dot.h): element i's product, formed
- * in double, goes to lane i % 16, and the lanes meet in a fixed halving tree.
- * Everything below is about computing that order fast; nothing may change
- * which additions happen or in which order, so -O0 and -O3 -march=native give
- * the same bits.
+ * There is exactly one evaluation order (dot.h; written out in dot_lanes.h):
+ * element i's product, formed in double, goes to lane i % 16, and the lanes
+ * meet in a fixed halving tree.  The kernel variants (dot_kern.h) compute
+ * that order with different instructions; this file decides which variant
+ * runs and how a product is cut into jobs for the threads.  Nothing here may
+ * change which additions happen or in which order, so every variant, thread
+ * count and batch shape gives the same bits.
  *
- * How a matrix product is organized (the same code for every T):
- *
- *   - rows are taken in groups of GROUP_ROWS (RB for small products),
- *     tokens in tiles of TILE_T; one (group, tile) pair is one job, and one
- *     thread owns a job, i.e. every output value, whole;
- *   - a job walks RB rows at a time, once, as RB sequential streams, in
- *     chunks of CHUNK elements.  Each chunk of the RB rows is dequantized
- *     once into f32 (formats.h values) and used by every token of the tile;
- *   - the RB rows then meet a token's activations (widened to double once
- *     per 16 elements for all RB rows) in one pass that keeps their lanes in
- *     registers: RB independent chains of additions give the CPU parallel
- *     work, while each lane still adds its products in increasing element
- *     order;
- *   - for a single token (decode) the vector kernels skip the f32 buffer:
- *     each block goes from memory straight into the accumulators ("fused"
- *     kernels below), with the same values in the same order.
- *
- * Chunks start at multiples of CHUNK (a multiple of 16), so element i of a
- * row always lands in lane i % 16, as in ds4_dot_f32 over the whole
- * dequantized row.  Lanes are kept in memory between chunks and in
- * registers inside one, which moves no addition.
- *
- * Vector kernels (AVX-512F/DQ, or AVX2+FMA+F16C) are chosen at compile time
- * from the target's macros; the portable C kernels are always compiled too
- * (ds4_matmul_rows_portable) so a test can prove both give the same bits.
- *
- * Fused multiply-add.  The vector kernels accumulate with fma(w, x, acc)
- * where the portable code writes acc + (double)w * (double)x.  The two are
- * the same number: w and x are f32 values (24 significant bits each), so
- * w*x has at most 48 significant bits and an exponent far inside double's
- * range (|w*x| < 2^256, and nonzero products are >= 2^-298, far above
- * double's smallest subnormal 2^-1074): the product is exact in double, and
- * fma's single rounding of w*x + acc is the rounding of the addition.  That
- * holds for signed zeros and infinities too; only which NaN payload comes
- * out of a NaN input may differ, and NaN payloads are not part of the
- * contract (x86-64 and aarch64 already propagate them differently).  The
- * build keeps -ffp-contract=off, so the compiler never fuses anything else.
+ * A matrix product is cut into jobs: rows in groups of GROUP_ROWS (RB for
+ * small products), tokens in tiles of TILE_T; one (group, tile) pair is one
+ * job, and one thread owns a job, i.e. every output value, whole.  Jobs are
+ * numbered group-major, tile-minor, so consecutive jobs of one thread reuse
+ * the same rows while they are in cache.
  *
  * Nothing here allocates: every buffer has a fixed size on the stack (about
- * 8 KiB per job; the IQ2_XXS lookup tables are static, built once), so the
- * functions cannot fail halfway. */
+ * 8 KiB per job; the IQ2_XXS lookup tables of the AVX-512 kernels are
+ * static, built once), so the functions cannot fail halfway. */
 #include "quant/dot.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <omp.h>
 
-#include "quant/formats.h"
-
-#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__) && defined(__FMA__)
-#include <immintrin.h>
-#include <pthread.h>
-#define DOT_AVX512 1
-#define DOT_KERNELS "avx512"
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define DOT_AVX2 1
-#define DOT_KERNELS "avx2"
-#else
-#define DOT_KERNELS "portable"
-#endif
-
-#define L DS4_LANES
-
-/* Elements per column chunk: a multiple of every block size (1, 32, 256)
- * and of the 16 lanes; the f32 chunks of RB rows (4 KiB) stay in L1. */
-#define CHUNK 256
-
-/* Rows dequantized and accumulated together (register blocking). */
-#define RB 4
+#include "quant/dot_kern.h"
+#include "quant/dot_lanes.h"
 
 /* Rows of one job (consecutive jobs of a thread share its weights in
  * cache when T > TILE_T). */
 #define GROUP_ROWS 16
-
-/* Tokens sharing one dequantization of the weights. */
-#define TILE_T 8
 
 /* Below this many multiply-adds a matrix product runs on the calling thread:
  * waking the OpenMP team would cost more than the work.  Either way every
@@ -92,165 +41,114 @@
 #define PARALLEL_MIN_WORK (1u << 15)
 
 /* ------------------------------------------------------------------------ */
-/* Lanes                                                                    */
+/* Choosing the kernels                                                     */
 /* ------------------------------------------------------------------------ */
 
-/* The fixed halving tree of dot.h.  Destroys l. */
-static inline double lanes_sum(double *l) {
-    for (int k = 0; k < 8; k++) l[k] += l[k + 8];
-    for (int k = 0; k < 4; k++) l[k] += l[k + 4];
-    for (int k = 0; k < 2; k++) l[k] += l[k + 2];
-    return l[0] + l[1];
-}
-
-/* l[i % 16] += a[i] * b[i] for i in [0, n), element 0 being a multiple of
- * 16 of the whole vector.  Portable reference form of every kernel below. */
-static void lanes_add_portable(double *restrict l, const float *restrict a,
-                               const float *restrict b, uint64_t n) {
-    double acc[L];
-    memcpy(acc, l, sizeof(acc));
-    uint64_t i = 0;
-    for (; i + L <= n; i += L)
-        for (int k = 0; k < L; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
-    for (int k = 0; i + (uint64_t)k < n; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
-    memcpy(l, acc, sizeof(acc));
-}
-
-#if defined(DOT_AVX512)
-static void lanes_add(double *restrict l, const float *restrict a, const float *restrict b,
-                      uint64_t n) {
-    __m512d lo = _mm512_loadu_pd(l), hi = _mm512_loadu_pd(l + 8);
-    uint64_t i = 0;
-    for (; i + L <= n; i += L) {
-        lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i)),
-                             _mm512_cvtps_pd(_mm256_loadu_ps(b + i)), lo);
-        hi = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i + 8)),
-                             _mm512_cvtps_pd(_mm256_loadu_ps(b + i + 8)), hi);
-    }
-    _mm512_storeu_pd(l, lo);
-    _mm512_storeu_pd(l + 8, hi);
-    lanes_add_portable(l, a + i, b + i, n - i);
-}
-#elif defined(DOT_AVX2)
-static void lanes_add(double *restrict l, const float *restrict a, const float *restrict b,
-                      uint64_t n) {
-    __m256d v[4];
-    for (int q = 0; q < 4; q++) v[q] = _mm256_loadu_pd(l + 4 * q);
-    uint64_t i = 0;
-    for (; i + L <= n; i += L)
-        for (int q = 0; q < 4; q++)
-            v[q] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + i + 4 * q)),
-                                   _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4 * q)), v[q]);
-    for (int q = 0; q < 4; q++) _mm256_storeu_pd(l + 4 * q, v[q]);
-    lanes_add_portable(l, a + i, b + i, n - i);
-}
-#else
-static void lanes_add(double *restrict l, const float *restrict a, const float *restrict b,
-                      uint64_t n) {
-    lanes_add_portable(l, a, b, n);
-}
+/* Every variant this build has, best first, with whether this CPU can run
+ * it.  __builtin_cpu_supports also checks that the OS saves the wider
+ * registers. */
+static bool cpu_has(const ds4_dot_kern *k) {
+#if defined(__x86_64__)
+    if (k == &ds4_dot_avx512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+               __builtin_cpu_supports("avx2");
+    if (k == &ds4_dot_avx2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
 #endif
+    (void)k;
+    return true;
+}
+
+static const ds4_dot_kern *const variants[] = {
+#if defined(__x86_64__)
+    &ds4_dot_avx512,
+    &ds4_dot_avx2,
+#elif defined(__aarch64__)
+    &ds4_dot_neon,
+#endif
+    &ds4_dot_portable,
+};
+enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
+
+static const ds4_dot_kern *kern;
+static char kern_error[160];
+static char kern_list[64];       /* the variants this CPU can run, best first */
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+
+static const ds4_dot_kern *find(const char *name) {
+    for (int i = 0; i < N_VARIANTS; i++)
+        if (!strcmp(variants[i]->name, name)) return variants[i];
+    return NULL;
+}
+
+/* The best variant, unless DS4REF_KERNELS names another; a name this build
+ * or this CPU cannot honour leaves the best one chosen and an error for
+ * ds4_dot_check to report. */
+static void choose(void) {
+    for (int i = N_VARIANTS - 1; i >= 0; i--)
+        if (cpu_has(variants[i])) kern = variants[i];
+    for (int i = 0; i < N_VARIANTS; i++) {
+        if (!cpu_has(variants[i])) continue;
+        size_t n = strlen(kern_list);
+        snprintf(kern_list + n, sizeof(kern_list) - n, "%s%s", n ? " " : "", variants[i]->name);
+    }
+    const char *want = getenv("DS4REF_KERNELS");
+    if (!want || !*want) return;
+    const ds4_dot_kern *k = find(want);
+    if (!k)
+        snprintf(kern_error, sizeof(kern_error),
+                 "DS4REF_KERNELS=%.40s: no such kernels here (this build and CPU have: %s)",
+                 want, kern_list);
+    else if (!cpu_has(k))
+        snprintf(kern_error, sizeof(kern_error),
+                 "DS4REF_KERNELS=%.40s: this CPU lacks the instructions they need", want);
+    else
+        kern = k;
+}
+
+static const ds4_dot_kern *kernels(void) {
+    pthread_once(&kern_once, choose);
+    return kern;
+}
+
+const char *ds4_dot_kernels(void) {
+    return kernels()->name;
+}
+
+const char *ds4_dot_available(void) {
+    kernels();
+    return kern_list;
+}
+
+int ds4_dot_check(ds4err *err) {
+    kernels();
+    if (kern_error[0]) return ds4err_set(err, DS4_E_UNSUPPORTED, "%s", kern_error);
+    return 0;
+}
+
+int ds4_dot_use(const char *name, ds4err *err) {
+    kernels();
+    const ds4_dot_kern *k = find(name);
+    if (!k || !cpu_has(k))
+        return ds4err_set(err, k ? DS4_E_UNSUPPORTED : DS4_E_ARG,
+                          "no %s kernels here (this build and CPU have: %s)", name, kern_list);
+    kern = k;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Products                                                                 */
+/* ------------------------------------------------------------------------ */
 
 double ds4_dot_f32(const float *a, const float *b, uint64_t n) {
-    double l[L] = {0};
-    lanes_add(l, a, b, n);
-    return lanes_sum(l);
+    return kernels()->dot_f32(a, b, n);
 }
 
 double ds4_sumsq_f32(const float *a, uint64_t n) {
     return ds4_dot_f32(a, a, n);
 }
-
-/* ------------------------------------------------------------------------ */
-/* Rows x tokens: the inner kernel                                          */
-/* ------------------------------------------------------------------------ */
-
-/* acc[j][i % 16] += w[j*CHUNK + i] * x[i] for rows j < nr and i < m.
- * Portable form: plain loops a compiler may vectorize at will. */
-static void rows_fma_portable(double (*restrict acc)[L], int nr, const float *restrict w,
-                              const float *restrict x, uint64_t m) {
-    for (int j = 0; j < nr; j++) lanes_add_portable(acc[j], w + (uint64_t)j * CHUNK, x, m);
-}
-
-#if defined(DOT_AVX512)
-/* nr is a compile-time constant at every call site (see rows_fma), so a[][]
- * lives in registers: 2*nr accumulators of 8 lanes each.  The activations
- * are widened once per 16 elements for all nr rows. */
-static inline __attribute__((always_inline)) void
-rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
-           const float *restrict x, uint64_t m) {
-    __m512d a[RB][2];
-    for (int j = 0; j < nr; j++) {
-        a[j][0] = _mm512_loadu_pd(acc[j]);
-        a[j][1] = _mm512_loadu_pd(acc[j] + 8);
-    }
-    uint64_t i = 0;
-    for (; i + L <= m; i += L) {
-        const __m512d x0 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-        const __m512d x1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
-        for (int j = 0; j < nr; j++) {
-            const float *wj = w + (uint64_t)j * CHUNK + i;
-            a[j][0] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(wj)), x0, a[j][0]);
-            a[j][1] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(wj + 8)), x1, a[j][1]);
-        }
-    }
-    for (int j = 0; j < nr; j++) {
-        _mm512_storeu_pd(acc[j], a[j][0]);
-        _mm512_storeu_pd(acc[j] + 8, a[j][1]);
-    }
-    if (i < m) rows_fma_portable(acc, nr, w + i, x + i, m - i);
-}
-
-static void rows_fma(double (*restrict acc)[L], int nr, const float *restrict w,
-                     const float *restrict x, uint64_t m) {
-    switch (nr) {
-    case 4: rows_fma_n(acc, 4, w, x, m); break;
-    case 3: rows_fma_n(acc, 3, w, x, m); break;
-    case 2: rows_fma_n(acc, 2, w, x, m); break;
-    default: rows_fma_n(acc, 1, w, x, m); break;
-    }
-}
-#elif defined(DOT_AVX2)
-/* 16 lanes are four 4-double registers; two rows at a time keep 8
- * accumulators and the 4 activation registers within the 16 ymm. */
-static inline __attribute__((always_inline)) void
-rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
-           const float *restrict x, uint64_t m) {
-    __m256d a[2][4];
-    for (int j = 0; j < nr; j++)
-        for (int q = 0; q < 4; q++) a[j][q] = _mm256_loadu_pd(acc[j] + 4 * q);
-    uint64_t i = 0;
-    for (; i + L <= m; i += L) {
-        __m256d xv[4];
-        for (int q = 0; q < 4; q++) xv[q] = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * q));
-        for (int j = 0; j < nr; j++) {
-            const float *wj = w + (uint64_t)j * CHUNK + i;
-            for (int q = 0; q < 4; q++)
-                a[j][q] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(wj + 4 * q)), xv[q], a[j][q]);
-        }
-    }
-    for (int j = 0; j < nr; j++)
-        for (int q = 0; q < 4; q++) _mm256_storeu_pd(acc[j] + 4 * q, a[j][q]);
-    if (i < m) rows_fma_portable(acc, nr, w + i, x + i, m - i);
-}
-
-static void rows_fma(double (*restrict acc)[L], int nr, const float *restrict w,
-                     const float *restrict x, uint64_t m) {
-    for (int j = 0; j < nr; j += 2) {
-        if (nr - j >= 2) rows_fma_n(acc + j, 2, w + (uint64_t)j * CHUNK, x, m);
-        else rows_fma_n(acc + j, 1, w + (uint64_t)j * CHUNK, x, m);
-    }
-}
-#else
-static void rows_fma(double (*restrict acc)[L], int nr, const float *restrict w,
-                     const float *restrict x, uint64_t m) {
-    rows_fma_portable(acc, nr, w, x, m);
-}
-#endif
-
-/* ------------------------------------------------------------------------ */
-/* Dequantizing a chunk                                                     */
-/* ------------------------------------------------------------------------ */
 
 /* Checks shared by the row kernels: a known type and a whole number of
  * blocks.  Callers validate shapes at load time, so failing here is a bug. */
@@ -258,529 +156,6 @@ static const ds4_type_info *row_type(uint32_t type, uint64_t n) {
     const ds4_type_info *t = ds4_type_info_get(type);
     if (!t || (n != 0 && ds4_row_bytes(type, n) == 0)) return NULL;
     return t;
-}
-
-/* Elements [off, off+m) of a row as f32; off is a multiple of CHUNK and m a
- * whole number of blocks (row_type checked the row). */
-static void dequant_portable(const ds4_type_info *t, const uint8_t *row, uint64_t off, float *w,
-                             uint64_t m) {
-    ds4_dequant_row(t->id, row + off / t->blck * t->bytes, w, m);
-}
-
-#if defined(DOT_AVX512)
-/* AVX-512 dequantizers: the f32 operations of formats.c, in the same order,
- * 16 elements at a time; test_dot compares them with ds4_dequant_row bit for
- * bit.  Block scales go through the hardware f16 conversion, which is exact
- * for every finite half and Inf; a chunk with a NaN-or-Inf scale (exponent
- * field 31) is left to the portable code so even those keep their bits. */
-
-static inline uint32_t rd16(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-}
-
-static inline uint32_t rd32(const uint8_t *p) {
-    return rd16(p) | rd16(p + 2) << 16;
-}
-
-static inline int f16_special(uint32_t h) {
-    return (h & 0x7c00u) == 0x7c00u;
-}
-
-static inline float f16_scale(uint32_t h) {
-    return _cvtsh_ss((unsigned short)h);
-}
-
-static inline __m512i load16_u8(const uint8_t *p) {
-    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-}
-
-/* Q8_0: y = (float)q * d. */
-static int dq_q8_0(const uint8_t *p, float *w, uint64_t nb) {
-    for (uint64_t b = 0; b < nb; b++, p += 34, w += 32) {
-        const uint32_t h = rd16(p);
-        if (f16_special(h)) return 0;
-        const __m512 d = _mm512_set1_ps(f16_scale(h));
-        for (int k = 0; k < 2; k++) {
-            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 2 + 16 * k)));
-            _mm512_storeu_ps(w + 16 * k, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
-        }
-    }
-    return 1;
-}
-
-/* Q2_K: sub-block j = 8*half + 2*(shift/2) + sub of 16 elements,
- * dl = d * (sc & 15), ml = dmin * (sc >> 4), y = dl * q - ml. */
-static int dq_q2_K(const uint8_t *p, float *w, uint64_t nb) {
-    const __m512i three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
-    for (uint64_t b = 0; b < nb; b++, p += 84, w += 256) {
-        const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
-        if (f16_special(hd) || f16_special(hm)) return 0;
-        const __m512i sc = load16_u8(p);
-        float dl[16], ml[16];
-        _mm512_storeu_ps(dl, _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
-                                           _mm512_cvtepi32_ps(_mm512_and_si512(sc, fifteen))));
-        _mm512_storeu_ps(ml, _mm512_mul_ps(_mm512_set1_ps(f16_scale(hm)),
-                                           _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4))));
-        for (int half = 0; half < 2; half++)
-            for (int sub = 0; sub < 2; sub++) {
-                const __m512i q = load16_u8(p + 16 + 32 * half + 16 * sub);
-                for (int s = 0; s < 4; s++) {
-                    const int j = 8 * half + 2 * s + sub;
-                    const __m512i qs = _mm512_and_si512(
-                        _mm512_srlv_epi32(q, _mm512_set1_epi32(2 * s)), three);
-                    const __m512 v = _mm512_sub_ps(
-                        _mm512_mul_ps(_mm512_set1_ps(dl[j]), _mm512_cvtepi32_ps(qs)),
-                        _mm512_set1_ps(ml[j]));
-                    _mm512_storeu_ps(w + 16 * j, v);
-                }
-            }
-    }
-    return 1;
-}
-
-/* Q4_K: the six-bit scale and min of sub-block j (formats.c). */
-static void q4k_scale_min(int j, const uint8_t *s, uint32_t *sc, uint32_t *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xfu) | (uint32_t)(s[j - 4] >> 6) << 4;
-        *m = (uint32_t)(s[j + 4] >> 4) | (uint32_t)(s[j] >> 6) << 4;
-    }
-}
-
-/* Q4_K: y = (d * sc) * q - dmin * m per sub-block of 32. */
-static int dq_q4_K(const uint8_t *p, float *w, uint64_t nb) {
-    const __m512i fifteen = _mm512_set1_epi32(15);
-    for (uint64_t b = 0; b < nb; b++, p += 144, w += 256) {
-        const uint32_t hd = rd16(p), hm = rd16(p + 2);
-        if (f16_special(hd) || f16_special(hm)) return 0;
-        const float d = f16_scale(hd), dmin = f16_scale(hm);
-        for (int j = 0; j < 8; j++) {
-            uint32_t sc, mn;
-            q4k_scale_min(j, p + 4, &sc, &mn);
-            const __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(dmin * (float)mn);
-            const __m512i shift = _mm512_set1_epi32(4 * (j & 1));
-            for (int h = 0; h < 2; h++) {
-                const __m512i q = _mm512_and_si512(
-                    _mm512_srlv_epi32(load16_u8(p + 16 + 32 * (j / 2) + 16 * h), shift), fifteen);
-                _mm512_storeu_ps(w + 32 * j + 16 * h,
-                                 _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1));
-            }
-        }
-    }
-    return 1;
-}
-
-/* IQ2_XXS: y = (db * grid) * (+-1); the sign is applied by flipping the
- * sign bit, which is what multiplying a non-NaN by -1 does. */
-static int dq_iq2_xxs(const uint8_t *p, float *w, uint64_t nb) {
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    for (uint64_t b = 0; b < nb; b++, p += 66, w += 256) {
-        const uint32_t hd = rd16(p);
-        if (f16_special(hd)) return 0;
-        const float d = f16_scale(hd);
-        for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *g = p + 2 + 8 * ib;
-            const uint32_t aux = rd32(g + 4);
-            const __m512 db = _mm512_set1_ps(d * (0.5f + (float)(aux >> 28)) * 0.25f);
-            for (int h = 0; h < 2; h++) {
-                const int l = 2 * h;
-                const __m128i grid = _mm_set_epi64x((long long)ds4_iq2xxs_grid[g[l + 1]],
-                                                    (long long)ds4_iq2xxs_grid[g[l]]);
-                const __mmask16 neg = (__mmask16)(ds4_ksigns_iq2xs[(aux >> (7 * l)) & 127] |
-                                                  ds4_ksigns_iq2xs[(aux >> (7 * l + 7)) & 127] << 8);
-                const __m512 v = _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(grid)));
-                const __m512i vi = _mm512_castps_si512(v);
-                _mm512_storeu_ps(w + 32 * ib + 16 * h,
-                                 _mm512_castsi512_ps(_mm512_mask_xor_epi32(vi, neg, vi, sign)));
-            }
-        }
-    }
-    return 1;
-}
-
-/* F16 elements: exact hardware conversion unless a NaN or Inf is among
- * them; returns how many elements were done (a multiple of 16). */
-static uint64_t dq_f16(const uint8_t *p, float *w, uint64_t n) {
-    const __m256i expo = _mm256_set1_epi16(0x7c00);
-    uint64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256i h = _mm256_loadu_si256((const __m256i *)(p + 2 * i));
-        if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_and_si256(h, expo), expo))) break;
-        _mm512_storeu_ps(w + i, _mm512_cvtph_ps(h));
-    }
-    return i;
-}
-
-static uint64_t dq_bf16(const uint8_t *p, float *w, uint64_t n) {
-    uint64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * i)));
-        _mm512_storeu_ps(w + i, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
-    }
-    return i;
-}
-
-static void dequant_chunk(const ds4_type_info *t, const uint8_t *row, uint64_t off, float *w,
-                          uint64_t m) {
-    const uint8_t *p = row + off / t->blck * t->bytes;
-    const uint64_t nb = m / t->blck;
-    uint64_t done = 0;
-    switch (t->id) {
-    case DS4_TYPE_Q8_0: done = dq_q8_0(p, w, nb) ? m : 0; break;
-    case DS4_TYPE_Q2_K: done = dq_q2_K(p, w, nb) ? m : 0; break;
-    case DS4_TYPE_Q4_K: done = dq_q4_K(p, w, nb) ? m : 0; break;
-    case DS4_TYPE_IQ2_XXS: done = dq_iq2_xxs(p, w, nb) ? m : 0; break;
-    case DS4_TYPE_F16: done = dq_f16(p, w, m); break;
-    case DS4_TYPE_BF16: done = dq_bf16(p, w, m); break;
-    case DS4_TYPE_F32: memcpy(w, p, sizeof(float) * m); done = m; break;
-    default: break;
-    }
-    /* The rest (a tail, a special scale, another type) the portable way;
-     * done is a whole number of blocks. */
-    if (done < m) dequant_portable(t, row, off + done, w + done, m - done);
-}
-
-/* ---- One token: dequantization fused with the multiply-adds ------------
- *
- * For a single token (decode) the weights are used once, so they go from
- * the block straight into the accumulators without the f32 buffer.  The
- * values are those of the dq_* functions above and the order of additions
- * is the same: per row, blocks in increasing order and inside a block 16
- * elements at a time in increasing order, element i into lane i % 16. */
-
-typedef struct acc16 {
-    __m512d lo, hi;   /* lanes 0-7, 8-15 */
-} acc16;
-
-/* The 16 activations at x as doubles (exact). */
-static inline acc16 widen16(const float *x) {
-    acc16 v = {_mm512_cvtps_pd(_mm256_loadu_ps(x)), _mm512_cvtps_pd(_mm256_loadu_ps(x + 8))};
-    return v;
-}
-
-/* a += w * x for 16 f32 weights (see "Fused multiply-add" above). */
-static inline void fma16(acc16 *a, __m512 w, acc16 x) {
-    const __m256 whi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1));
-    a->lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(w)), x.lo, a->lo);
-    a->hi = _mm512_fmadd_pd(_mm512_cvtps_pd(whi), x.hi, a->hi);
-}
-
-static inline void prefetch_rows(const uint8_t *const *rows, int nr, uint64_t pos) {
-    for (int j = 0; j < nr; j++) __builtin_prefetch(rows[j] + pos);
-}
-
-/* Each fused kernel returns 0, having stored nothing, when a block scale is
- * NaN or Inf; the caller then takes the buffered path, which handles it. */
-/* Q8_0 in double: (double)q * (double)d is exactly the f32 weight q * d
- * (8 + 11 significant bits), so the weights are made 8 at a time straight
- * in double, without the f32 stage and its widening. */
-static inline __attribute__((always_inline)) int
-fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
-    for (uint64_t b = 0; b < nb; b++) {
-        const acc16 x0 = widen16(x + 32 * b), x1 = widen16(x + 32 * b + 16);
-        if ((b & 1) == 0) prefetch_rows(rows, nr, 34 * b + 768);
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *p = rows[j] + 34 * b;
-            const uint32_t h = rd16(p);
-            if (f16_special(h)) return 0;
-            const __m512d d = _mm512_set1_pd((double)f16_scale(h));
-            __m512d w[4];
-            for (int g = 0; g < 4; g++)
-                w[g] = _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_cvtepi8_epi64(
-                                         _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g)))), d);
-            a[j].lo = _mm512_fmadd_pd(w[0], x0.lo, a[j].lo);
-            a[j].hi = _mm512_fmadd_pd(w[1], x0.hi, a[j].hi);
-            a[j].lo = _mm512_fmadd_pd(w[2], x1.lo, a[j].lo);
-            a[j].hi = _mm512_fmadd_pd(w[3], x1.hi, a[j].hi);
-        }
-    }
-    return 1;
-}
-
-static inline __attribute__((always_inline)) int
-fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
-    const __m512i three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
-    float dl[RB][16], ml[RB][16];
-    for (uint64_t b = 0; b < nb; b++) {
-        prefetch_rows(rows, nr, 84 * b + 512);
-        prefetch_rows(rows, nr, 84 * b + 576);
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *p = rows[j] + 84 * b;
-            const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
-            if (f16_special(hd) || f16_special(hm)) return 0;
-            const __m512i sc = load16_u8(p);
-            _mm512_storeu_ps(dl[j], _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
-                                                  _mm512_cvtepi32_ps(_mm512_and_si512(sc, fifteen))));
-            _mm512_storeu_ps(ml[j], _mm512_mul_ps(_mm512_set1_ps(f16_scale(hm)),
-                                                  _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4))));
-        }
-        /* Sub-block g = 8*half + 2*s + sub covers elements 16g..16g+15:
-         * walk g in increasing order. */
-        for (int half = 0; half < 2; half++) {
-            __m512i q[RB][2];
-            for (int j = 0; j < nr; j++)
-                for (int sub = 0; sub < 2; sub++)
-                    q[j][sub] = load16_u8(rows[j] + 84 * b + 16 + 32 * half + 16 * sub);
-            for (int s = 0; s < 4; s++) {
-                const __m512i shift = _mm512_set1_epi32(2 * s);
-                for (int sub = 0; sub < 2; sub++) {
-                    const int g = 8 * half + 2 * s + sub;
-                    const acc16 xv = widen16(x + 256 * b + 16 * g);
-                    for (int j = 0; j < nr; j++) {
-                        const __m512i qs = _mm512_and_si512(_mm512_srlv_epi32(q[j][sub], shift), three);
-                        fma16(&a[j], _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl[j][g]),
-                                                                 _mm512_cvtepi32_ps(qs)),
-                                                   _mm512_set1_ps(ml[j][g])), xv);
-                    }
-                }
-            }
-        }
-    }
-    return 1;
-}
-
-static inline __attribute__((always_inline)) int
-fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
-    const __m512i fifteen = _mm512_set1_epi32(15);
-    for (uint64_t b = 0; b < nb; b++) {
-        float d1[RB][8], m1[RB][8];
-        prefetch_rows(rows, nr, 144 * b + 576);
-        prefetch_rows(rows, nr, 144 * b + 640);
-        prefetch_rows(rows, nr, 144 * b + 704);
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *p = rows[j] + 144 * b;
-            const uint32_t hd = rd16(p), hm = rd16(p + 2);
-            if (f16_special(hd) || f16_special(hm)) return 0;
-            const float d = f16_scale(hd), dmin = f16_scale(hm);
-            for (int k = 0; k < 8; k++) {
-                uint32_t sc, mn;
-                q4k_scale_min(k, p + 4, &sc, &mn);
-                d1[j][k] = d * (float)sc;
-                m1[j][k] = dmin * (float)mn;
-            }
-        }
-        for (int k = 0; k < 8; k++) {
-            const __m512i shift = _mm512_set1_epi32(4 * (k & 1));
-            for (int h = 0; h < 2; h++) {
-                const acc16 xv = widen16(x + 256 * b + 32 * k + 16 * h);
-                for (int j = 0; j < nr; j++) {
-                    const uint8_t *q = rows[j] + 144 * b + 16 + 32 * (k / 2) + 16 * h;
-                    const __m512i qv = _mm512_and_si512(_mm512_srlv_epi32(load16_u8(q), shift), fifteen);
-                    fma16(&a[j], _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d1[j][k]),
-                                                             _mm512_cvtepi32_ps(qv)),
-                                               _mm512_set1_ps(m1[j][k])), xv);
-                }
-            }
-        }
-    }
-    return 1;
-}
-
-/* IQ2_XXS in double.  The f32 weight is (db * grid) * (+-1), all exact
- * (16 + 6 significant bits), so its product with x equals
- * (grid * (+-1)) * (db * x) exactly: db * x has at most 40 significant bits
- * and the grid factor 6.  The grid points and sign patterns are therefore
- * looked up as 8 doubles each (grid_d, sign_d: 24 KiB, built once), which
- * takes one multiply per 8 weights instead of unpacking bytes. */
-static double grid_d[256][8] __attribute__((aligned(64)));
-static double sign_d[128][8] __attribute__((aligned(64)));
-static pthread_once_t iq2_once = PTHREAD_ONCE_INIT;
-
-static void iq2_tables_init(void) {
-    for (int i = 0; i < 256; i++)
-        for (int k = 0; k < 8; k++) grid_d[i][k] = (double)((ds4_iq2xxs_grid[i] >> (8 * k)) & 0xff);
-    for (int i = 0; i < 128; i++)
-        for (int k = 0; k < 8; k++) sign_d[i][k] = (ds4_ksigns_iq2xs[i] >> k) & 1 ? -1.0 : 1.0;
-}
-
-/* Per block and row, everything the inner loop needs besides the tables,
- * computed 8 groups at a time in vector registers: the group scales db (as
- * doubles, from the f32 formula) and the byte offsets of each 8 weights'
- * grid_d and sign_d rows.  The 64 bytes after the f16 scale are the 8
- * groups: 4 grid indices, then the u32 with the 4 sign indices and the
- * 4-bit scale. */
-typedef struct iq2_prep {
-    double db[8];
-    uint32_t grid_off[4][8], sign_off[4][8];
-} iq2_prep;
-
-static inline void iq2_prepare(const uint8_t *blk, float d, iq2_prep *o) {
-    const __m512i q = _mm512_loadu_si512(blk + 2);
-    const __m256i lo = _mm512_cvtepi64_epi32(q);                      /* grid indices */
-    const __m256i aux = _mm512_cvtepi64_epi32(_mm512_srli_epi64(q, 32));
-    const __m256 s = _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28));
-    const __m256 db = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), s)),
-                                    _mm256_set1_ps(0.25f));
-    _mm512_storeu_pd(o->db, _mm512_cvtps_pd(db));
-    const __m256i m127 = _mm256_set1_epi32(127), m255 = _mm256_set1_epi32(255);
-    for (int l = 0; l < 4; l++) {
-        const __m256i gi = _mm256_and_si256(_mm256_srli_epi32(lo, 8 * l), m255);
-        const __m256i si = _mm256_and_si256(_mm256_srli_epi32(aux, 7 * l), m127);
-        _mm256_storeu_si256((__m256i *)o->grid_off[l], _mm256_slli_epi32(gi, 6));
-        _mm256_storeu_si256((__m256i *)o->sign_off[l], _mm256_slli_epi32(si, 6));
-    }
-}
-
-static inline __attribute__((always_inline)) int
-fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
-    pthread_once(&iq2_once, iq2_tables_init);
-    const uint8_t *gt = (const uint8_t *)grid_d, *st = (const uint8_t *)sign_d;
-    for (uint64_t b = 0; b < nb; b++) {
-        iq2_prep pr[RB];
-        prefetch_rows(rows, nr, 66 * b + 512);
-        prefetch_rows(rows, nr, 66 * b + 576);
-        for (int j = 0; j < nr; j++) {
-            const uint32_t h = rd16(rows[j] + 66 * b);
-            if (f16_special(h)) return 0;
-            iq2_prepare(rows[j] + 66 * b, f16_scale(h), &pr[j]);
-        }
-        for (int ib = 0; ib < 8; ib++) {
-            const acc16 x0 = widen16(x + 256 * b + 32 * ib), x1 = widen16(x + 256 * b + 32 * ib + 16);
-            const __m512d xl[4] = {x0.lo, x0.hi, x1.lo, x1.hi};
-            for (int j = 0; j < nr; j++) {
-                const __m512d db = _mm512_set1_pd(pr[j].db[ib]);
-                for (int l = 0; l < 4; l++) {
-                    const __m512d w = _mm512_mul_pd(_mm512_load_pd(gt + pr[j].grid_off[l][ib]),
-                                                    _mm512_load_pd(st + pr[j].sign_off[l][ib]));
-                    const __m512d xs = _mm512_mul_pd(xl[l], db);
-                    if (l & 1) a[j].hi = _mm512_fmadd_pd(w, xs, a[j].hi);
-                    else a[j].lo = _mm512_fmadd_pd(w, xs, a[j].lo);
-                }
-            }
-        }
-    }
-    return 1;
-}
-
-/* nr rows of type t (whole rows of n elements) against one token: acc[j]
- * gets row j's lanes.  Returns 0 when the type has no fused kernel or a
- * scale is special (acc untouched). */
-static inline __attribute__((always_inline)) int
-fused_n(const ds4_type_info *t, const uint8_t *const *rows, const int nr, const float *x,
-        uint64_t n, double (*acc)[L]) {
-    acc16 a[RB];
-    for (int j = 0; j < nr; j++) a[j].lo = a[j].hi = _mm512_setzero_pd();
-    const uint64_t nb = n / t->blck;
-    int ok;
-    switch (t->id) {
-    case DS4_TYPE_Q8_0: ok = fused_q8_0(rows, nr, x, nb, a); break;
-    case DS4_TYPE_Q2_K: ok = fused_q2_K(rows, nr, x, nb, a); break;
-    case DS4_TYPE_Q4_K: ok = fused_q4_K(rows, nr, x, nb, a); break;
-    case DS4_TYPE_IQ2_XXS: ok = fused_iq2_xxs(rows, nr, x, nb, a); break;
-    default: ok = 0; break;
-    }
-    if (!ok) return 0;
-    for (int j = 0; j < nr; j++) {
-        _mm512_storeu_pd(acc[j], a[j].lo);
-        _mm512_storeu_pd(acc[j] + 8, a[j].hi);
-    }
-    return 1;
-}
-
-static int fused_rows(const ds4_type_info *t, const uint8_t *const *rows, int nr, const float *x,
-                      uint64_t n, double (*acc)[L]) {
-    switch (nr) {
-    case 4: return fused_n(t, rows, 4, x, n, acc);
-    case 3: return fused_n(t, rows, 3, x, n, acc);
-    case 2: return fused_n(t, rows, 2, x, n, acc);
-    default: return fused_n(t, rows, 1, x, n, acc);
-    }
-}
-#else
-static void dequant_chunk(const ds4_type_info *t, const uint8_t *row, uint64_t off, float *w,
-                          uint64_t m) {
-    dequant_portable(t, row, off, w, m);
-}
-
-static int fused_rows(const ds4_type_info *t, const uint8_t *const *rows, int nr, const float *x,
-                      uint64_t n, double (*acc)[L]) {
-    (void)t, (void)rows, (void)nr, (void)x, (void)n, (void)acc;
-    return 0;
-}
-#endif
-
-/* ------------------------------------------------------------------------ */
-/* Jobs                                                                     */
-/* ------------------------------------------------------------------------ */
-
-/* Asks for the bytes PREFETCH_CHUNKS chunks ahead of `pos` in a row: the
- * rows of a set are read as interleaved streams, which hardware prefetchers
- * follow poorly.  A hint only: it changes no value. */
-#define PREFETCH_CHUNKS 4
-static inline void prefetch_ahead(const uint8_t *row, uint64_t pos, uint64_t chunk_bytes,
-                                  uint64_t row_bytes) {
-#if defined(__GNUC__)
-    const uint64_t a = pos + PREFETCH_CHUNKS * chunk_bytes;
-    const uint64_t b = a + chunk_bytes < row_bytes ? a + chunk_bytes : row_bytes;
-    for (uint64_t p = a; p < b; p += 64) __builtin_prefetch(row + p);
-#else
-    (void)row, (void)pos, (void)chunk_bytes, (void)row_bytes;
-#endif
-}
-
-/* Lanes of rows [r0, r0+nr) (nr <= RB) x tokens [t0, t0+nt) (nt <= TILE_T)
- * over the whole row: acc[k][j] are the lanes of token t0+k and row r0+j.
- * The rows are walked once, chunk by chunk, as nr sequential streams;
- * each chunk is dequantized once for all nt tokens.  vec selects the vector
- * kernels (0: portable). */
-static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
-                         const float *x, uint64_t ldx, int t0, int nt, double (*acc)[RB][L],
-                         int vec) {
-    const uint64_t n = W->cols;
-    if (vec && nt == 1) {
-        const uint8_t *rows[RB];
-        for (int j = 0; j < nr; j++) rows[j] = W->data + (r0 + (uint64_t)j) * W->row_bytes;
-        if (fused_rows(t, rows, nr, x + (uint64_t)t0 * ldx, n, acc[0])) return;
-    }
-    float w[RB * CHUNK];
-    memset(acc, 0, sizeof(acc[0]) * (size_t)nt);
-    const uint64_t chunk_bytes = CHUNK / t->blck * t->bytes;
-    for (uint64_t off = 0; off < n; off += CHUNK) {
-        const uint64_t m = n - off < CHUNK ? n - off : CHUNK;
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *row = W->data + (r0 + (uint64_t)j) * W->row_bytes;
-            prefetch_ahead(row, off / t->blck * t->bytes, chunk_bytes, W->row_bytes);
-            if (vec) dequant_chunk(t, row, off, w + (uint64_t)j * CHUNK, m);
-            else dequant_portable(t, row, off, w + (uint64_t)j * CHUNK, m);
-        }
-        for (int k = 0; k < nt; k++) {
-            const float *xk = x + (uint64_t)(t0 + k) * ldx + off;
-            if (vec) rows_fma(acc[k], nr, w, xk, m);
-            else rows_fma_portable(acc[k], nr, w, xk, m);
-        }
-    }
-}
-
-/* One job: rows [r0, r0+nr) (nr <= GROUP_ROWS) x one token tile, rounded
- * into y. */
-static void job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr, const float *x,
-                uint64_t ldx, int t0, int nt, float *y, uint64_t ldy, int vec) {
-    double acc[TILE_T][RB][L];
-    for (int j0 = 0; j0 < nr; j0 += RB) {
-        const int nb = nr - j0 < RB ? nr - j0 : RB;
-        rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0, nt, acc, vec);
-        for (int k = 0; k < nt; k++)
-            for (int j = 0; j < nb; j++)
-                y[(uint64_t)(t0 + k) * ldy + r0 + (uint64_t)(j0 + j)] = (float)lanes_sum(acc[k][j]);
-    }
-}
-
-/* Jobs are numbered group-major, tile-minor: consecutive jobs of one thread
- * reuse the same rows, which stay in cache.  A group has `group` rows. */
-static void run_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, uint64_t r1,
-                    int group, uint64_t jobno, int ntiles, const float *x, uint64_t ldx, int T,
-                    float *y, uint64_t ldy, int vec) {
-    const uint64_t g0 = r0 + jobno / (uint64_t)ntiles * (uint64_t)group;
-    const int t0 = (int)(jobno % (uint64_t)ntiles) * TILE_T;
-    const int nr = r1 - g0 < (uint64_t)group ? (int)(r1 - g0) : group;
-    const int nt = T - t0 < TILE_T ? T - t0 : TILE_T;
-    job(W, t, g0, nr, x, ldx, t0, nt, y, ldy, vec);
-}
-
-static uint64_t n_jobs(uint64_t rows, int group, int ntiles) {
-    return (rows + (uint64_t)group - 1) / (uint64_t)group * (uint64_t)ntiles;
 }
 
 /* An invalid type or width has no defined value; NaN makes the mistake loud
@@ -791,9 +166,7 @@ double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
     /* An empty row may come as NULL pointers, and NULL + 0 is undefined. */
     if (n == 0) return 0.0;
     const ds4_mat W = {type, n, 1, ds4_row_bytes(type, n), row};
-    double acc[1][RB][L];
-    rowset_lanes(&W, t, 0, 1, x, n, 0, 1, acc, 1);
-    return lanes_sum(acc[0][0]);
+    return kernels()->row_dot(&W, t, x);
 }
 
 ds4_mat ds4_mat_expert(const ds4_mat *stacked, uint64_t expert) {
@@ -808,32 +181,35 @@ static void fill_nan(uint64_t r0, uint64_t r1, int T, float *y, uint64_t ldy) {
         for (uint64_t r = r0; r < r1; r++) y[(uint64_t)k * ldy + r] = NAN;
 }
 
-static void matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1, const float *x,
-                        uint64_t ldx, int T, float *y, uint64_t ldy, int vec) {
+/* Job jobno of rows [r0, r1) in groups of `group` rows x ntiles token
+ * tiles. */
+static void run_job(const ds4_dot_kern *k, const ds4_mat *W, const ds4_type_info *t, uint64_t r0,
+                    uint64_t r1, int group, uint64_t jobno, int ntiles, const float *x,
+                    uint64_t ldx, int T, float *y, uint64_t ldy) {
+    const uint64_t g0 = r0 + jobno / (uint64_t)ntiles * (uint64_t)group;
+    const int t0 = (int)(jobno % (uint64_t)ntiles) * TILE_T;
+    const int nr = r1 - g0 < (uint64_t)group ? (int)(r1 - g0) : group;
+    const int nt = T - t0 < TILE_T ? T - t0 : TILE_T;
+    k->job(W, t, g0, nr, x, ldx, t0, nt, y, ldy);
+}
+
+static uint64_t n_jobs(uint64_t rows, int group, int ntiles) {
+    return (rows + (uint64_t)group - 1) / (uint64_t)group * (uint64_t)ntiles;
+}
+
+void ds4_matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1,
+                     const float *x, uint64_t ldx, int T, float *y, uint64_t ldy) {
     const ds4_type_info *t = row_type(W->type, W->cols);
     if (!t) {
         fill_nan(r0, r1, T, y, ldy);
         return;
     }
     if (T <= 0 || r1 <= r0) return;
+    const ds4_dot_kern *k = kernels();
     const int ntiles = (T + TILE_T - 1) / TILE_T;
     const uint64_t jobs = n_jobs(r1 - r0, GROUP_ROWS, ntiles);
     for (uint64_t j = 0; j < jobs; j++)
-        run_job(W, t, r0, r1, GROUP_ROWS, j, ntiles, x, ldx, T, y, ldy, vec);
-}
-
-void ds4_matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1,
-                     const float *x, uint64_t ldx, int T, float *y, uint64_t ldy) {
-    matmul_rows(W, r0, r1, x, ldx, T, y, ldy, 1);
-}
-
-void ds4_matmul_rows_portable(const ds4_mat *W, uint64_t r0, uint64_t r1, const float *x,
-                              uint64_t ldx, int T, float *y, uint64_t ldy) {
-    matmul_rows(W, r0, r1, x, ldx, T, y, ldy, 0);
-}
-
-const char *ds4_dot_kernels(void) {
-    return DOT_KERNELS;
+        run_job(k, W, t, r0, r1, GROUP_ROWS, j, ntiles, x, ldx, T, y, ldy);
 }
 
 /* Job numbering of ds4_matmul_many: op i owns jobs [first[i], first[i+1]). */
@@ -853,6 +229,7 @@ static uint64_t number_jobs(const ds4_matmul_op *ops, const ds4_type_info *const
 void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops) {
     enum { MAX_OPS = 64 };
     const int n = n_ops < MAX_OPS ? n_ops : MAX_OPS;
+    const ds4_dot_kern *k = kernels();
     const ds4_type_info *types[MAX_OPS];
     uint64_t first[MAX_OPS + 1];
     double work = 0;
@@ -874,8 +251,8 @@ void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops) {
         while (j >= first[i + 1]) i++;
         const ds4_matmul_op *o = &ops[i];
         const int ntiles = (o->T + TILE_T - 1) / TILE_T;
-        run_job(o->W, types[i], 0, o->W->rows, group, j - first[i], ntiles, o->x, o->ldx, o->T,
-                o->y, o->ldy, 1);
+        run_job(k, o->W, types[i], 0, o->W->rows, group, j - first[i], ntiles, o->x, o->ldx, o->T,
+                o->y, o->ldy);
     }
     if (n_ops > MAX_OPS) ds4_matmul_many(ops + MAX_OPS, n_ops - MAX_OPS);
 }

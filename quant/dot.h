@@ -75,14 +75,24 @@ typedef struct ds4_matmul_op {
  * all of them.  Every value equals ds4_matmul's. */
 void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops);
 
-/* The kernels are chosen at compile time from the target: "avx512"
- * (AVX-512F/DQ + FMA + F16C), "avx2" (AVX2 + FMA + F16C) or "portable" (plain
- * C that any compiler may vectorize).  All give the same bits. */
+/* The kernels: every variant this build has (portable; AVX2 and AVX-512 on
+ * x86-64, NEON on aarch64) computes the same canonical order, so the choice
+ * never changes a bit.  The best one the CPU supports is chosen at the first
+ * use, unless the environment variable DS4REF_KERNELS names another. */
+
+/* The name of the variant in use: "avx512", "avx2", "neon" or "portable". */
 const char *ds4_dot_kernels(void);
 
-/* ds4_matmul_rows computed with the portable C kernels whatever the target,
- * so a test can check that the vector kernels give the same bits. */
-void ds4_matmul_rows_portable(const ds4_mat *W, uint64_t r0, uint64_t r1, const float *x,
-                              uint64_t ldx, int T, float *y, uint64_t ldy);
+/* The variants this build and CPU can run, best first, space separated. */
+const char *ds4_dot_available(void);
+
+/* An error (DS4_E_UNSUPPORTED, naming the variable and what is available)
+ * when DS4REF_KERNELS names a variant that cannot be used here; the best
+ * variant is in use then.  Programs call it once at startup. */
+int ds4_dot_check(ds4err *err);
+
+/* Switch to the named variant (tests and benchmarks compare them).  Not
+ * while a product runs on another thread. */
+int ds4_dot_use(const char *name, ds4err *err);
 
 #endif

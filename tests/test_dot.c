@@ -399,36 +399,98 @@ static void test_fma_equals_mul_add(void **state) {
     }
 }
 
-/* Runs the same product through ds4_matmul_rows (the compiled vector
- * kernels) and ds4_matmul_rows_portable, and requires the same bits
- * (NaN == NaN). */
-static void check_vector_vs_portable(const ds4_mat *W, const float *x, uint64_t ldx, int T) {
+/* The kernel variants this build and CPU can run (ds4_dot_available),
+ * portable last. */
+static int variants(char names[4][16]) {
+    int n = 0;
+    const char *p = ds4_dot_available();
+    while (*p && n < 4) {
+        size_t len = strcspn(p, " ");
+        assert_true(len < 16);
+        memcpy(names[n], p, len);
+        names[n++][len] = '\0';
+        p += len + (p[len] == ' ');
+    }
+    assert_string_equal(names[n - 1], "portable");
+    return n;
+}
+
+static void use(const char *name) {
+    ds4err err = {0};
+    if (ds4_dot_use(name, &err)) fail_msg("%s", err.msg);
+}
+
+/* Runs the same product and dot products through every variant and
+ * requires the portable kernels' bits (NaN == NaN). */
+static void check_variants_vs_portable(const ds4_mat *W, const float *x, uint64_t ldx, int T) {
+    char names[4][16];
+    const int nv = variants(names);
     const uint64_t rows = W->rows;
     float *a = malloc(sizeof(float) * rows * (uint64_t)T), *b = malloc(sizeof(float) * rows * (uint64_t)T);
     assert_non_null(a);
     assert_non_null(b);
-    ds4_matmul_rows(W, 0, rows, x, ldx, T, a, rows);
-    ds4_matmul_rows_portable(W, 0, rows, x, ldx, T, b, rows);
-    for (uint64_t i = 0; i < rows * (uint64_t)T; i++) {
-        if (fbits(a[i]) != fbits(b[i]) && !(isnan(a[i]) && isnan(b[i]))) {
-            print_error("%s %s cols=%llu T=%d [%llu]: vector %a, portable %a\n",
-                        ds4_dot_kernels(), ds4_type_name(W->type), (unsigned long long)W->cols, T,
-                        (unsigned long long)i, (double)a[i], (double)b[i]);
+    use("portable");
+    ds4_matmul_rows(W, 0, rows, x, ldx, T, b, rows);
+    const double row0 = ds4_dot_row(W->type, W->data, x, W->cols);
+    for (int v = 0; v + 1 < nv; v++) {
+        use(names[v]);
+        ds4_matmul_rows(W, 0, rows, x, ldx, T, a, rows);
+        for (uint64_t i = 0; i < rows * (uint64_t)T; i++) {
+            if (fbits(a[i]) != fbits(b[i]) && !(isnan(a[i]) && isnan(b[i]))) {
+                print_error("%s %s cols=%llu T=%d [%llu]: %a, portable %a\n", names[v],
+                            ds4_type_name(W->type), (unsigned long long)W->cols, T,
+                            (unsigned long long)i, (double)a[i], (double)b[i]);
+                fail();
+            }
+        }
+        const double r = ds4_dot_row(W->type, W->data, x, W->cols);
+        if (dbits(r) != dbits(row0) && !(isnan(r) && isnan(row0))) {
+            print_error("%s %s ds4_dot_row: %a, portable %a\n", names[v], ds4_type_name(W->type), r,
+                        row0);
             fail();
         }
     }
+    use(names[0]);
     free(a);
     free(b);
+}
+
+/* ds4_dot_f32 of every variant against the portable one over lengths
+ * around the 16 lanes. */
+static void test_dot_f32_every_variant(void **state) {
+    (void)state;
+    char names[4][16];
+    const int nv = variants(names);
+    float a[100], b[100];
+    for (int i = 0; i < 100; i++) a[i] = rnd_wide(), b[i] = rnd_wide();
+    for (uint64_t n = 0; n <= 100; n += 3) {
+        use("portable");
+        const double want = ds4_dot_f32(a, b, n);
+        for (int v = 0; v + 1 < nv; v++) {
+            use(names[v]);
+            const double got = ds4_dot_f32(a, b, n);
+            if (dbits(got) != dbits(want)) {
+                print_error("%s: ds4_dot_f32 n=%llu: %a, portable %a\n", names[v],
+                            (unsigned long long)n, got, want);
+                fail();
+            }
+        }
+    }
+    use(names[0]);
+    ds4err err = {0};
+    assert_int_not_equal(ds4_dot_use("sse9", &err), 0);
+    assert_non_null(strstr(err.msg, "sse9"));
 }
 
 /* Every type, widths with and without a partial chunk, token counts around
  * the tile size, activations over a wide range of magnitudes; then rows
  * with NaN/Inf block scales and F16 rows with subnormals, infinities and
  * NaNs, which the vector kernels hand back to the portable code. */
-static void test_vector_kernels_match_portable(void **state) {
+static void test_variants_match_portable(void **state) {
     (void)state;
-    const char *k = ds4_dot_kernels();
-    assert_true(!strcmp(k, "avx512") || !strcmp(k, "avx2") || !strcmp(k, "portable"));
+    char names[4][16];
+    variants(names);
+    assert_string_equal(ds4_dot_kernels(), names[0]);
     static const int Ts[] = {1, 2, 7, 8, 9, 17};
     for (int ti = 0; ti < NTYPES; ti++) {
         const uint32_t type = all_types[ti];
@@ -443,7 +505,7 @@ static void test_vector_kernels_match_portable(void **state) {
             for (uint64_t r = 0; r < rows; r++) fill_row(type, data + r * rb, cols);
             for (uint64_t i = 0; i < cols * 17; i++) x[i] = rnd_wide();
             const ds4_mat W = {type, cols, rows, rb, data};
-            for (int q = 0; q < 6; q++) check_vector_vs_portable(&W, x, cols, Ts[q]);
+            for (int q = 0; q < 6; q++) check_variants_vs_portable(&W, x, cols, Ts[q]);
             /* Special scales: row 3's first block and row 7's last block. */
             const ds4_type_info *t = ds4_type_info_get(type);
             if (t->blck > 1) {
@@ -460,7 +522,7 @@ static void test_vector_kernels_match_portable(void **state) {
                 e[2 * 17] = 0x00, e[2 * 17 + 1] = 0xfc;   /* -Inf */
                 data[9 * rb + 6] = 0x00, data[9 * rb + 7] = 0x7e;   /* NaN */
             }
-            for (int q = 0; q < 6; q++) check_vector_vs_portable(&W, x, cols, Ts[q]);
+            for (int q = 0; q < 6; q++) check_variants_vs_portable(&W, x, cols, Ts[q]);
             free(data);
             free(x);
         }
@@ -470,7 +532,8 @@ static void test_vector_kernels_match_portable(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fma_equals_mul_add),
-        cmocka_unit_test(test_vector_kernels_match_portable),
+        cmocka_unit_test(test_variants_match_portable),
+        cmocka_unit_test(test_dot_f32_every_variant),
         cmocka_unit_test(test_lane_order_cancellation),
         cmocka_unit_test(test_dot_f32_vs_reference),
         cmocka_unit_test(test_dot_row_every_type),

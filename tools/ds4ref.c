@@ -118,7 +118,8 @@ static int parse_args(int argc, char **argv, cli *c) {
             exit(0);
         }
         if (!strcmp(a, "--version")) {
-            printf("ds4ref %s\n", ds4ref_version());
+            printf("ds4ref %s (kernels %s; this machine runs: %s)\n", ds4ref_version(),
+                   ds4ref_kernels(), ds4ref_kernels_available());
             exit(0);
         }
         if (!strcmp(a, "--think")) { c->nothink = false; c->think_max = false; continue; }

@@ -19,6 +19,7 @@
 #include "decode/spec.h"
 #include "forward/forward.h"
 #include "model/model.h"
+#include "quant/dot.h"
 #include "quant/formats.h"
 #include "text/chat.h"
 #include "trace/goldenrun.h"
@@ -56,6 +57,10 @@ const char *ds4ref_status_name(int code) {
 
 const char *ds4ref_version(void) { return DS4REF_VERSION; }
 
+const char *ds4ref_kernels(void) { return ds4_dot_kernels(); }
+
+const char *ds4ref_kernels_available(void) { return ds4_dot_available(); }
+
 void ds4ref_free(void *p) { free(p); }
 
 void ds4ref_set_threads(int n) {
@@ -92,7 +97,7 @@ int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_
     ds4ref_model *m = calloc(1, sizeof(*m));
     if (!m) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     ds4err e = {0};
-    if (ds4_model_open(&m->m, o->path, &e)) {
+    if (ds4_dot_check(&e) || ds4_model_open(&m->m, o->path, &e)) {
         free(m);
         return api_fail(err, &e);
     }
