@@ -629,6 +629,33 @@ static void test_diff(void **state) {
     free(bad);
 }
 
+/* More threads after a first evaluation: the per-thread scratch must grow
+ * with them (it once kept the first count and overran under valgrind and
+ * ASan), and the logits stay the same bits.  ds4ref_set_threads(0) goes back
+ * to OpenMP's default. */
+static void test_threads_grow(void **state) {
+    fixture *f = *state;
+    ds4ref_model_info in;
+    ds4ref_model_get_info(f->m, &in);
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (int32_t)((i * 37 + 5) % in.n_vocab);
+    float *a = malloc(sizeof(float) * 40 * in.n_vocab), *b = malloc(sizeof(float) * 40 * in.n_vocab);
+    ds4ref_error e;
+    ds4ref_session *s;
+    ds4ref_set_threads(1);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &s, &e), 0);
+    assert_int_equal(ds4ref_session_eval(s, ids, 40, a, &e), 0);
+    ds4ref_session_free(s);
+    ds4ref_set_threads(4);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &s, &e), 0);
+    assert_int_equal(ds4ref_session_eval(s, ids, 40, b, &e), 0);
+    ds4ref_session_free(s);
+    assert_memory_equal(a, b, sizeof(float) * 40 * in.n_vocab);
+    ds4ref_set_threads(0);
+    free(a);
+    free(b);
+}
+
 /* ds4ref_read_file and ds4ref_output: a round trip, an aborted write that
  * leaves the old file, and errors that name the path. */
 static void test_files(void **state) {
@@ -675,7 +702,7 @@ int main(void) {
         cmocka_unit_test(test_generate),          cmocka_unit_test(test_taps),
         cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
-        cmocka_unit_test(test_files),
+        cmocka_unit_test(test_files),             cmocka_unit_test(test_threads_grow),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

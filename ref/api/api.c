@@ -64,7 +64,10 @@ const char *ds4ref_kernels_available(void) { return ds4_dot_available(); }
 void ds4ref_free(void *p) { free(p); }
 
 void ds4ref_set_threads(int n) {
-    if (n > 0) omp_set_num_threads(n);
+    /* OpenMP's own choice, as it stood before the first call here. */
+    static int initial;
+    if (!initial) initial = omp_get_max_threads();
+    omp_set_num_threads(n > 0 ? n : initial);
 }
 
 _Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit status");
@@ -348,13 +351,17 @@ static int bridge_row_step(void *ud, uint32_t row, uint32_t index, const ds4_gen
     ds4_buf bytes = {0};
     ds4err e = {0};
     if (b->m->m.has_tok) ds4_tok_decode(&b->m->m.tok, &st->token, 1, &bytes, &e);
-    ds4ref_logprob top[64];
-    uint32_t n_top = st->n_top < 64 ? st->n_top : 64;
-    for (uint32_t i = 0; i < n_top; i++)
+    ds4ref_logprob small[64], *top = small;
+    if (st->n_top > 64 && !(top = malloc(sizeof(*top) * st->n_top))) {
+        ds4_buf_free(&bytes);
+        return 1;   /* out of memory: stop rather than report a cut list */
+    }
+    for (uint32_t i = 0; i < st->n_top; i++)
         top[i] = (ds4ref_logprob){st->top_ids[i], st->top_logits[i], st->top_logprobs[i]};
     ds4ref_step pub = {index, st->token, (const uint8_t *)bytes.p, bytes.len, st->logit,
-                       st->logprob, n_top, top, st->digest};
+                       st->logprob, st->n_top, top, st->digest};
     int rc = b->fn ? b->fn(b->ud, &pub) : b->row_fn(b->ud, row, &pub);
+    if (top != small) free(top);
     ds4_buf_free(&bytes);
     return rc;
 }

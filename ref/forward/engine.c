@@ -124,11 +124,16 @@ void ds4_tap_emit(const ds4_engine *e, const char *name, uint32_t t, uint32_t ki
 
 int ds4_engine_thread_doubles(ds4_engine *e, uint32_t n, ds4err *err) {
     ds4_fwd_scratch *s = e->scr;
+    /* The thread count can grow between calls (ds4ref_set_threads, another
+     * caller's setting): the buffer must cover both. */
     uint32_t threads = (uint32_t)omp_get_max_threads();
-    if (n <= s->attn_p_stride && s->attn_p) return 0;
+    if (s->attn_p && n <= s->attn_p_stride && threads <= s->attn_p_threads) return 0;
+    if (n < s->attn_p_stride) n = s->attn_p_stride;
+    if (threads < s->attn_p_threads) threads = s->attn_p_threads;
     free(s->attn_p);
     s->attn_p = malloc(sizeof(double) * (size_t)n * threads);
     s->attn_p_stride = s->attn_p ? n : 0;
+    s->attn_p_threads = s->attn_p ? threads : 0;
     if (!s->attn_p) return ds4err_set(err, DS4_E_NOMEM, "out of memory for per-thread scratch");
     return 0;
 }

@@ -66,9 +66,9 @@ typedef struct ds4_fwd_scratch {
     /* head */
     float *head_y;         /* [cap][n_embd] */
     /* Per-thread doubles (attention probabilities, indexer scores), grown on
-     * demand to attn_p_stride entries per thread. */
+     * demand: attn_p_stride entries for each of attn_p_threads threads. */
     double *attn_p;
-    uint32_t attn_p_stride;
+    uint32_t attn_p_stride, attn_p_threads;
 } ds4_fwd_scratch;
 
 /* Debug taps: named intermediate values of every token, so another backend
