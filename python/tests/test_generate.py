@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import ds4ref
+from ds4ref import model as model_module
 from conftest import TINY, VECTORS, run, tool, write_ids
 
 
@@ -65,3 +66,13 @@ def test_sampling_matches_the_command_line(model, tmp_path):
     assert b"".join(gen.token_bytes) + b"\n" == cli
     other = model.generate(ids, 12, temp=0.8, seed=4, stop_at_eos=False)
     assert other.tokens.tolist() != gen.tokens.tolist()
+
+
+def test_an_exception_in_the_step_callback_reaches_the_caller(model, monkeypatch):
+    # Without the record dtype the callback fails on the first step.
+    monkeypatch.setattr(model_module, "LOGPROB", None)
+    ids = model.chat("hi")
+    with pytest.raises(AttributeError):
+        model.generate(ids, 50)
+    monkeypatch.undo()
+    assert model.generate(ids, 2).tokens.size == 2
