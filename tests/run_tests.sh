@@ -29,6 +29,18 @@ run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf
 run "cli" bash tests/cli.sh
 run "install + example via pkg-config" bash tests/install.sh
 
+# The Python package (python/tests): skipped, not failed, without an
+# interpreter that has NumPy and pytest, and in sanitizer builds (their
+# library needs its sanitizer runtime preloaded into Python).
+if [ -n "${DS4REF_SANITIZER:-}" ]; then
+    summary+=("SKIP python (a $DS4REF_SANITIZER build)")
+elif py=$(tests/python.sh --find); then
+    run "python ($py)" tests/python.sh "$build"
+else
+    echo "SKIP python: $py"
+    summary+=("SKIP python ($py)")
+fi
+
 # valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list)
 if [ -n "${DS4REF_SANITIZER:-}" ]; then
     summary+=("SKIP valgrind (a $DS4REF_SANITIZER build: the sanitizer does that job)")
