@@ -8,7 +8,7 @@
 #                               interpreter print a SKIP line and succeed
 #   tests/python.sh --find      print the interpreter, or (status 1) why none
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 find_python() {
     local tried=()

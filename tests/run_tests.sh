@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: every cmocka unit test binary, the ds4_test runner
-# on the committed goldens, the CLI and install tests, a valgrind pass over a
-# fast subset, the suite again under ASan and UBSan, the fuzz targets briefly,
-# the short portability matrix and a benchmark smoke run.
+# on the committed goldens, the CLI and install tests, the Python package's
+# tests (python/tests, when an interpreter has NumPy and pytest), a valgrind
+# pass over a fast subset, the suite again under ASan and UBSan, the fuzz
+# targets briefly, the short portability matrix and a benchmark smoke run.
 # Usage: tests/run_tests.sh BUILD_DIR
 set -uo pipefail
 build=${1:-build}
