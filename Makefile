@@ -136,6 +136,12 @@ fuzz:
 fuzz-smoke:
 	FUZZ_BUILD=$(BUILD)/fuzz tests/fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECONDS)
 
+# The Python package's tests (python/, README "Python"), also run by make test;
+# tests/python.sh picks an interpreter with NumPy and pytest.
+.PHONY: python-test
+python-test: all
+	DS4REF_BIN_DIR=$(abspath $(BINDIR)) tests/python.sh $(BUILD)
+
 # make install PREFIX=/usr/local: header, libraries, binaries, pkg-config file.
 PREFIX ?= /usr/local
 VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' base/version.h)

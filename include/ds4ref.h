@@ -413,6 +413,61 @@ int ds4ref_output_commit(ds4ref_output *o, ds4ref_error *err);
 /* Release without committing: the temporary file is removed.  NULL is fine. */
 void ds4ref_output_abort(ds4ref_output *o);
 
+/* ---------------------------------------------------------- reading goldens */
+
+/* A golden stream file (ds4ref --golden-out; docs/FORMATS.md, section 2) read
+ * into memory, for a program that wants the recorded numbers themselves
+ * rather than a comparison (ds4ref_diff_files).  The reader is the strict
+ * one ds4ref-diff uses: every key, number spelling, digest and count is
+ * checked.  Every pointer below stays valid until ds4ref_golden_free. */
+
+/* A model file's identity as the golden records it (the per-tensor digests
+ * the file also lists are checked by the reader, not returned). */
+typedef struct ds4ref_golden_model {
+    const char *file;          /* base name of the path it was written from */
+    uint64_t size;             /* bytes */
+    uint8_t metadata_sha256[32];
+    uint8_t tensor_data_sha256[32];
+} ds4ref_golden_model;
+
+typedef struct ds4ref_golden_step {
+    int32_t id;                /* the greedy token */
+    float logit;
+    double logprob;
+    const uint8_t *bytes;      /* its bytes */
+    uint32_t n_bytes;
+    uint8_t logits_sha256[32]; /* of the whole logits vector (n_vocab f32, little-endian) */
+    uint32_t n_top;            /* alternatives, at most top_k */
+    const ds4ref_logprob *top; /* by logit descending, then id ascending */
+} ds4ref_golden_step;
+
+typedef struct ds4ref_golden {
+    const char *version;       /* ds4ref version that wrote it */
+    ds4ref_golden_model model;
+    int has_mtp;
+    ds4ref_golden_model mtp;   /* the MTP head, when has_mtp */
+    /* The settings the golden was made with. */
+    int qat;
+    uint32_t ctx, chunk, top_k, max_steps, mtp_draft;
+    int stop_at_eos;
+    uint32_t n_prompt;
+    const int32_t *prompt;     /* the prompt tokens */
+    const uint8_t *prompt_text;   /* its text as recorded, NULL when not recorded */
+    size_t n_prompt_text;
+    uint32_t n_steps;
+    const ds4ref_golden_step *steps;
+    int complete;              /* 0: interrupted, or evaluation failed part way */
+    const char *stop;          /* "length", "eos", "ctx", "interrupted" or "error" */
+} ds4ref_golden;
+
+/* Read the golden at path into *out (NULL on failure).  Errors:
+ * DS4REF_E_ARG (no path), DS4REF_E_IO (cannot read), DS4REF_E_FORMAT
+ * ("PATH:LINE: what is wrong"), DS4REF_E_NOMEM. */
+int ds4ref_golden_read(const char *path, ds4ref_golden **out, ds4ref_error *err);
+
+/* Release a golden from ds4ref_golden_read (NULL: nothing). */
+void ds4ref_golden_free(ds4ref_golden *g);
+
 #ifdef __cplusplus
 }
 #endif

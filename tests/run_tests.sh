@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: every cmocka unit test binary, the ds4_test runner
-# on the committed goldens, the CLI and install tests, a valgrind pass over a
-# fast subset, the suite again under ASan and UBSan, the fuzz targets briefly,
-# the short portability matrix and a benchmark smoke run.
+# on the committed goldens, the CLI and install tests, the Python package's
+# tests (python/tests, when an interpreter has NumPy and pytest), a valgrind
+# pass over a fast subset, the suite again under ASan and UBSan, the fuzz
+# targets briefly, the short portability matrix and a benchmark smoke run.
 # Usage: tests/run_tests.sh BUILD_DIR
 set -uo pipefail
 build=${1:-build}
@@ -39,6 +40,18 @@ run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf
 
 run "cli" bash tests/cli.sh
 run "install + example via pkg-config" bash tests/install.sh
+
+# The Python package (python/tests): skipped, not failed, without an
+# interpreter that has NumPy and pytest, and in sanitizer builds (their
+# library needs its sanitizer runtime preloaded into Python).
+if [ -n "${DS4REF_SANITIZER:-}" ]; then
+    summary+=("SKIP python (a $DS4REF_SANITIZER build)")
+elif py=$(tests/python.sh --find); then
+    run "python ($py)" tests/python.sh "$build"
+else
+    echo "SKIP python: $py"
+    summary+=("SKIP python ($py)")
+fi
 
 # valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list)
 if [ -n "${DS4REF_SANITIZER:-}" ]; then

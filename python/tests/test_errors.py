@@ -1,0 +1,81 @@
+"""Every failure raises ds4ref.Error with the library's code and a message
+that names what was wrong; a failed call leaves sessions as they were."""
+import numpy as np
+import pytest
+
+import ds4ref
+from conftest import ROOT, TINY
+
+
+def fails(code, fn, *args, **kw) -> str:
+    """fn(*args, **kw) must raise Error with this code; its message."""
+    with pytest.raises(ds4ref.Error) as e:
+        fn(*args, **kw)
+    assert e.value.code == code, e.value
+    assert str(e.value) == f"DS4REF_{code.name}: {e.value.message}"
+    assert e.value.name == f"DS4REF_{code.name}"
+    return e.value.message
+
+
+def test_opening_bad_files(tmp_path):
+    missing = tmp_path / "none.gguf"
+    assert str(missing) in fails(ds4ref.Status.E_IO, ds4ref.Model, missing)
+    assert str(missing) in fails(ds4ref.Status.E_IO, ds4ref.Model, TINY, mtp=missing)
+    not_gguf = ROOT / "README.md"
+    assert str(not_gguf) in fails(ds4ref.Status.E_FORMAT, ds4ref.Model, not_gguf)
+    fails(ds4ref.Status.E_ARG, ds4ref.Model, 42)
+
+
+def test_bad_token_ids_leave_the_session_unchanged(model):
+    V = model.info.n_vocab
+    with model.session() as s:
+        before = s.eval([1, 2, 3])
+        assert "vocabulary" in fails(ds4ref.Status.E_RANGE, s.eval, [4, V])
+        fails(ds4ref.Status.E_RANGE, s.eval, [-1])
+        assert "int32" in fails(ds4ref.Status.E_RANGE, s.eval, [2**40])
+        fails(ds4ref.Status.E_ARG, s.eval, [[1, 2]])
+        fails(ds4ref.Status.E_ARG, s.eval, [1.5])
+        fails(ds4ref.Status.E_ARG, s.eval, "12")
+        assert s.pos == 3
+        assert s.logits(2).tobytes() == before[2].tobytes()
+
+
+def test_positions_and_context_out_of_range(model):
+    with model.session(ctx=4) as s:
+        assert "context" in fails(ds4ref.Status.E_RANGE, s.eval, [1, 2, 3, 4, 5])
+        s.eval([1, 2, 3, 4])
+        fails(ds4ref.Status.E_RANGE, s.eval, [5])
+        assert "evaluated" in fails(ds4ref.Status.E_RANGE, s.logits, 4)
+        fails(ds4ref.Status.E_RANGE, s.top_logprobs, 4, 5)
+        fails(ds4ref.Status.E_RANGE, s.truncate, 5)
+        fails(ds4ref.Status.E_RANGE, s.truncate, -1)
+        fails(ds4ref.Status.E_RANGE, s.logits, 2**32)
+        assert s.pos == 4
+
+
+def test_arguments_the_library_refuses(model):
+    ids = model.chat("hi")
+    with ds4ref.Model(TINY) as plain:
+        assert "MTP" in fails(ds4ref.Status.E_ARG, plain.generate, ids, 4, draft=2)
+    assert "nope" in fails(ds4ref.Status.E_ARG, model.tensor, "nope")
+    fails(ds4ref.Status.E_ARG, model.tokenize, 3)
+    fails(ds4ref.Status.E_RANGE, model.generate, ids, 4, seed=-1)
+    fails(ds4ref.Status.E_ARG, model.session, ctx=1.5)
+
+
+def test_closed_sessions_and_models_refuse_calls():
+    m = ds4ref.Model(TINY)
+    s, t = m.session(), m.session()
+    s.close()
+    s.close()    # idempotent
+    assert "closed" in fails(ds4ref.Status.E_ARG, s.eval, [1])
+    m.close()    # closes t too
+    assert "closed" in fails(ds4ref.Status.E_ARG, t.eval, [1])
+    assert "closed" in fails(ds4ref.Status.E_ARG, m.session)
+    assert "closed" in fails(ds4ref.Status.E_ARG, m.chat, "hi")
+    m.close()
+
+
+def test_an_unknown_code_still_makes_an_error():
+    e = ds4ref.Error(99, "from a newer library")
+    assert e.code == 99 and e.name == "DS4REF_E_UNKNOWN" and "newer" in str(e)
