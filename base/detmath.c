@@ -32,15 +32,13 @@
 
 /* ---- bits ---- */
 
-static uint64_t bits_of(double x)
-{
+static uint64_t bits_of(double x) {
     uint64_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static double from_bits(uint64_t u)
-{
+static double from_bits(uint64_t u) {
     double x;
     memcpy(&x, &u, sizeof x);
     return x;
@@ -51,13 +49,11 @@ static double from_bits(uint64_t u)
 #define NAN_BITS 0x7ff8000000000000ULL
 
 /* 2^n for -1022 <= n <= 1023, built from the exponent field. */
-static double pow2i(int n)
-{
+static double pow2i(int n) {
     return from_bits((uint64_t)(n + 1023) << 52);
 }
 
-static double dabs(double x)
-{
+static double dabs(double x) {
     return from_bits(bits_of(x) & ~(1ULL << 63));
 }
 
@@ -68,8 +64,7 @@ typedef struct {
 } dd;
 
 /* a + b = s.hi + s.lo exactly (Knuth). */
-static dd two_sum(double a, double b)
-{
+static dd two_sum(double a, double b) {
     double s = a + b;
     double bb = s - a;
     dd r = {s, (a - (s - bb)) + (b - bb)};
@@ -77,8 +72,7 @@ static dd two_sum(double a, double b)
 }
 
 /* The same when |a| >= |b| (Dekker). */
-static dd fast_two_sum(double a, double b)
-{
+static dd fast_two_sum(double a, double b) {
     double s = a + b;
     dd r = {s, b - (s - a)};
     return r;
@@ -86,8 +80,7 @@ static dd fast_two_sum(double a, double b)
 
 /* a * b = p.hi + p.lo exactly (Dekker's product with Veltkamp's split; no
  * FMA so that it means the same thing everywhere).  |a|, |b| < 2^995. */
-static dd two_prod(double a, double b)
-{
+static dd two_prod(double a, double b) {
     double ca = 134217729.0 * a, cb = 134217729.0 * b; /* 2^27 + 1 */
     double ah = ca - (ca - a), al = a - ah;
     double bh = cb - (cb - b), bl = b - bh;
@@ -96,8 +89,7 @@ static dd two_prod(double a, double b)
     return r;
 }
 
-static dd dd_add(dd a, dd b)
-{
+static dd dd_add(dd a, dd b) {
     dd s = two_sum(a.hi, b.hi);
     dd t = two_sum(a.lo, b.lo);
     s.lo += t.hi;
@@ -106,22 +98,19 @@ static dd dd_add(dd a, dd b)
     return fast_two_sum(s.hi, s.lo);
 }
 
-static dd dd_add_d(dd a, double b)
-{
+static dd dd_add_d(dd a, double b) {
     dd s = two_sum(a.hi, b);
     s.lo += a.lo;
     return fast_two_sum(s.hi, s.lo);
 }
 
-static dd dd_mul(dd a, dd b)
-{
+static dd dd_mul(dd a, dd b) {
     dd p = two_prod(a.hi, b.hi);
     p.lo += a.hi * b.lo + a.lo * b.hi;
     return fast_two_sum(p.hi, p.lo);
 }
 
-static dd dd_mul_d(dd a, double b)
-{
+static dd dd_mul_d(dd a, double b) {
     dd p = two_prod(a.hi, b);
     p.lo += a.lo * b;
     return fast_two_sum(p.hi, p.lo);
@@ -207,8 +196,7 @@ static const double EXP_INV = 0x1.71547652b82fep+6; /* 64/ln2 */
 /* e^(xh + xl) = 2^m * (hi + lo) with hi + lo in [0.99, 2), |xh| <= 746 and
  * |xl| <= ulp(xh).  Tang's method: x = (64m + j) ln2/64 + r, |r| <= ln2/128,
  * e^x = 2^m * 2^(j/64) * e^r. */
-static dd exp_core(double xh, double xl, int *m)
-{
+static dd exp_core(double xh, double xl, int *m) {
     /* k = nearest integer to x*64/ln2: adding 1.5*2^52 leaves the integer
      * part in the low mantissa bits, rounded to nearest even. */
     double kd = (xh * EXP_INV + 0x1.8p52) - 0x1.8p52;
@@ -238,8 +226,7 @@ static dd exp_core(double xh, double xl, int *m)
 }
 
 /* RN((y.hi + y.lo) * 2^m) for y in [0.99, 2) and -1077 <= m <= 1024. */
-static double scale_dd(dd y, int m)
-{
+static double scale_dd(dd y, int m) {
     if (m > 1023)
         return (y.hi + y.lo) * 2.0 * pow2i(m - 1); /* may overflow to +Inf */
     if (m > -1022 || (m == -1022 && y.hi >= 1.0))
@@ -254,8 +241,7 @@ static double scale_dd(dd y, int m)
     return (v - 1.0) * 0x1p-1022;
 }
 
-double ds4_exp(double x)
-{
+double ds4_exp(double x) {
     if (!(x > -746.0)) /* NaN, -Inf, or e^x < 2^-1076: rounds to +0 */
         return x != x ? x + x : 0.0;
     if (x > 710.0)
@@ -328,8 +314,7 @@ static const double LN2_LO = 0x1.ef35793c76730p-45;
 /* log(1 + u) for u = uh + ul, |u| <= 2^-6.5: u - u^2/2 in double-double,
  * u^3 (1/3 - u/4 + ... + u^8/11) in double (it is < 2^-21 of the result;
  * the first omitted term is < 2^-76 of it). */
-static dd log1p_small(double uh, double ul)
-{
+static dd log1p_small(double uh, double ul) {
     dd sq = two_prod(uh, uh);
     sq.lo += 2.0 * uh * ul;
     double tail = uh * uh * uh * (1.0 / 3 + uh * (-1.0 / 4 + uh * (1.0 / 5 + uh * (-1.0 / 6 +
@@ -342,8 +327,7 @@ static dd log1p_small(double uh, double ul)
 
 /* log(x) as a double-double for finite x > 0: x = 2^e * m, m in [0.75, 1.5),
  * m = F (1 + u) with F = j/64 the nearest table point, |u| <= 1/96. */
-static dd log_core(double x)
-{
+static dd log_core(double x) {
     int e = -1023;
     if (x < 0x1p-1022) { /* subnormal: make it normal, exactly */
         x *= 0x1p54;
@@ -370,8 +354,7 @@ static dd log_core(double x)
     return dd_add(dd_add(le, lf), log1p_small(uh, ul));
 }
 
-double ds4_log(double x)
-{
+double ds4_log(double x) {
     if (x != x)
         return x + x;
     if (x < 0.0)
@@ -384,8 +367,7 @@ double ds4_log(double x)
     return l.hi + l.lo;
 }
 
-double ds4_log1p(double x)
-{
+double ds4_log1p(double x) {
     if (x != x)
         return x + x;
     if (x <= -1.0)
@@ -423,8 +405,7 @@ static const dd PIO2 = {0x1.921fb54442d18p+0, 0x1.1a62633145c07p-54};
 
 /* 64 bits of the little-endian 32-bit-limb integer p[0..n-1] starting at bit
  * pos >= 0 (bits past the top read as 0). */
-static uint64_t bits64(const uint32_t *p, int n, int pos)
-{
+static uint64_t bits64(const uint32_t *p, int n, int pos) {
     int i = pos / 32, sh = pos % 32;
     uint64_t l0 = i < n ? p[i] : 0;
     uint64_t l1 = i + 1 < n ? p[i + 1] : 0;
@@ -444,8 +425,7 @@ static uint64_t bits64(const uint32_t *p, int n, int pos)
  * 2/pi moves the fraction by < 2^-170: ample, since no double lies closer
  * than ~2^-62 to a multiple of pi/2.  The fraction (rounded to the nearest
  * quadrant) is turned into a double-double and multiplied by pi/2. */
-static int reduce_pio2_big(double ax, dd *r)
-{
+static int reduce_pio2_big(double ax, dd *r) {
     uint64_t b = bits_of(ax);
     int E = (int)(b >> 52) - 1075;
     uint64_t M = (b & MANT_MASK) | (1ULL << 52);
@@ -511,22 +491,19 @@ static const double COS_TAIL[7] = {
 };
 
 /* c[0] + h (c[1] + h (... + h c[n-1])), in double. */
-static double horner(const double *c, int n, double h)
-{
+static double horner(const double *c, int n, double h) {
     double t = c[n - 1];
     for (int i = n - 2; i >= 0; i--)
         t = c[i] + h * t;
     return t;
 }
 
-static dd neg(dd a)
-{
+static dd neg(dd a) {
     dd r = {-a.hi, -a.lo};
     return r;
 }
 
-static dd square(dd r)
-{
+static dd square(dd r) {
     dd z = two_prod(r.hi, r.hi);
     z.lo += 2.0 * r.hi * r.lo;
     return fast_two_sum(z.hi, z.lo);
@@ -535,8 +512,7 @@ static dd square(dd r)
 /* sin(r), |r| <= pi/4: r + r z (-1/3! + z (1/5! - z (1/7! - z (1/9! + z T)))),
  * z = r^2.  The tail T (from 1/11! to 1/21!) is below 2^-28 of the result,
  * so double suffices for it; the first omitted term is below 2^-75. */
-static double sin_poly(dd r)
-{
+static double sin_poly(dd r) {
     dd z = square(r);
     double h = z.hi;
     dd acc = dd_add(INV_F9, dd_mul_d(z, horner(SIN_TAIL, 6, h)));
@@ -549,8 +525,7 @@ static double sin_poly(dd r)
 
 /* cos(r), |r| <= pi/4: 1 + z (-1/2 + z (1/4! - z (1/6! - z (1/8! + z U)))),
  * U from -1/10! to -1/22! in double (below 2^-25 of the result). */
-static double cos_poly(dd r)
-{
+static double cos_poly(dd r) {
     dd z = square(r);
     double h = z.hi;
     dd acc = dd_add(INV_F8, dd_mul_d(z, horner(COS_TAIL, 7, h)));
@@ -562,15 +537,13 @@ static double cos_poly(dd r)
 }
 
 /* sin(r + q*pi/2). */
-static double sin_quadrant(dd r, int q)
-{
+static double sin_quadrant(dd r, int q) {
     double v = (q & 1) ? cos_poly(r) : sin_poly(r);
     return (q & 2) ? -v : v;
 }
 
 /* |x| = q*pi/2 + r.  Returns q mod 4; |x| < 2^-27 is left to the callers. */
-static int reduce(double ax, dd *r)
-{
+static int reduce(double ax, dd *r) {
     if (ax <= 0x1.921fb54442d18p-1) { /* pi/4 rounded down */
         r->hi = ax;
         r->lo = 0.0;
@@ -579,8 +552,7 @@ static int reduce(double ax, dd *r)
     return reduce_pio2_big(ax, r);
 }
 
-double ds4_sin(double x)
-{
+double ds4_sin(double x) {
     if (x - x != 0.0) /* Inf or NaN */
         return x - x;
     double ax = dabs(x);
@@ -592,8 +564,7 @@ double ds4_sin(double x)
     return x < 0.0 ? -v : v;
 }
 
-double ds4_cos(double x)
-{
+double ds4_cos(double x) {
     if (x - x != 0.0)
         return x - x;
     double ax = dabs(x);
@@ -604,8 +575,7 @@ double ds4_cos(double x)
     return sin_quadrant(r, q + 1);
 }
 
-void ds4_sincos(double x, double *s, double *c)
-{
+void ds4_sincos(double x, double *s, double *c) {
     *s = ds4_sin(x);
     *c = ds4_cos(x);
 }
@@ -613,8 +583,7 @@ void ds4_sincos(double x, double *s, double *c)
 /* ---- pow ---- */
 
 /* Handles the special cases of b^e; returns 1 and sets *out if it did. */
-static int pow_special(double b, double e, double *out)
-{
+static int pow_special(double b, double e, double *out) {
     if (e == 0.0 || b == 1.0)
         *out = 1.0;
     else if (b != b || e != e)
@@ -632,8 +601,7 @@ static int pow_special(double b, double e, double *out)
 
 /* e*log(b) as a double-double, with *big set to ±1 when it is beyond the
  * range of exp (|y| > 746), 0 otherwise.  b is finite, > 0 and != 1. */
-static dd pow_exponent(double b, double e, int *big)
-{
+static dd pow_exponent(double b, double e, int *big) {
     dd l = log_core(b);
     dd y = {e * l.hi, 0.0};
     *big = y.hi > 710.0 ? 1 : y.hi < -746.0 ? -1 : 0;
@@ -644,8 +612,7 @@ static dd pow_exponent(double b, double e, int *big)
     return fast_two_sum(y.hi, y.lo);
 }
 
-double ds4_pow(double b, double e)
-{
+double ds4_pow(double b, double e) {
     double out;
     if (pow_special(b, e, &out))
         return out;
@@ -657,8 +624,7 @@ double ds4_pow(double b, double e)
     return scale_dd(r, m);
 }
 
-float ds4_pow_f32(double b, double e)
-{
+float ds4_pow_f32(double b, double e) {
     double out;
     if (pow_special(b, e, &out))
         return (float)out;
@@ -678,8 +644,7 @@ float ds4_pow_f32(double b, double e)
 /* Rounds the exact a + b to odd at double precision (Boldo-Melquiond), then
  * to float: round-to-odd at >= 24+2 bits followed by round-to-nearest gives
  * the correctly rounded float, with no double-rounding error. */
-float ds4_f32_round_sum(double a, double b)
-{
+float ds4_f32_round_sum(double a, double b) {
     dd s = two_sum(a, b);
     double v = s.hi;
     if (s.lo != 0.0 && v - v == 0.0) {
@@ -693,20 +658,17 @@ float ds4_f32_round_sum(double a, double b)
 
 /* ---- activations ---- */
 
-double ds4_sigmoid(double x)
-{
+double ds4_sigmoid(double x) {
     if (x >= 0.0)
         return 1.0 / (1.0 + ds4_exp(-x));
     double e = ds4_exp(x); /* NaN also lands here */
     return e / (1.0 + e);
 }
 
-double ds4_silu(double x)
-{
+double ds4_silu(double x) {
     return x / (1.0 + ds4_exp(-x));
 }
 
-double ds4_softplus(double x)
-{
+double ds4_softplus(double x) {
     return x > 20.0 ? x : ds4_log1p(ds4_exp(x));
 }

@@ -270,7 +270,7 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
 
 enum ds4ref_tap_kind { DS4REF_TAP_F32, DS4REF_TAP_I32, DS4REF_TAP_F64 };
 
-/* One intermediate value of one token (names in forward.h / the docs):
+/* One intermediate value of one token (names in ref/forward/engine.h):
  * hc_attn, hc_ffn, attn_out, ffn_out, experts, expert_weights, expert_scores,
  * indexer_scores, indexer_sel, comp_row, idx_row.  layer = n_layer for the
  * MTP block.  data is valid during the callback only. */

@@ -1,9 +1,9 @@
 /* Tensor block formats: the table of GGUF/ggml types ds4ref understands and
  * exact dequantization of rows to f32.
  *
- * "Exact" means bit-identical to the format definitions of
- * spec/GGUF_QUANT_TOKENIZER.md §3 (the same f32 operations, in the same order,
- * as ggml's dequantize_row_*).  Every quantized weight therefore has exactly one
+ * "Exact" means bit-identical to the format definitions: the same f32
+ * operations, in the same order, as ggml's dequantize_row_* (ggml-quants.c,
+ * which ds4 uses too).  Every quantized weight therefore has exactly one
  * f32 value, and everything above this layer works on those values. */
 #ifndef DS4_FORMATS_H
 #define DS4_FORMATS_H

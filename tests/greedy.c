@@ -24,3 +24,12 @@ int ds4_generate_greedy(ds4_session *s, const ds4_gen_opts *o, ds4_gen_step *ste
     }
     return 0;
 }
+
+int ds4_spec_generate1(ds4_session *s, const ds4_spec_cfg *sc, const ds4_gen_opts *go,
+                       uint64_t seed, ds4_gen_step *steps, uint32_t *n_done, ds4_gen_cb cb,
+                       void *ud, ds4_spec_stats *stats, ds4err *err) {
+    ds4_spec_row r = {.s = s, .seed = seed, .steps = steps, .cb = cb, .ud = ud};
+    int rc = ds4_spec_generate(sc, go, &r, 1, stats, err);
+    *n_done = r.n_done;
+    return rc;
+}

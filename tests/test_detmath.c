@@ -216,28 +216,24 @@ static const struct unary_case softplus_cases[] = {
 
 /* The long double references need a real >= 64-bit significand at run time:
  * valgrind, for one, computes x87 long double in double precision. */
-static int have_long_double(void)
-{
+static int have_long_double(void) {
     volatile long double one = 1.0L, tiny = 0x1p-63L;
     return LDBL_MANT_DIG >= 64 && one + tiny != one;
 }
 
-static uint64_t dbits(double d)
-{
+static uint64_t dbits(double d) {
     uint64_t u;
     memcpy(&u, &d, sizeof u);
     return u;
 }
 
-static uint32_t fbits(float f)
-{
+static uint32_t fbits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static void check_unary(const char *name, double (*f)(double), const struct unary_case *c, size_t n)
-{
+static void check_unary(const char *name, double (*f)(double), const struct unary_case *c, size_t n) {
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         double got = f(c[i].x);
@@ -252,8 +248,7 @@ static void check_unary(const char *name, double (*f)(double), const struct unar
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
-static void test_exact_tables(void **state)
-{
+static void test_exact_tables(void **state) {
     (void)state;
     check_unary("exp", ds4_exp, exp_cases, N_OF(exp_cases));
     check_unary("log", ds4_log, log_cases, N_OF(log_cases));
@@ -275,16 +270,14 @@ static void test_exact_tables(void **state)
 /* The activation helpers are compositions with several roundings, so their
  * expected bits were computed from their definitions in detmath.h with IEEE
  * doubles around correctly rounded exp / log1p values. */
-static void test_activation_tables(void **state)
-{
+static void test_activation_tables(void **state) {
     (void)state;
     check_unary("sigmoid", ds4_sigmoid, sigmoid_cases, N_OF(sigmoid_cases));
     check_unary("silu", ds4_silu, silu_cases, N_OF(silu_cases));
     check_unary("softplus", ds4_softplus, softplus_cases, N_OF(softplus_cases));
 }
 
-static void test_sincos_matches_sin_cos(void **state)
-{
+static void test_sincos_matches_sin_cos(void **state) {
     (void)state;
     for (size_t i = 0; i < N_OF(sin_cases); i++) {
         double s, c;
@@ -296,16 +289,14 @@ static void test_sincos_matches_sin_cos(void **state)
 
 /* ---- special values ---- */
 
-static void assert_bits(double got, double want)
-{
+static void assert_bits(double got, double want) {
     if (dbits(got) != dbits(want) && !(isnan(got) && isnan(want))) {
         print_error("got %a, want %a\n", got, want);
         fail();
     }
 }
 
-static void test_specials(void **state)
-{
+static void test_specials(void **state) {
     (void)state;
     const double inf = INFINITY, nan = NAN;
     assert_bits(ds4_exp(0.0), 1.0);
@@ -395,28 +386,24 @@ static void test_specials(void **state)
 
 static uint64_t rng = 0x243f6a8885a308d3ULL;
 
-static uint64_t rnd(void)
-{
+static uint64_t rnd(void) {
     uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
-static double uni(double a, double b)
-{
+static double uni(double a, double b) {
     return a + (b - a) * ((double)(rnd() >> 11) * 0x1p-53);
 }
 
 /* Uniform in log scale over [2^lo, 2^hi). */
-static double logu(double lo, double hi)
-{
+static double logu(double lo, double hi) {
     return exp2(uni(lo, hi));
 }
 
 /* |got - ref| in ulps of the double nearest ref (2^-1074 for subnormals). */
-static double ulp_err(double got, long double ref)
-{
+static double ulp_err(double got, long double ref) {
     double r = (double)ref;
     if (isinf(r) || isinf(got))
         return got == r ? 0.0 : INFINITY;
@@ -440,8 +427,7 @@ static double g_log_sub(void) { return uni(0.0, 0x1p-1022); }
 static double g_log1p_unit(void) { return uni(-1.0, 1.0); }
 static double g_log1p_small(void) { return uni(-0.01, 0.01) * logu(-40.0, 0.0); }
 static double g_log1p_big(void) { return logu(0.0, 1024.0); }
-static double g_trig_rope(void)
-{
+static double g_trig_rope(void) {
     /* f32 RoPE angles: fl32(fl32(p) * f32 frequency), p < 2^20. */
     float p = (float)(rnd() % (1u << 20)), f = (float)exp2(-uni(0.0, 24.0));
     return p * f;
@@ -458,8 +444,7 @@ struct ld_case {
     gen_fn gen;
 };
 
-static double compare_range(const struct ld_case *c, long *not_nearest)
-{
+static double compare_range(const struct ld_case *c, long *not_nearest) {
     double worst = 0.0;
     *not_nearest = 0;
     for (int i = 0; i < N_RANDOM; i++) {
@@ -479,8 +464,7 @@ static double compare_range(const struct ld_case *c, long *not_nearest)
     return worst;
 }
 
-static void test_vs_long_double(void **state)
-{
+static void test_vs_long_double(void **state) {
     (void)state;
     if (!have_long_double()) {
         print_message("skipping: long double has fewer than 64 bits here (or under valgrind)\n");
@@ -522,8 +506,7 @@ static void test_vs_long_double(void **state)
     assert_int_equal(bad, 0);
 }
 
-static void test_pow_vs_long_double(void **state)
-{
+static void test_pow_vs_long_double(void **state) {
     (void)state;
     if (!have_long_double())
         skip();
@@ -546,8 +529,7 @@ static void test_pow_vs_long_double(void **state)
 /* ds4_pow_f32 must be the correctly rounded float: compare with the long
  * double power rounded to float, skipping the (rare) inputs where the long
  * double value is too close to a float tie to decide. */
-static void test_pow_f32(void **state)
-{
+static void test_pow_f32(void **state) {
     (void)state;
     if (!have_long_double())
         skip();
@@ -572,8 +554,7 @@ static void test_pow_f32(void **state)
     assert_true(checked > N_RANDOM - 10);
 }
 
-static void test_f32_round_sum(void **state)
-{
+static void test_f32_round_sum(void **state) {
     (void)state;
     /* 1 + 2^-24 is a tie between the floats 1 and 1 + 2^-23; the tiny second
      * term decides it, although a double sum would absorb it. */
@@ -609,8 +590,7 @@ static void test_f32_round_sum(void **state)
     }
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_tables),
         cmocka_unit_test(test_activation_tables),

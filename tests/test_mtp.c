@@ -24,14 +24,15 @@
 
 #include <cmocka.h>
 
-#include "text/json.h"
-#include "model/model.h"
 #include "decode/mtp.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/spec.h"
+#include "greedy.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "testutil.h"
+#include "text/json.h"
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
 

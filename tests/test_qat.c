@@ -23,8 +23,7 @@
 #include "forward/qat.h"
 #include "testutil.h"
 
-static uint32_t fbits(float f)
-{
+static uint32_t fbits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
@@ -32,16 +31,14 @@ static uint32_t fbits(float f)
 
 static uint64_t rng = 0x853c49e6748fea9bULL;
 
-static uint64_t rnd(void)
-{
+static uint64_t rnd(void) {
     uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
-static double uni(double a, double b)
-{
+static double uni(double a, double b) {
     return a + (b - a) * ((double)(rnd() >> 11) * 0x1p-53);
 }
 
@@ -49,8 +46,7 @@ static double uni(double a, double b)
 
 /* Reads ../shared/oracle/official/qat_unit/<name>; NULL (after saying why)
  * when the fixtures are absent or the size is not rows x 128 x elem. */
-static void *load_vec(const char *name, size_t rows, size_t elem)
-{
+static void *load_vec(const char *name, size_t rows, size_t elem) {
     char rel[128];
     snprintf(rel, sizeof rel, "oracle/official/qat_unit/%s", name);
     char *path = tu_shared(rel);
@@ -68,8 +64,7 @@ static void *load_vec(const char *name, size_t rows, size_t elem)
 /* Applies fn to each 128-value row of <in> and compares with <out> bit for
  * bit; returns the number of differing values. */
 static int run_official(const char *in_name, const char *out_name, size_t rows,
-                        int (*fn)(float *, size_t, ds4err *))
-{
+                        int (*fn)(float *, size_t, ds4err *)) {
     float *in = load_vec(in_name, rows, sizeof(float));
     float *out = in ? load_vec(out_name, rows, sizeof(float)) : NULL;
     if (!out) {
@@ -97,20 +92,17 @@ static int run_official(const char *in_name, const char *out_name, size_t rows,
     return bad;
 }
 
-static void test_official_fp8(void **state)
-{
+static void test_official_fp8(void **state) {
     (void)state;
     assert_int_equal(run_official("fp8_in.f32", "fp8_out.f32", 63, ds4_qat_fp8_e4m3), 0);
 }
 
-static void test_official_fp4(void **state)
-{
+static void test_official_fp4(void **state) {
     (void)state;
     assert_int_equal(run_official("fp4_in.f32", "fp4_out.f32", 64, ds4_qat_fp4_e2m1), 0);
 }
 
-static void test_official_hadamard(void **state)
-{
+static void test_official_hadamard(void **state) {
     (void)state;
     double *in = load_vec("hadamard128_in.f64", 16, sizeof(double));
     double *out = in ? load_vec("hadamard128_out.f64", 16, sizeof(double)) : NULL;
@@ -137,21 +129,18 @@ static void test_official_hadamard(void **state)
 /* ---- grids built from the bit layouts ---- */
 
 /* E4M3FN code 0..126 (127 is NaN): exponent field e, mantissa m. */
-static double e4m3_value(int code)
-{
+static double e4m3_value(int code) {
     int e = code >> 3, m = code & 7;
     return e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
 }
 
 /* E2M1 code 0..7. */
-static double e2m1_value(int code)
-{
+static double e2m1_value(int code) {
     int e = code >> 1, m = code & 1;
     return e == 0 ? 0.5 * m : ldexp(2 + m, e - 2);
 }
 
-static void check_grid(double (*round_fn)(double), double (*value)(int), int n_codes, double step)
-{
+static void check_grid(double (*round_fn)(double), double (*value)(int), int n_codes, double step) {
     assert_true(value(n_codes - 1) == (n_codes == 127 ? 448.0 : 6.0));
     for (int c = 0; c < n_codes; c++) {
         double v = value(c);
@@ -169,8 +158,7 @@ static void check_grid(double (*round_fn)(double), double (*value)(int), int n_c
     }
 }
 
-static void test_e4m3_grid(void **state)
-{
+static void test_e4m3_grid(void **state) {
     (void)state;
     check_grid(ds4_e4m3_round, e4m3_value, 127, 0x1p-30);
     /* the subnormal end: anything at or below half the smallest step is 0 */
@@ -186,8 +174,7 @@ static void test_e4m3_grid(void **state)
     assert_true(ds4_e4m3_round(447.0) == 448.0);
 }
 
-static void test_e2m1_grid(void **state)
-{
+static void test_e2m1_grid(void **state) {
     (void)state;
     check_grid(ds4_e2m1_round, e2m1_value, 8, 0x1p-30);
     /* the official table of ties (kernel.py _FP4_MIDS / _FP4_TIE_UP) */
@@ -202,15 +189,13 @@ static void test_e2m1_grid(void **state)
 /* ---- the ue8m0 scale ---- */
 
 /* 2^ceil(log2(v)) for a positive normal float v, via frexpf. */
-static float ceil_pow2(float v)
-{
+static float ceil_pow2(float v) {
     int e;
     float f = frexpf(v, &e); /* v = f * 2^e, f in [0.5, 1) */
     return ldexpf(1.0f, f == 0.5f ? e - 1 : e);
 }
 
-static void test_ue8m0_scale(void **state)
-{
+static void test_ue8m0_scale(void **state) {
     (void)state;
     const float i448 = (float)(1.0 / 448), i6 = (float)(1.0 / 6);
     for (int i = 0; i < 100000; i++) {
@@ -233,8 +218,7 @@ static void test_ue8m0_scale(void **state)
 
 /* A 64-block holding 448 (so the scale is exactly 1) and every E4M3 value
  * and tie in turn: the round trip is the grid rounding itself. */
-static void test_fp8_block_grid(void **state)
-{
+static void test_fp8_block_grid(void **state) {
     (void)state;
     ds4err err;
     for (int c = 0; c < 126; c++) {
@@ -250,8 +234,7 @@ static void test_fp8_block_grid(void **state)
     }
 }
 
-static void test_fp4_block_ties(void **state)
-{
+static void test_fp4_block_ties(void **state) {
     (void)state;
     ds4err err;
     static const float in[16] = {6, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5,
@@ -276,8 +259,7 @@ static void test_fp4_block_ties(void **state)
 /* Scaling a block by 2^k scales its round trip by 2^k (the scale is a power
  * of two derived from amax), as long as amax stays above the fp8 floor of
  * 1e-4: every 32-block here holds a value of magnitude >= 1, and k >= -10. */
-static void test_scale_invariance(void **state)
-{
+static void test_scale_invariance(void **state) {
     (void)state;
     ds4err err;
     for (int t = 0; t < 2000; t++) {
@@ -297,8 +279,7 @@ static void test_scale_invariance(void **state)
     }
 }
 
-static void test_fp8_amax_floor(void **state)
-{
+static void test_fp8_amax_floor(void **state) {
     (void)state;
     ds4err err;
     /* amax below 1e-4 is raised to it: s = 2^ceil(log2(1e-4/448)) = 2^-22,
@@ -311,8 +292,7 @@ static void test_fp8_amax_floor(void **state)
     assert_true(x[3] == -0x1p-31f);
 }
 
-static void test_bad_lengths(void **state)
-{
+static void test_bad_lengths(void **state) {
     (void)state;
     ds4err err;
     float x[128] = {0};
@@ -333,22 +313,19 @@ static void test_bad_lengths(void **state)
 
 /* The long double references need a real >= 64-bit significand at run time:
  * valgrind, for one, computes x87 long double in double precision. */
-static int have_long_double(void)
-{
+static int have_long_double(void) {
     volatile long double one = 1.0L, tiny = 0x1p-63L;
     return LDBL_MANT_DIG >= 64 && one + tiny != one;
 }
 
-static int popcount(size_t v)
-{
+static int popcount(size_t v) {
     int n = 0;
     for (; v; v &= v - 1)
         n++;
     return n;
 }
 
-static void test_hadamard_matrix(void **state)
-{
+static void test_hadamard_matrix(void **state) {
     (void)state;
     ds4err err;
     const int exact_ref = have_long_double();
@@ -391,8 +368,7 @@ static void test_hadamard_matrix(void **state)
     }
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_official_fp8),
         cmocka_unit_test(test_official_fp4),

@@ -21,16 +21,14 @@
 #include "forward/rope.h"
 #include "testutil.h"
 
-static uint32_t fbits(float f)
-{
+static uint32_t fbits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
 /* Distance in floats between two finite floats (0 = same bits). */
-static long ulp_dist(float a, float b)
-{
+static long ulp_dist(float a, float b) {
     int32_t ia, ib;
     memcpy(&ia, &a, sizeof ia);
     memcpy(&ib, &b, sizeof ib);
@@ -40,32 +38,28 @@ static long ulp_dist(float a, float b)
 
 /* The long double references need a real >= 64-bit significand at run time:
  * valgrind, for one, computes x87 long double in double precision. */
-static int have_long_double(void)
-{
+static int have_long_double(void) {
     volatile long double one = 1.0L, tiny = 0x1p-63L;
     return LDBL_MANT_DIG >= 64 && one + tiny != one;
 }
 
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
 
-static uint64_t rnd(void)
-{
+static uint64_t rnd(void) {
     uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
-static double uni(double a, double b)
-{
+static double uni(double a, double b) {
     return a + (b - a) * ((double)(rnd() >> 11) * 0x1p-53);
 }
 
 static const ds4_yarn FLASH_YARN = {16.0, 65536, 32.0, 1.0}; /* DS4 Flash */
 static const ds4_yarn TINY_YARN = {16.0, 64, 32.0, 1.0};     /* the oracle's tiny model */
 
-static void init_ok(ds4_rope *r, uint32_t dim, double base, const ds4_yarn *y)
-{
+static void init_ok(ds4_rope *r, uint32_t dim, double base, const ds4_yarn *y) {
     ds4err err;
     assert_int_equal(ds4_rope_init(r, dim, base, y, &err), 0);
 }
@@ -77,8 +71,7 @@ struct table_stats {
 };
 
 /* Compares ds4_rope_cos_sin for positions 0..346 with an official table. */
-static int compare_official(const char *rel, const ds4_rope *r, struct table_stats *st)
-{
+static int compare_official(const char *rel, const ds4_rope *r, struct table_stats *st) {
     char *path = tu_shared(rel);
     if (!path)
         return -1;
@@ -122,8 +115,7 @@ static int compare_official(const char *rel, const ds4_rope *r, struct table_sta
  * table; every differing entry is one where torch's f32 sin/cos is not
  * correctly rounded and ours is.  So: each table >= 98.5 %, both together
  * >= 99 %, and every difference explained. */
-static void test_official_tables(void **state)
-{
+static void test_official_tables(void **state) {
     (void)state;
     ds4_rope r0, rc;
     init_ok(&r0, 64, 10000.0, NULL);
@@ -143,8 +135,7 @@ static void test_official_tables(void **state)
 
 /* ---- frequencies ---- */
 
-static void test_freqs_vs_long_double(void **state)
-{
+static void test_freqs_vs_long_double(void **state) {
     (void)state;
     if (!have_long_double()) {
         print_message("skipping: long double has fewer than 64 bits here (or under valgrind)\n");
@@ -167,8 +158,7 @@ static void test_freqs_vs_long_double(void **state)
     }
 }
 
-static void test_yarn_range_and_blend(void **state)
-{
+static void test_yarn_range_and_blend(void **state) {
     (void)state;
     ds4_rope plain, y;
     init_ok(&plain, 64, 160000.0, NULL);
@@ -231,8 +221,7 @@ static void test_yarn_range_and_blend(void **state)
 
 /* ---- cos/sin for a position ---- */
 
-static void test_cos_sin(void **state)
-{
+static void test_cos_sin(void **state) {
     (void)state;
     ds4_rope r;
     init_ok(&r, 64, 10000.0, NULL);
@@ -260,16 +249,14 @@ static void test_cos_sin(void **state)
 
 /* ---- rotation ---- */
 
-static float rnd_float(double lo, double hi)
-{
+static float rnd_float(double lo, double hi) {
     return (float)((rnd() & 1 ? -1 : 1) * exp2(uni(lo, hi)));
 }
 
 /* A hand-made double-rounding trap: x0*c = 1 + 2^-11 + 2^-24 is a tie
  * between two floats, and x1*s = -/+2^-80 decides it.  A double sum loses
  * the 2^-80 and would round the tie to even both times. */
-static void test_rotate_tie(void **state)
-{
+static void test_rotate_tie(void **state) {
     (void)state;
     const float a = 1.0f + 0x1p-12f;
     for (int sign = -1; sign <= 1; sign += 2) {
@@ -286,8 +273,7 @@ static void test_rotate_tie(void **state)
 /* Against exact long double arithmetic: the products of floats have 48
  * bits, and with operands within 2^11 of each other the difference of two
  * such products is exact in 64 bits. */
-static void test_rotate_exact(void **state)
-{
+static void test_rotate_exact(void **state) {
     (void)state;
     if (!have_long_double())
         skip();
@@ -315,8 +301,7 @@ static void test_rotate_exact(void **state)
  * largest magnitude involved.  c^2 + s^2 itself differs from 1 by up to
  * ~2^-23.5 because c and s are floats, so the plain round trip is only
  * within ~2.2 ulp of x (the largest we see is 2.0). */
-static void test_rotate_roundtrip(void **state)
-{
+static void test_rotate_roundtrip(void **state) {
     (void)state;
     ds4_rope r;
     init_ok(&r, 64, 160000.0, &FLASH_YARN);
@@ -354,8 +339,7 @@ static void test_rotate_roundtrip(void **state)
     assert_true(worst_plain <= 2.25);
 }
 
-static void test_apply(void **state)
-{
+static void test_apply(void **state) {
     (void)state;
     ds4_rope r;
     init_ok(&r, 64, 10000.0, NULL);
@@ -370,8 +354,7 @@ static void test_apply(void **state)
     assert_memory_equal(x, y, sizeof x);
 }
 
-static void test_init_errors(void **state)
-{
+static void test_init_errors(void **state) {
     (void)state;
     ds4_rope r;
     ds4err err;
@@ -395,8 +378,7 @@ static void test_init_errors(void **state)
     assert_int_equal(ds4_rope_init(&r, 2 * DS4_ROPE_MAX_PAIRS, 10000.0, NULL, &err), 0);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_official_tables),
         cmocka_unit_test(test_freqs_vs_long_double),

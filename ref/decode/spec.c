@@ -252,7 +252,7 @@ static int32_t record(const loop *L, row_run *w, const float *logits, int32_t t,
 }
 
 /* After recording token t: does the row end here?  The same tests, in the
- * same order, as ds4_generate_greedy. */
+ * same order, as plain decoding (spec.h). */
 static bool ends_after(const loop *L, row_run *w, int32_t t) {
     ds4_spec_row *r = w->r;
     uint32_t i = r->n_done - 1;
@@ -481,15 +481,6 @@ int ds4_spec_generate(const ds4_spec_cfg *sc, const ds4_gen_opts *go, ds4_spec_r
             if (L.rr[i].active) rc = commit_row(&L, i, stats, err);
     }
     loop_free(&L);
-    return rc;
-}
-
-int ds4_spec_generate1(ds4_session *s, const ds4_spec_cfg *sc, const ds4_gen_opts *go,
-                       uint64_t seed, ds4_gen_step *steps, uint32_t *n_done, ds4_gen_cb cb,
-                       void *ud, ds4_spec_stats *stats, ds4err *err) {
-    ds4_spec_row r = {.s = s, .seed = seed, .steps = steps, .cb = cb, .ud = ud};
-    int rc = ds4_spec_generate(sc, go, &r, 1, stats, err);
-    *n_done = r.n_done;
     return rc;
 }
 

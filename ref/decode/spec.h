@@ -125,19 +125,16 @@ int ds4_spec_prefill(ds4_drafter *d, ds4_session *const *rows, const int32_t *co
 
 /* Decode every row; the rows' sessions share one engine and go through
  * joint forward passes.  go: n_steps (per-row default), top_k, eos,
- * stop_at_eos, as for ds4_generate_greedy.  Each row's records are those of
- * ds4_generate_greedy on that row alone (greedy), or a sample from the same
- * distribution as plain sampling (temp > 0).  The depth is clamped per cycle
+ * stop_at_eos.  Greedy, each row's records are those of plain decoding of
+ * that row alone -- one token per forward pass, step i recording the argmax
+ * of the logits, which is then evaluated, except after the last step and
+ * after EOS when stop_at_eos is set; sampled (temp > 0), a sample from the
+ * same distribution as plain sampling.  The depth is clamped per cycle
  * to the steps left, to the context left and to what the session's rings can
  * take back (chunk + rollback).  A row that runs out of context fails the
  * call, as plain decoding would.  stats may be NULL; it is added to. */
 int ds4_spec_generate(const ds4_spec_cfg *sc, const ds4_gen_opts *go, ds4_spec_row *rows,
                       uint32_t n_rows, ds4_spec_stats *stats, ds4err *err);
-
-/* One row, with ds4_generate_greedy's interface (plus the speculation). */
-int ds4_spec_generate1(ds4_session *s, const ds4_spec_cfg *sc, const ds4_gen_opts *go,
-                       uint64_t seed, ds4_gen_step *steps, uint32_t *n_done, ds4_gen_cb cb,
-                       void *ud, ds4_spec_stats *stats, ds4err *err);
 
 /* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y", Y being
  * accepted drafts per iteration. */

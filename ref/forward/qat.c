@@ -31,8 +31,7 @@
 #error "ds4ref needs each float/double operation rounded to its own type (SSE2, aarch64; no x87)"
 #endif
 
-float ds4_qat_ue8m0_scale(float amax, float inv_max)
-{
+float ds4_qat_ue8m0_scale(float amax, float inv_max) {
     /* fl32(amax * inv_max): the double product of two floats is exact, so
      * one rounding to float is exactly the official f32 multiply. */
     float v = (float)((double)amax * inv_max);
@@ -49,8 +48,7 @@ float ds4_qat_ue8m0_scale(float amax, float inv_max)
 /* Nearest value, ties to even, of a binary minifloat with `mbits` stored
  * mantissa bits and smallest normal exponent `emin` (subnormals below).  The
  * caller clamps |y| to the format's maximum first. */
-static double minifloat_round(double y, int mbits, int emin)
-{
+static double minifloat_round(double y, int mbits, int emin) {
     uint64_t b;
     memcpy(&b, &y, sizeof b);
     int e = (int)((b >> 52) & 0x7ff) - 1023; /* floor(log2|y|) for normal y */
@@ -67,25 +65,21 @@ static double minifloat_round(double y, int mbits, int emin)
     return y < 0 ? -q : q;
 }
 
-double ds4_e4m3_round(double y)
-{
+double ds4_e4m3_round(double y) {
     return minifloat_round(y, 3, -6);
 }
 
-double ds4_e2m1_round(double y)
-{
+double ds4_e2m1_round(double y) {
     return minifloat_round(y, 1, 0);
 }
 
-static float absf(float v)
-{
+static float absf(float v) {
     return v < 0 ? -v : v;
 }
 
 /* One official block round trip on x[0..bs-1]. */
 static void quant_block(float *x, size_t bs, float amax_floor, float inv_max, double max,
-                        double (*round_grid)(double))
-{
+                        double (*round_grid)(double)) {
     float amax = 0.0f;
     for (size_t i = 0; i < bs; i++)
         if (absf(x[i]) > amax)
@@ -104,8 +98,7 @@ static void quant_block(float *x, size_t bs, float amax_floor, float inv_max, do
     }
 }
 
-int ds4_qat_fp8_e4m3(float *x, size_t n, ds4err *err)
-{
+int ds4_qat_fp8_e4m3(float *x, size_t n, ds4err *err) {
     if (n % 64)
         return ds4err_set(err, DS4_E_ARG, "qat fp8: row length %zu is not a multiple of 64", n);
     for (size_t b = 0; b < n; b += 64)
@@ -113,8 +106,7 @@ int ds4_qat_fp8_e4m3(float *x, size_t n, ds4err *err)
     return 0;
 }
 
-int ds4_qat_fp4_e2m1(float *x, size_t n, ds4err *err)
-{
+int ds4_qat_fp4_e2m1(float *x, size_t n, ds4err *err) {
     if (n % 32)
         return ds4err_set(err, DS4_E_ARG, "qat fp4: row length %zu is not a multiple of 32", n);
     for (size_t b = 0; b < n; b += 32)
@@ -122,8 +114,7 @@ int ds4_qat_fp4_e2m1(float *x, size_t n, ds4err *err)
     return 0;
 }
 
-static int check_pow2(size_t n, size_t max, ds4err *err)
-{
+static int check_pow2(size_t n, size_t max, ds4err *err) {
     if (n == 0 || (n & (n - 1)) || n > max)
         return ds4err_set(err, DS4_E_ARG, "hadamard: length %zu is not a power of two <= %zu",
                           n, max);
@@ -135,8 +126,7 @@ static int check_pow2(size_t n, size_t max, ds4err *err)
  *     for each block start i = 0, 2h, 4h, ...
  *       for k = i .. i+h-1:  (v[k], v[k+h]) <- (v[k] + v[k+h], v[k] - v[k+h])
  * which computes v H_n with H_n in Sylvester's natural order. */
-static void fwht(double *v, size_t n)
-{
+static void fwht(double *v, size_t n) {
     for (size_t h = 1; h < n; h *= 2)
         for (size_t i = 0; i < n; i += 2 * h)
             for (size_t k = i; k < i + h; k++) {
@@ -146,8 +136,7 @@ static void fwht(double *v, size_t n)
             }
 }
 
-int ds4_hadamard_f64(double *x, size_t n, ds4err *err)
-{
+int ds4_hadamard_f64(double *x, size_t n, ds4err *err) {
     if (check_pow2(n, SIZE_MAX / 2 + 1, err))
         return -1;
     fwht(x, n);
@@ -157,8 +146,7 @@ int ds4_hadamard_f64(double *x, size_t n, ds4err *err)
     return 0;
 }
 
-int ds4_hadamard_f32(float *x, size_t n, ds4err *err)
-{
+int ds4_hadamard_f32(float *x, size_t n, ds4err *err) {
     if (check_pow2(n, DS4_HADAMARD_MAX, err))
         return -1;
     double v[DS4_HADAMARD_MAX];

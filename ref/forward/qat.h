@@ -1,6 +1,6 @@
 /* QAT simulation: the official DeepSeek V4 quantize-dequantize round trips
  * (kernel.py in "qat" mode) and the Hadamard rotation that precedes FP4
- * (docs/NUMERICS.md §5, oracle README §5.3 and §6).
+ * (docs/NUMERICS.md §5).
  *
  * The round trips are exact functions of their f32 input: the scale is a
  * power of two derived from f32 bits, x/s and q*s are exact, and the grid

@@ -37,15 +37,13 @@ static const double PI = 0x1.921fb54442d18p+1; /* Python's math.pi */
 /* find_correction_dim: the pair index (in units of dims) whose wavelength
  * makes n_rot rotations over orig positions; evaluated in the official
  * order. */
-static double correction_dim(double n_rot, uint32_t dim, double base, uint32_t orig)
-{
+static double correction_dim(double n_rot, uint32_t dim, double base, uint32_t orig) {
     return dim * ds4_log(orig / (n_rot * 2 * PI)) / (2 * ds4_log(base));
 }
 
 /* A floor/ceil result as an int; the clamp keeps the conversion defined and
  * never triggers for sane parameters. */
-static int32_t to_int(double v)
-{
+static int32_t to_int(double v) {
     if (!(v > -1e9))
         return -1000000000;
     if (v > 1e9)
@@ -53,8 +51,7 @@ static int32_t to_int(double v)
     return (int32_t)v;
 }
 
-static int check_params(uint32_t rope_dim, double base, const ds4_yarn *y, ds4err *err)
-{
+static int check_params(uint32_t rope_dim, double base, const ds4_yarn *y, ds4err *err) {
     if (rope_dim < 2 || rope_dim % 2 || rope_dim / 2 > DS4_ROPE_MAX_PAIRS)
         return ds4err_set(err, DS4_E_ARG, "rope: dimension %u is not an even number in 2..%d",
                           rope_dim, 2 * DS4_ROPE_MAX_PAIRS);
@@ -71,8 +68,7 @@ static int check_params(uint32_t rope_dim, double base, const ds4_yarn *y, ds4er
 }
 
 /* The official YaRN blend applied to r->freq (f32 operations). */
-static void apply_yarn(ds4_rope *r, uint32_t dim, double base, const ds4_yarn *y)
-{
+static void apply_yarn(ds4_rope *r, uint32_t dim, double base, const ds4_yarn *y) {
     int32_t low = to_int(floor(correction_dim(y->beta_fast, dim, base, y->orig_ctx)));
     int32_t high = to_int(ceil(correction_dim(y->beta_slow, dim, base, y->orig_ctx)));
     if (low < 0)
@@ -99,8 +95,7 @@ static void apply_yarn(ds4_rope *r, uint32_t dim, double base, const ds4_yarn *y
 }
 
 int ds4_rope_init(ds4_rope *r, uint32_t rope_dim, double base, const ds4_yarn *yarn,
-                  ds4err *err)
-{
+                  ds4err *err) {
     if (check_params(rope_dim, base, yarn, err))
         return -1;
     r->n_pairs = rope_dim / 2;
@@ -118,8 +113,7 @@ int ds4_rope_init(ds4_rope *r, uint32_t rope_dim, double base, const ds4_yarn *y
     return 0;
 }
 
-void ds4_rope_cos_sin(const ds4_rope *r, uint32_t pos, float *cs)
-{
+void ds4_rope_cos_sin(const ds4_rope *r, uint32_t pos, float *cs) {
     float p = (float)pos;
     for (uint32_t j = 0; j < r->n_pairs; j++) {
         float angle = p * r->freq[j];
@@ -130,8 +124,7 @@ void ds4_rope_cos_sin(const ds4_rope *r, uint32_t pos, float *cs)
     }
 }
 
-void ds4_rope_rotate(float *x, const float *cs, uint32_t n_pairs, bool inverse)
-{
+void ds4_rope_rotate(float *x, const float *cs, uint32_t n_pairs, bool inverse) {
     for (uint32_t j = 0; j < n_pairs; j++) {
         double c = cs[2 * j], s = inverse ? -(double)cs[2 * j + 1] : cs[2 * j + 1];
         double x0 = x[2 * j], x1 = x[2 * j + 1];
@@ -141,8 +134,7 @@ void ds4_rope_rotate(float *x, const float *cs, uint32_t n_pairs, bool inverse)
     }
 }
 
-void ds4_rope_apply(const ds4_rope *r, float *x, uint32_t pos, bool inverse)
-{
+void ds4_rope_apply(const ds4_rope *r, float *x, uint32_t pos, bool inverse) {
     float cs[2 * DS4_ROPE_MAX_PAIRS];
     ds4_rope_cos_sin(r, pos, cs);
     ds4_rope_rotate(x, cs, r->n_pairs, inverse);

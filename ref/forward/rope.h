@@ -1,6 +1,5 @@
 /* Rotary position embedding exactly as the official DeepSeek V4
- * precompute_freqs_cis + apply_rotary_emb (docs/NUMERICS.md §5, oracle
- * README §5.2).
+ * precompute_freqs_cis + apply_rotary_emb (docs/NUMERICS.md §5).
  *
  * A ds4_rope holds the f32 inverse-frequency table of one (base, YaRN)
  * setting; DS4 Flash needs two: ratio-0 layers (and MTP) without YaRN, and

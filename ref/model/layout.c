@@ -1,4 +1,4 @@
-/* The DS4 tensor directory as a table (spec/GGUF_QUANT_TOKENIZER.md §2).
+/* The DS4 tensor directory as a table: every tensor of ds4's GGUF files.
  *
  * One table drives both the loader (bind + validate every tensor of a file)
  * and the synthetic generator (write every tensor of a file), so the two can

@@ -1,6 +1,6 @@
 /* The DeepSeek V4 Flash model as ds4ref loads it: hyper-parameters read from
  * GGUF metadata, and every weight tensor bound and validated against the DS4
- * layout (spec/GGUF_QUANT_TOKENIZER.md §2).
+ * layout (the table of layout.c).
  *
  * Nothing is hard-coded to the 284B configuration: the real 43-layer files and
  * tiny synthetic models go through the same code.  Large matrices stay in the

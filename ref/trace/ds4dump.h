@@ -1,4 +1,4 @@
-/* ds4's --dump-logprobs JSON (spec MTP_AND_TESTS.md §3.5), written from a
+/* ds4's --dump-logprobs JSON (docs/FORMATS.md §2), written from a
  * golden so ds4's tooling reads ds4ref's numbers, and read so a ds4 dump
  * from any backend can be compared against a golden.
  *

@@ -1,5 +1,5 @@
-/* ds4's logprob vector files (tests/test-vectors/official.vec; spec
- * MTP_AND_TESTS.md §3.3-3.4), read and appended to, so ds4's own
+/* ds4's logprob vector files (its tests/test-vectors/official.vec;
+ * docs/FORMATS.md §3), read and appended to, so ds4's own
  * `ds4_test --logprob-vectors` can run against a ds4ref golden and
  * ds4ref-diff can compare a golden against the official vectors.
  *
