@@ -498,6 +498,10 @@ static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows,
     }
 }
 
+#define KERN_LANES_ADD lanes_add
+#define KERN_ROWS_FMA rows_fma
+#define KERN_DEQUANT dequant_chunk
+#define KERN_FUSED fused_rows
 #include "quant/dot_job.h"
 
 const ds4_dot_kern ds4_dot_avx512 = {"avx512", kern_dot_f32, kern_row_dot, kern_job};

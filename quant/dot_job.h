@@ -1,16 +1,18 @@
-/* The jobs of a matrix product, written once over four primitives that
- * each kernel variant defines before including this file:
+/* The jobs of a matrix product, written once over four primitives.  A
+ * kernel variant names its functions for them before including this file
+ * (the portable ones of dot_lanes.h where it has nothing better):
  *
- *   lanes_add(l, a, b, n)             l[i % 16] += a[i] * b[i]
- *   rows_fma(acc, nr, w, x, m)        acc[j][i % 16] += w[j*CHUNK + i] * x[i]
- *   dequant_chunk(t, row, off, w, m)  elements [off, off+m) of a row as f32
- *   fused_rows(t, rows, nr, x, n, acc)  whole rows against one token, the
- *                                     dequantization fused with the
- *                                     multiply-adds; 0 when it declines
+ *   KERN_LANES_ADD(l, a, b, n)           l[i % 16] += a[i] * b[i]
+ *   KERN_ROWS_FMA(acc, nr, w, x, m)      acc[j][i % 16] += w[j*CHUNK + i] * x[i]
+ *   KERN_DEQUANT(t, row, off, w, m)      elements [off, off+m) of a row as f32
+ *   KERN_FUSED(t, rows, nr, x, n, acc)   whole rows against one token, the
+ *                                        dequantization fused with the
+ *                                        multiply-adds; 0 when it declines
  *
  * so every variant gets its own copy of the loops below with its
- * primitives inlined.  It then defines its ds4_dot_kern from kern_dot_f32,
- * kern_row_dot and kern_job.  Internal to the dot_*.c files.
+ * primitives inlined (C has no other way to say "this code, with those
+ * functions", short of copying it).  It then defines its ds4_dot_kern from
+ * kern_dot_f32, kern_row_dot and kern_job.  Internal to the dot_*.c files.
  *
  * How a job is organized (the same code for every T):
  *
@@ -47,7 +49,7 @@ static inline void prefetch_ahead(const uint8_t *row, uint64_t pos, uint64_t chu
 
 static double kern_dot_f32(const float *a, const float *b, uint64_t n) {
     double l[L] = {0};
-    lanes_add(l, a, b, n);
+    KERN_LANES_ADD(l, a, b, n);
     return lanes_sum(l);
 }
 
@@ -61,7 +63,7 @@ static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, 
     if (nt == 1) {
         const uint8_t *rows[RB];
         for (int j = 0; j < nr; j++) rows[j] = W->data + (r0 + (uint64_t)j) * W->row_bytes;
-        if (fused_rows(t, rows, nr, x + (uint64_t)t0 * ldx, n, acc[0])) return;
+        if (KERN_FUSED(t, rows, nr, x + (uint64_t)t0 * ldx, n, acc[0])) return;
     }
     float w[RB * CHUNK];
     memset(acc, 0, sizeof(acc[0]) * (size_t)nt);
@@ -71,10 +73,10 @@ static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, 
         for (int j = 0; j < nr; j++) {
             const uint8_t *row = W->data + (r0 + (uint64_t)j) * W->row_bytes;
             prefetch_ahead(row, off / t->blck * t->bytes, chunk_bytes, W->row_bytes);
-            dequant_chunk(t, row, off, w + (uint64_t)j * CHUNK, m);
+            KERN_DEQUANT(t, row, off, w + (uint64_t)j * CHUNK, m);
         }
         for (int k = 0; k < nt; k++)
-            rows_fma(acc[k], nr, w, x + (uint64_t)(t0 + k) * ldx + off, m);
+            KERN_ROWS_FMA(acc[k], nr, w, x + (uint64_t)(t0 + k) * ldx + off, m);
     }
 }
 

@@ -58,4 +58,12 @@ static inline void dequant_portable(const ds4_type_info *t, const uint8_t *row, 
     ds4_dequant_row(t->id, row + off / t->blck * t->bytes, w, m);
 }
 
+/* The fused one-token path of a variant that has none: it declines, and
+ * the token goes through the f32 chunks. */
+static inline int fused_none(const ds4_type_info *t, const uint8_t *const *rows, int nr,
+                             const float *x, uint64_t n, double (*acc)[L]) {
+    (void)t, (void)rows, (void)nr, (void)x, (void)n, (void)acc;
+    return 0;
+}
+
 #endif

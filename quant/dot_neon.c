@@ -57,18 +57,10 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
     }
 }
 
-static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, uint64_t off,
-                                 float *w, uint64_t m) {
-    dequant_portable(t, row, off, w, m);
-}
-
-/* No fused path: one token goes through the f32 chunks too. */
-static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows, int nr,
-                             const float *x, uint64_t n, double (*acc)[L]) {
-    (void)t, (void)rows, (void)nr, (void)x, (void)n, (void)acc;
-    return 0;
-}
-
+#define KERN_LANES_ADD lanes_add
+#define KERN_ROWS_FMA rows_fma
+#define KERN_DEQUANT dequant_portable
+#define KERN_FUSED fused_none
 #include "quant/dot_job.h"
 
 const ds4_dot_kern ds4_dot_neon = {"neon", kern_dot_f32, kern_row_dot, kern_job};

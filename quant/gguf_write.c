@@ -49,11 +49,6 @@ static void put(ds4_buf *b, const void *src, size_t n) {
 
 static void put_u8(ds4_buf *b, uint8_t v) { put(b, &v, 1); }
 
-static void put_u16(ds4_buf *b, uint16_t v) {
-    uint8_t le[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
-    put(b, le, 2);
-}
-
 static void put_u32(ds4_buf *b, uint32_t v) {
     uint8_t le[4];
     for (int i = 0; i < 4; i++) le[i] = (uint8_t)(v >> (8 * i));
@@ -69,12 +64,6 @@ static void put_f32(ds4_buf *b, float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     put_u32(b, u);
-}
-
-static void put_f64(ds4_buf *b, double d) {
-    uint64_t u;
-    memcpy(&u, &d, 8);
-    put_u64(b, u);
 }
 
 static void put_str(ds4_buf *b, const char *s, size_t len) {
@@ -118,70 +107,49 @@ static size_t arr_begin(gguf_writer *w, const char *key, uint32_t elem_type, siz
     return mark;
 }
 
-int gguf_w_u8(gguf_writer *w, const char *key, uint8_t v) {
-    size_t mark = kv_begin(w, key, GGUF_U8);
-    put_u8(&w->kv, v);
+/* A scalar record: the value's `bytes` low bytes of bits, little-endian. */
+static int kv_scalar(gguf_writer *w, const char *key, uint32_t type, uint64_t bits, int bytes) {
+    size_t mark = kv_begin(w, key, type);
+    for (int i = 0; i < bytes; i++) put_u8(&w->kv, (uint8_t)(bits >> (8 * i)));
     return kv_end(w, key, mark);
 }
 
+int gguf_w_u8(gguf_writer *w, const char *key, uint8_t v) { return kv_scalar(w, key, GGUF_U8, v, 1); }
 int gguf_w_i8(gguf_writer *w, const char *key, int8_t v) {
-    size_t mark = kv_begin(w, key, GGUF_I8);
-    put_u8(&w->kv, (uint8_t)v);
-    return kv_end(w, key, mark);
+    return kv_scalar(w, key, GGUF_I8, (uint8_t)v, 1);
 }
-
 int gguf_w_u16(gguf_writer *w, const char *key, uint16_t v) {
-    size_t mark = kv_begin(w, key, GGUF_U16);
-    put_u16(&w->kv, v);
-    return kv_end(w, key, mark);
+    return kv_scalar(w, key, GGUF_U16, v, 2);
 }
-
 int gguf_w_i16(gguf_writer *w, const char *key, int16_t v) {
-    size_t mark = kv_begin(w, key, GGUF_I16);
-    put_u16(&w->kv, (uint16_t)v);
-    return kv_end(w, key, mark);
+    return kv_scalar(w, key, GGUF_I16, (uint16_t)v, 2);
 }
-
 int gguf_w_u32(gguf_writer *w, const char *key, uint32_t v) {
-    size_t mark = kv_begin(w, key, GGUF_U32);
-    put_u32(&w->kv, v);
-    return kv_end(w, key, mark);
+    return kv_scalar(w, key, GGUF_U32, v, 4);
 }
-
 int gguf_w_i32(gguf_writer *w, const char *key, int32_t v) {
-    size_t mark = kv_begin(w, key, GGUF_I32);
-    put_u32(&w->kv, (uint32_t)v);
-    return kv_end(w, key, mark);
+    return kv_scalar(w, key, GGUF_I32, (uint32_t)v, 4);
 }
-
 int gguf_w_u64(gguf_writer *w, const char *key, uint64_t v) {
-    size_t mark = kv_begin(w, key, GGUF_U64);
-    put_u64(&w->kv, v);
-    return kv_end(w, key, mark);
+    return kv_scalar(w, key, GGUF_U64, v, 8);
 }
-
 int gguf_w_i64(gguf_writer *w, const char *key, int64_t v) {
-    size_t mark = kv_begin(w, key, GGUF_I64);
-    put_u64(&w->kv, (uint64_t)v);
-    return kv_end(w, key, mark);
+    return kv_scalar(w, key, GGUF_I64, (uint64_t)v, 8);
+}
+int gguf_w_bool(gguf_writer *w, const char *key, bool v) {
+    return kv_scalar(w, key, GGUF_BOOL, v ? 1 : 0, 1);
 }
 
 int gguf_w_f32(gguf_writer *w, const char *key, float v) {
-    size_t mark = kv_begin(w, key, GGUF_F32);
-    put_f32(&w->kv, v);
-    return kv_end(w, key, mark);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return kv_scalar(w, key, GGUF_F32, u, 4);
 }
 
 int gguf_w_f64(gguf_writer *w, const char *key, double v) {
-    size_t mark = kv_begin(w, key, GGUF_F64);
-    put_f64(&w->kv, v);
-    return kv_end(w, key, mark);
-}
-
-int gguf_w_bool(gguf_writer *w, const char *key, bool v) {
-    size_t mark = kv_begin(w, key, GGUF_BOOL);
-    put_u8(&w->kv, v ? 1 : 0);
-    return kv_end(w, key, mark);
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    return kv_scalar(w, key, GGUF_F64, u, 8);
 }
 
 int gguf_w_str(gguf_writer *w, const char *key, const char *v) {

@@ -40,24 +40,26 @@ static uint32_t comp_entry(const ds4_layer *L, const ds4_fwd_scratch *s, uint32_
     return L->ratio == 4 ? s->isel[(uint64_t)t * idx_topk + k] : k;
 }
 
+/* The r-th row token t attends in layer il: the window's rows, oldest
+ * first, then the compressed rows in ascending entry order. */
+static const float *attended_row(const ds4_config *c, const ds4_layer *L,
+                                 const ds4_fwd_scratch *s, uint32_t t, uint32_t il, uint32_t r) {
+    const ds4_tok *tk = &s->tok[t];
+    uint32_t w0 = window_start(tk->pos, c->swa), n_raw = tk->pos - w0 + 1;
+    if (r < n_raw) return ds4_kv_raw_row(tk->kv, il, w0 + r);
+    return ds4_comp_row(&tk->kv->L[il].comp, comp_entry(L, s, t, c->idx_topk, r - n_raw));
+}
+
 /* One head of one token.  q: [head_dim]; o: [head_dim]; p: scratch. */
 static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_scratch *s,
                         uint32_t t, uint32_t il, uint32_t h, const float *q, float *o, double *p) {
     const ds4_tok *tk = &s->tok[t];
-    const ds4_kv *kv = tk->kv;
-    const ds4_comp_state *cs = &kv->L[il].comp;
-    uint32_t hd = c->head_dim, w0 = window_start(tk->pos, c->swa);
-    uint32_t n_raw = tk->pos - w0 + 1;
+    uint32_t hd = c->head_dim, n_raw = tk->pos - window_start(tk->pos, c->swa) + 1;
     uint32_t n_comp = L->ratio ? s->nsel[t] : 0;
     double scale = 1.0 / sqrt((double)hd);
     double mx = -INFINITY;
     for (uint32_t r = 0; r < n_raw + n_comp; r++) {
-        const float *row;
-        if (r < n_raw) {
-            row = ds4_kv_raw_row(kv, il, w0 + r);
-        } else {
-            row = ds4_comp_row(cs, comp_entry(L, s, t, c->idx_topk, r - n_raw));
-        }
+        const float *row = attended_row(c, L, s, t, il, r);
         p[r] = ds4_dot_f32(q, row, hd) * scale;
         if (p[r] > mx) mx = p[r];
     }
@@ -65,12 +67,7 @@ static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_s
     double acc[4096];
     memset(acc, 0, sizeof(double) * hd);
     for (uint32_t r = 0; r < n_raw + n_comp; r++) {
-        const float *row;
-        if (r < n_raw) {
-            row = ds4_kv_raw_row(kv, il, w0 + r);
-        } else {
-            row = ds4_comp_row(cs, comp_entry(L, s, t, c->idx_topk, r - n_raw));
-        }
+        const float *row = attended_row(c, L, s, t, il, r);
         double e = ds4_exp(p[r] - mx);
         den += e;
         for (uint32_t d = 0; d < hd; d++) acc[d] += e * (double)row[d];
