@@ -10,8 +10,8 @@
  * Lookups go through indexes sorted by key / tensor name: building them is
  * also how duplicates are found, in O(n log n) even for the ~1300 tensors of
  * the real model. */
-#include "quant/gguf.h"
 #include "quant/formats.h"
+#include "quant/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,8 +11,8 @@
  * on its own is general.alignment (a u32, as the first key) when the caller
  * did not write that key, so that every file it produces states the alignment
  * its data is laid out with. */
-#include "quant/gguf_write.h"
 #include "quant/gguf.h"
+#include "quant/gguf_write.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ds4t.h"
 #include "base/reslimit.h"
+#include "ds4t.h"
 
 extern const ds4t_entry ds4t_golden_vectors, ds4t_logprob_vectors;
 extern const ds4t_entry ds4t_mtp_verify_depth;

@@ -18,13 +18,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "text/chat.h"
-#include "ds4t.h"
 #include "base/fileio.h"
-#include "decode/generate.h"
-#include "trace/lpvec.h"
-#include "model/model.h"
 #include "decode/session.h"
+#include "decode/step.h"
+#include "ds4t.h"
+#include "model/model.h"
+#include "text/chat.h"
+#include "trace/officialvec.h"
 
 #define LOGPROB_TOLERANCE 4.0
 #define LOCAL_TOP_K 20

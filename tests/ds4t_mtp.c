@@ -19,11 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "decode/generate.h"
-#include "decode/mtp.h"
+#include "decode/mtp_drafter.h"
 #include "decode/sample.h"
 #include "decode/session.h"
-#include "decode/spec.h"
+#include "decode/speculative.h"
+#include "decode/step.h"
 #include "ds4t.h"
 #include "greedy.h"
 #include "model/model.h"

@@ -19,7 +19,7 @@
 #include "trace/ds4dump.h"
 #include "trace/golden.h"
 #include "trace/golden_write.h"
-#include "trace/lpvec.h"
+#include "trace/officialvec.h"
 
 enum { MAXK = 8 };
 

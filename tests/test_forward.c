@@ -17,9 +17,9 @@
 
 #include <cmocka.h>
 
-#include "model/model.h"
 #include "decode/sample.h"
 #include "decode/session.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "testutil.h"
 

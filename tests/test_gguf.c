@@ -16,10 +16,10 @@
 #include <strings.h>
 
 #include "ds4ref.h"
+#include "malformed.h"
 #include "quant/formats.h"
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
-#include "malformed.h"
 #include "testutil.h"
 
 /* ggml type ids, spelled out independently of formats.h. */

@@ -25,7 +25,7 @@
 #include "base/fileio.h"
 #include "base/hex.h"
 #include "base/sha256.h"
-#include "decode/generate.h"
+#include "decode/step.h"
 #include "model/modelid.h"
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
@@ -91,7 +91,7 @@ typedef struct gen {
     double lps[16];
 } gen;
 
-/* A generation step whose greedy token is ids[0] (as generate.c makes it). */
+/* A generation step whose greedy token is ids[0] (as step.c makes it). */
 static void make_gen(gen *g, uint32_t n, const int32_t *ids, const float *logits,
                      const double *lps, uint8_t digest_byte) {
     memset(g, 0, sizeof(*g));

@@ -1,4 +1,4 @@
-/* official.vec files (ref/trace/lpvec.h): the official fixture, ds4's grammar and
+/* official.vec files (ref/trace/officialvec.h): the official fixture, ds4's grammar and
  * limits on hand-written bad inputs, and the appender, whose output is also
  * read back with a parser written the way ds4_test.c reads the file (fgets
  * into 2048 bytes, sscanf with ds4's formats) -- an independent reading of
@@ -15,10 +15,10 @@
 #include <string.h>
 
 #include "base/fileio.h"
-#include "trace/golden.h"
-#include "text/json.h"
-#include "trace/lpvec.h"
 #include "testutil.h"
+#include "text/json.h"
+#include "trace/golden.h"
+#include "trace/officialvec.h"
 
 /* ------------------------------------------------------------ ds4's way */
 

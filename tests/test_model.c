@@ -14,10 +14,10 @@
 
 #include <cmocka.h>
 
-#include "quant/formats.h"
-#include "quant/gguf_write.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "quant/formats.h"
+#include "quant/gguf_write.h"
 #include "testutil.h"
 
 typedef struct fixture {

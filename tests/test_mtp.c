@@ -24,10 +24,10 @@
 
 #include <cmocka.h>
 
-#include "decode/mtp.h"
+#include "decode/mtp_drafter.h"
 #include "decode/sample.h"
 #include "decode/session.h"
-#include "decode/spec.h"
+#include "decode/speculative.h"
 #include "greedy.h"
 #include "model/model.h"
 #include "model/synth.h"

@@ -26,11 +26,11 @@
 
 #include <cmocka.h>
 
-#include "text/json.h"
-#include "model/model.h"
 #include "decode/sample.h"
 #include "decode/session.h"
+#include "model/model.h"
 #include "testutil.h"
+#include "text/json.h"
 
 /* ---- running a model over a token file, with selections recorded ---- */
 

@@ -21,12 +21,12 @@
 
 #include <cmocka.h>
 
-#include "decode/generate.h"
-#include "decode/mtp.h"
+#include "decode/mtp_drafter.h"
 #include "decode/rng.h"
 #include "decode/sample.h"
 #include "decode/session.h"
-#include "decode/spec.h"
+#include "decode/speculative.h"
+#include "decode/step.h"
 #include "greedy.h"
 #include "model/model.h"
 #include "model/synth.h"

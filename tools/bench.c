@@ -36,12 +36,12 @@
 #include <omp.h>
 #include <sys/resource.h>
 
-#include "quant/dot.h"
-#include "quant/formats.h"
-#include "forward/forward.h"
-#include "model/model.h"
 #include "decode/sample.h"
 #include "decode/session.h"
+#include "forward/forward.h"
+#include "model/model.h"
+#include "quant/dot.h"
+#include "quant/formats.h"
 
 typedef struct bench_cfg {
     const char *model;

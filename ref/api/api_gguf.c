@@ -11,10 +11,10 @@
 #include <string.h>
 
 #include "api/apierr.h"
-#include "quant/formats.h"
-#include "quant/gguf.h"
 #include "base/reslimit.h"
 #include "base/utf8.h"
+#include "quant/formats.h"
+#include "quant/gguf.h"
 
 enum { STR_SHOWN = 160, ARR_HEAD = 8, ARR_TAIL = 2, ARR_SHOWN_NESTED = 4 };
 

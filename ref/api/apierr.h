@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 
-#include "ds4ref.h"
 #include "base/err.h"
+#include "ds4ref.h"
 
 #define DS4_SAME_CODE(x) _Static_assert((int)DS4REF_##x == (int)DS4_##x, #x " differs")
 DS4_SAME_CODE(E_ARG);

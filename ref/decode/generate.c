@@ -1,59 +1,106 @@
+/* Generation from a prompt (generate.h). */
 #include "decode/generate.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/sample.h"
-#include "base/sha256.h"
-
-/* SHA-256 of the logits as little-endian f32 bytes, independent of the host
- * byte order. */
-static void digest_logits(const float *logits, uint32_t n, uint8_t out[32]) {
-    ds4_sha256 h;
-    ds4_sha256_init(&h);
-    uint8_t buf[4096];
-    uint32_t fill = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &logits[i], 4);
-        buf[fill++] = (uint8_t)b;
-        buf[fill++] = (uint8_t)(b >> 8);
-        buf[fill++] = (uint8_t)(b >> 16);
-        buf[fill++] = (uint8_t)(b >> 24);
-        if (fill == sizeof(buf)) {
-            ds4_sha256_update(&h, buf, fill);
-            fill = 0;
-        }
-    }
-    ds4_sha256_update(&h, buf, fill);
-    ds4_sha256_final(&h, out);
+uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped) {
+    uint64_t free_pos = s->kv.ctx > n_prompt ? s->kv.ctx - n_prompt : 0;
+    *clamped = (uint64_t)want > free_pos + 1;
+    return *clamped ? (uint32_t)(free_pos + 1) : want;
 }
 
-int ds4_gen_step_from_logits(const float *logits, uint32_t n_vocab, uint32_t top_k,
-                             ds4_gen_step *st, ds4err *err) {
-    uint32_t k = top_k ? top_k : 1;
-    st->top_ids = malloc(sizeof(int32_t) * k);
-    st->top_logits = malloc(sizeof(float) * k);
-    st->top_logprobs = malloc(sizeof(double) * k);
-    if (!st->top_ids || !st->top_logits || !st->top_logprobs)
-        return ds4err_set(err, DS4_E_NOMEM, "out of memory");
-    st->token = ds4_argmax(logits, n_vocab);
-    if (st->token < 0) return ds4err_set(err, DS4_E_INTERNAL, "every logit is NaN");
-    st->n_top = ds4_top_k(logits, n_vocab, top_k, st->top_ids, st->top_logprobs);
-    for (uint32_t i = 0; i < st->n_top; i++) st->top_logits[i] = logits[st->top_ids[i]];
-    st->logit = logits[st->token];
-    st->logprob = (double)st->logit - ds4_logsumexp(logits, n_vocab);
-    digest_logits(logits, n_vocab, st->digest);
+int ds4_gen_check_prompt(const ds4_session *s, const int32_t *prompt, uint32_t n_prompt,
+                         ds4err *err) {
+    uint32_t V = s->e->m->cfg.n_vocab;
+    if (!n_prompt) return ds4err_set(err, DS4_E_ARG, "empty prompt: nothing to continue from");
+    if (n_prompt > s->kv.ctx)
+        return ds4err_set(err, DS4_E_RANGE, "the prompt has %u tokens, more than the context of %u",
+                          n_prompt, s->kv.ctx);
+    for (uint32_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= V)
+            return ds4err_set(err, DS4_E_RANGE, "prompt token %u is %d, outside the vocabulary [0, %u)",
+                              i, prompt[i], V);
     return 0;
 }
 
-void ds4_gen_steps_free(ds4_gen_step *steps, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) {
-        free(steps[i].top_ids);
-        free(steps[i].top_logits);
-        free(steps[i].top_logprobs);
-        steps[i].top_ids = NULL;
-        steps[i].top_logits = NULL;
-        steps[i].top_logprobs = NULL;
+/* One row's view of the run, for the per-step callback. */
+typedef struct row_hook {
+    const ds4_gen_run *o;
+    uint32_t row;
+    bool stopped;          /* the stop flag or the callback ended the row */
+} row_hook;
+
+static int on_step(void *ud, uint32_t step, const ds4_gen_step *st) {
+    row_hook *h = ud;
+    if (h->o->cb && h->o->cb(h->o->ud, h->row, step, st)) h->stopped = true;
+    if (h->o->stop && *h->o->stop) h->stopped = true;
+    return h->stopped;
+}
+
+/* Why row r ended, from its records: the tests ds4_spec_generate stops on,
+ * in its order. */
+static ds4_gen_end row_end(const ds4_gen_run *o, const ds4_spec_row *r, const row_hook *h,
+                           bool clamped) {
+    if (h->stopped) return DS4_GEN_STOPPED;
+    if (r->n_done && o->stop_at_eos && r->steps[r->n_done - 1].token == o->eos) return DS4_GEN_EOS;
+    return clamped ? DS4_GEN_CTX : DS4_GEN_LENGTH;
+}
+
+int ds4_gen_rows(ds4_session *const *rows, const int32_t *const *prompts,
+                 const uint32_t *n_prompt, uint32_t n_rows, const ds4_gen_run *o,
+                 uint32_t *done, ds4_gen_end *end, ds4err *err) {
+    if (!n_rows) return 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        if (rows[i]->e != rows[0]->e)
+            return ds4err_set(err, DS4_E_ARG, "rows 0 and %u belong to different engines", i);
+        if (ds4_gen_check_prompt(rows[i], prompts[i], n_prompt[i], err)) {
+            if (n_rows > 1) ds4err_prefix(err, "row %u", i);
+            return -1;
+        }
     }
+    ds4_spec_cfg plain = {0};
+    const ds4_spec_cfg *sc = o->spec ? o->spec : &plain;
+    ds4_spec_row *sr = calloc(n_rows, sizeof(*sr));
+    row_hook *hooks = calloc(n_rows, sizeof(*hooks));
+    bool *clamped = calloc(n_rows, sizeof(*clamped));
+    int rc = -1;
+    if (!sr || !hooks || !clamped) {
+        ds4err_set(err, DS4_E_NOMEM, "out of memory generating %u rows", n_rows);
+        goto out;
+    }
+    for (uint32_t i = 0; i < n_rows; i++) {
+        ds4_session_reset(rows[i]);
+        hooks[i] = (row_hook){o, i, false};
+        uint32_t n = ds4_gen_room(rows[i], n_prompt[i], o->n_steps, &clamped[i]);
+        sr[i] = (ds4_spec_row){.s = rows[i], .n_steps = n, .seed = o->seed + i,
+                               .cb = on_step, .ud = &hooks[i]};
+        sr[i].steps = calloc(n ? n : 1, sizeof(ds4_gen_step));
+        if (!sr[i].steps) {
+            ds4err_set(err, DS4_E_NOMEM, "out of memory for %u steps", n);
+            goto out;
+        }
+    }
+    /* A row's n_steps of 0 would mean go.n_steps (speculative.h): it is 0 only
+     * when go.n_steps is. */
+    ds4_gen_opts go = {.n_steps = o->n_steps, .top_k = o->top_k, .eos = o->eos,
+                       .stop_at_eos = o->stop_at_eos};
+    if (ds4_spec_prefill(sc->drafter, rows, prompts, n_prompt, n_rows, err) ||
+        ds4_spec_generate(sc, &go, sr, n_rows, o->stats, err))
+        goto out;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        if (done) done[i] = sr[i].n_done;
+        if (end) end[i] = row_end(o, &sr[i], &hooks[i], clamped[i]);
+    }
+    rc = 0;
+out:
+    for (uint32_t i = 0; sr && i < n_rows; i++)
+        if (sr[i].steps) {
+            ds4_gen_steps_free(sr[i].steps, sr[i].n_done);
+            free(sr[i].steps);
+        }
+    free(sr);
+    free(hooks);
+    free(clamped);
+    return rc;
 }

@@ -1,46 +1,70 @@
-/* The record of a generation step, with per-step log-probabilities: what
- * golden streams, logprob vectors and plain decoding are made of.
+/* Generation from a prompt: what every caller that turns prompts into
+ * tokens does, in one place (the public API, the golden runner, the
+ * command line through the API).
  *
- * Step i reads the session's logits (the distribution after the last token),
- * records the greedy token, its logprob, the top-k alternatives and a SHA-256
- * of the whole logits vector (its f32 little-endian bytes), then feeds the
- * chosen token back (except after the last step, and never after EOS when
- * stop_at_eos is set). */
-#ifndef DS4_GENERATE_H
-#define DS4_GENERATE_H
+ * A run starts each session over, evaluates its prompt (shown to the
+ * drafter, if any), and generates at most n_steps tokens -- fewer when the
+ * context leaves less room (ds4_gen_room), at EOS, or when asked to stop --
+ * greedy, speculative or sampled as the spec settings say.  Several rows
+ * run together share every forward pass (each row its own session, prompt
+ * and positions), with the same records each would get alone. */
+#ifndef DS4_RUN_H
+#define DS4_RUN_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "base/err.h"
 #include "decode/session.h"
+#include "decode/speculative.h"
+#include "decode/step.h"
 
-typedef struct ds4_gen_step {
-    int32_t token;          /* greedy choice: argmax, lowest id on ties */
-    float logit;
-    double logprob;
-    uint32_t n_top;
-    int32_t *top_ids;       /* [top_k], by logit desc then id asc */
-    float *top_logits;
-    double *top_logprobs;
-    uint8_t digest[32];     /* sha256 of the n_vocab f32 logits, little-endian */
-} ds4_gen_step;
+/* Positions a session can move back through its rings without evaluating
+ * anything again.  Speculation at depth d needs d (a rejected draft is
+ * undone by moving back at most d positions); the default leaves room for a
+ * caller's own small truncations on top of the deepest draft. */
+#define DS4_SESSION_ROLLBACK 32
+_Static_assert(DS4_SESSION_ROLLBACK >= DS4_SPEC_MAX_DRAFT, "rollback below the deepest draft");
 
-typedef struct ds4_gen_opts {
-    uint32_t n_steps;
-    uint32_t top_k;
-    int32_t eos;            /* token that ends generation, or -1 */
+/* Why a run ended. */
+typedef enum ds4_gen_end {
+    DS4_GEN_LENGTH,      /* n_steps tokens were generated */
+    DS4_GEN_EOS,         /* the end-of-sequence token was generated */
+    DS4_GEN_CTX,         /* the context left no room for more */
+    DS4_GEN_STOPPED      /* the stop flag was set, or a callback asked to stop */
+} ds4_gen_end;
+
+/* Called after every generated step of a row; non-zero stops that row. */
+typedef int (*ds4_gen_row_cb)(void *ud, uint32_t row, uint32_t step, const ds4_gen_step *st);
+
+typedef struct ds4_gen_run {
+    uint32_t n_steps;            /* tokens wanted per row */
+    uint32_t top_k;              /* alternatives recorded per step */
+    int32_t eos;                 /* the end-of-sequence token, or -1 */
     bool stop_at_eos;
-} ds4_gen_opts;
+    const ds4_spec_cfg *spec;    /* NULL: plain greedy */
+    uint64_t seed;               /* sampling: row r uses seed + r */
+    volatile sig_atomic_t *stop; /* NULL, or set asynchronously (SIGINT) to stop every row */
+    ds4_gen_row_cb cb;           /* NULL, or called with each step */
+    void *ud;
+    ds4_spec_stats *stats;       /* NULL, or added to */
+} ds4_gen_run;
 
-/* Called after every step (e.g. to print text as it is produced); return
- * non-zero to stop early. */
-typedef int (*ds4_gen_cb)(void *ud, uint32_t step, const ds4_gen_step *st);
+/* How many of `want` steps fit after a prompt of n_prompt tokens: the last
+ * generated token is never evaluated, so want steps fit when
+ * n_prompt + want - 1 <= ctx.  *clamped says whether room cut want. */
+uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped);
 
-void ds4_gen_steps_free(ds4_gen_step *steps, uint32_t n);
+/* The checks a prompt must pass before anything is started: not empty,
+ * within the context, every id in the vocabulary. */
+int ds4_gen_check_prompt(const ds4_session *s, const int32_t *prompt, uint32_t n_prompt,
+                         ds4err *err);
 
-/* Fill one step record from a logits vector (used by the verifiers too). */
-int ds4_gen_step_from_logits(const float *logits, uint32_t n_vocab, uint32_t top_k,
-                             ds4_gen_step *st, ds4err *err);
+/* Run rows[0..n_rows) on their prompts.  done[r] (may be NULL) gets the
+ * steps row r made, end[r] (may be NULL) why it ended. */
+int ds4_gen_rows(ds4_session *const *rows, const int32_t *const *prompts,
+                 const uint32_t *n_prompt, uint32_t n_rows, const ds4_gen_run *o,
+                 uint32_t *done, ds4_gen_end *end, ds4err *err);
 
 #endif

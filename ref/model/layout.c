@@ -6,8 +6,8 @@
  * GGUF order: ne0 (the input width of a matrix) first. */
 #include <stddef.h>
 
-#include "quant/formats.h"
 #include "model/model.h"
+#include "quant/formats.h"
 
 #define F(type, field) ((uint32_t)offsetof(type, field))
 #define L(field) F(ds4_layer, field)

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/formats.h"
 #include "base/reslimit.h"
+#include "quant/formats.h"
 
 /* ---------------------------------------------------------------------------
  * Configuration

@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "quant/dot.h"
 #include "base/err.h"
+#include "quant/dot.h"
 #include "quant/gguf.h"
 #include "text/tokenizer.h"
 

@@ -23,9 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "quant/gguf.h"
-#include "base/buf.h"
 #include "text/pretok.h"
 
 /* A byte string that is not NUL-terminated (GGUF strings point into the

@@ -14,7 +14,7 @@
 #include "text/json.h"
 #include "trace/ds4dump.h"
 #include "trace/golden_read.h"
-#include "trace/lpvec.h"
+#include "trace/officialvec.h"
 
 static const uint32_t top_n[DS4_DIFF_NTOP] = {1, 5, 20};
 

@@ -43,9 +43,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "trace/golden.h"
-#include "base/buf.h"
 
 enum { DS4_DIFF_TOP1, DS4_DIFF_TOP5, DS4_DIFF_TOP20, DS4_DIFF_NTOP };
 

@@ -26,9 +26,9 @@
 
 #include <stddef.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "trace/golden.h"
-#include "base/buf.h"
 
 #define DS4_DUMP_SOURCE "ds4ref"
 

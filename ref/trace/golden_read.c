@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/fileio.h"
 #include "base/hex.h"
-#include "base/buf.h"
 #include "model/modelid.h"
 #include "text/json.h"
 #include "trace/golden_write.h"

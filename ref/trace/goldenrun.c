@@ -9,7 +9,7 @@
 #include "model/modelid.h"
 #include "trace/ds4dump.h"
 #include "trace/golden_write.h"
-#include "trace/lpvec.h"
+#include "trace/officialvec.h"
 
 typedef struct run_ctx {
     const ds4_tokenizer *tok;

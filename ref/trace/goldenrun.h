@@ -13,9 +13,9 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "decode/generate.h"
-#include "decode/run.h"
 #include "decode/session.h"
-#include "decode/spec.h"
+#include "decode/speculative.h"
+#include "decode/step.h"
 #include "trace/golden.h"
 
 typedef struct ds4_run_opts {

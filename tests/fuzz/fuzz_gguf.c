@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/formats.h"
 #include "fuzzutil.h"
-#include "quant/gguf.h"
 #include "model/model.h"
+#include "quant/formats.h"
+#include "quant/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "fuzzutil.h"
-#include "quant/gguf.h"
 #include "model/model.h"
+#include "quant/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -25,7 +25,7 @@
 #include "trace/golden.h"
 #include "trace/golden_read.h"
 #include "trace/golden_write.h"
-#include "trace/lpvec.h"
+#include "trace/officialvec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,11 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "text/chat.h"
 #include "fuzzutil.h"
-#include "quant/gguf.h"
-#include "text/json.h"
 #include "model/model.h"
+#include "quant/gguf.h"
+#include "text/chat.h"
+#include "text/json.h"
 #include "text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

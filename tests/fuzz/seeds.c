@@ -28,7 +28,7 @@
 #include "trace/golden.h"
 #include "trace/golden_read.h"
 #include "trace/golden_write.h"
-#include "trace/lpvec.h"
+#include "trace/officialvec.h"
 
 static const char *outdir;
 static unsigned n_written;

@@ -1,4 +1,4 @@
-#include "trace/lpvec.h"
+#include "trace/officialvec.h"
 
 #include <errno.h>
 #include <math.h>

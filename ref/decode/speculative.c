@@ -1,8 +1,8 @@
 /* Speculative decoding: the scripted drafter, the rejection rule, prompt
- * prefill through a drafter and the decode loop.  spec.h explains why the
+ * prefill through a drafter and the decode loop.  speculative.h explains why the
  * result is plain decoding bit for bit; docs/MTP.md gives the exact order in
  * which random numbers are drawn. */
-#include "decode/spec.h"
+#include "decode/speculative.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,7 +252,7 @@ static int32_t record(const loop *L, row_run *w, const float *logits, int32_t t,
 }
 
 /* After recording token t: does the row end here?  The same tests, in the
- * same order, as plain decoding (spec.h). */
+ * same order, as plain decoding (speculative.h). */
 static bool ends_after(const loop *L, row_run *w, int32_t t) {
     ds4_spec_row *r = w->r;
     uint32_t i = r->n_done - 1;

@@ -31,9 +31,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "trace/golden.h"
-#include "base/buf.h"
 
 #define DS4_LPV_MAX_LINE 2047
 #define DS4_LPV_MAX_ID 95

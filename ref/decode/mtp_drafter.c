@@ -1,6 +1,6 @@
 /* The MTP drafter: committed rows caught up lazily, drafts chained through
- * the MTP's own output state.  mtp.h states the policy. */
-#include "decode/mtp.h"
+ * the MTP's own output state.  mtp_drafter.h states the policy. */
+#include "decode/mtp_drafter.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* The MTP draft head as a drafter (spec.h).
+/* The MTP draft head as a drafter (speculative.h).
  *
  * Pairing (DeepSeek-V3 / the official oracle): MTP row i combines the trunk's
  * final HC state h[i] with the embedding of the NEXT token ids[i+1], at
@@ -22,9 +22,9 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "decode/speculative.h"
 #include "forward/forward.h"
 #include "forward/kvstate.h"
-#include "decode/spec.h"
 
 /* A window state for the MTP block (one layer, ratio 0). */
 int ds4_mtp_kv_init(ds4_kv *kv, const ds4_model *m, uint32_t ctx, uint32_t chunk,

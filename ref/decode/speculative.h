@@ -23,7 +23,7 @@
  * plain sampling (the accept tests consume random numbers plain sampling
  * does not).
  *
- * Drafters are pluggable: the MTP head (mtp.h) and a scripted drafter that
+ * Drafters are pluggable: the MTP head (mtp_drafter.h) and a scripted drafter that
  * replays a given token stream with errors injected at chosen depths, so that
  * tests reach every accept/reject path deterministically. */
 #ifndef DS4_SPEC_H
@@ -33,9 +33,9 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "decode/generate.h"
 #include "decode/rng.h"
 #include "decode/session.h"
+#include "decode/step.h"
 
 #define DS4_SPEC_MAX_DRAFT 16
 
