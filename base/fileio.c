@@ -36,30 +36,21 @@ static int grow(char **buf, size_t *cap, size_t need) {
     return 0;
 }
 
-int ds4_read_file(const char *path, size_t limit, char **out, size_t *out_len, ds4err *err) {
+int ds4_read_fd(int fd, const char *name, size_t limit, char **out, size_t *out_len,
+                ds4err *err) {
     *out = NULL;
     *out_len = 0;
-    int fd;
-    do {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return ds4err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
     /* Pipes have no size; regular files get their buffer in one step. */
     struct stat st;
     size_t cap = 0, len = 0;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-        if ((uint64_t)st.st_size > limit) {
-            close(fd);
+        if ((uint64_t)st.st_size > limit)
             return ds4err_set(err, DS4_E_NOMEM, "%s: %llu bytes, more than the limit of %zu",
-                              path, (unsigned long long)st.st_size, limit);
-        }
+                              name, (unsigned long long)st.st_size, limit);
         cap = (size_t)st.st_size + 1;
     }
     char *buf = malloc(cap ? cap : 4096);
-    if (!buf) {
-        close(fd);
-        return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
-    }
+    if (!buf) return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", name);
     if (!cap) cap = 4096;
     for (;;) {
         /* A full buffer may hold the whole file: probe for EOF before
@@ -73,8 +64,7 @@ int ds4_read_file(const char *path, size_t limit, char **out, size_t *out_len, d
             if (r > 0) {
                 if (grow(&buf, &cap, len + 4097)) {
                     free(buf);
-                    close(fd);
-                    return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
+                    return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", name);
                 }
                 buf[len] = probe;
             }
@@ -82,24 +72,34 @@ int ds4_read_file(const char *path, size_t limit, char **out, size_t *out_len, d
         if (r < 0) {
             int e = errno;
             free(buf);
-            close(fd);
-            return ds4err_set(err, DS4_E_IO, "%s: read error at byte %zu: %s", path, len,
+            return ds4err_set(err, DS4_E_IO, "%s: read error at byte %zu: %s", name, len,
                               strerror(e));
         }
         if (r == 0) break;
         len += (size_t)r;
         if (len > limit) {
             free(buf);
-            close(fd);
-            return ds4err_set(err, DS4_E_NOMEM, "%s: more than the limit of %zu bytes", path,
+            return ds4err_set(err, DS4_E_NOMEM, "%s: more than the limit of %zu bytes", name,
                               limit);
         }
     }
-    close(fd);
     buf[len] = '\0';
     *out = buf;
     *out_len = len;
     return 0;
+}
+
+int ds4_read_file(const char *path, size_t limit, char **out, size_t *out_len, ds4err *err) {
+    *out = NULL;
+    *out_len = 0;
+    int fd;
+    do {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return ds4err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    int rc = ds4_read_fd(fd, path, limit, out, out_len, err);
+    close(fd);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ writing */

@@ -32,6 +32,10 @@
  * it holds more than `limit` bytes or memory runs out. */
 int ds4_read_file(const char *path, size_t limit, char **buf, size_t *len, ds4err *err);
 
+/* The same from an open descriptor (a pipe from a child process, say) up to
+ * its end; `name` labels messages.  The descriptor stays open. */
+int ds4_read_fd(int fd, const char *name, size_t limit, char **buf, size_t *len, ds4err *err);
+
 /* An atomic writer.  Fields are private.  A zeroed struct is "closed":
  * ds4_afile_abort() on it does nothing. */
 typedef struct ds4_afile {

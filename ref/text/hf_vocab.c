@@ -2,6 +2,7 @@
  * (ds4_vocab, see tokenizer.h).  Used by the synthetic model generator to
  * embed the real DeepSeek vocabulary, and by tests to build the official
  * tokenizer without a GGUF. */
+#include "base/fileio.h"
 #include "text/json.h"
 #include "text/tokenizer.h"
 
@@ -17,33 +18,13 @@
  * tokens, and the id sets the size of the arrays we allocate. */
 #define MAX_VOCAB (1u << 24)
 
-static int slurp_fd(int fd, const char *path, ds4_buf *out, ds4err *err) {
-    char chunk[1 << 16];
-    for (;;) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n == 0) break;
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return ds4err_set(err, DS4_E_IO, "%s: read failed: %s", path, strerror(errno));
-        }
-        ds4_buf_put(out, chunk, (size_t)n);
-    }
-    if (out->failed) return ds4err_set(err, DS4_E_NOMEM, "%s: out of memory reading the file", path);
-    return 0;
-}
-
-static int read_plain(const char *path, ds4_buf *out, ds4err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ds4err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    int rc = slurp_fd(fileno(f), path, out, err);
-    fclose(f);
-    return rc;
-}
+/* tokenizer.json files are a few MB; anything past this is not one. */
+#define MAX_FILE ((size_t)1 << 30)
 
 /* `xz -dc -- path` through a pipe.  posix_spawnp, not popen: no shell, so
  * the path needs no quoting.  xz's own complaint (stderr) goes into the error
  * message instead of the terminal: library code prints nothing. */
-static int read_xz(const char *path, ds4_buf *out, ds4err *err) {
+static int read_xz(const char *path, char **out, size_t *len, ds4err *err) {
     extern char **environ;
     int fds[2], efds[2];
     if (pipe(fds)) return ds4err_set(err, DS4_E_IO, "%s: pipe: %s", path, strerror(errno));
@@ -74,7 +55,7 @@ static int read_xz(const char *path, ds4_buf *out, ds4err *err) {
     }
     /* stdout first, to its end; xz writes at most a line to stderr, which
      * the pipe holds meanwhile. */
-    int rc = slurp_fd(fds[0], path, out, err);
+    int rc = ds4_read_fd(fds[0], path, MAX_FILE, out, len, err);
     close(fds[0]);
     char msg[256];
     ssize_t mlen;
@@ -256,13 +237,15 @@ done:
 
 int ds4_vocab_from_hf_json(ds4_vocab *v, const char *path, ds4err *err) {
     memset(v, 0, sizeof(*v));
-    ds4_buf raw = {0};
+    char *raw = NULL;
+    size_t raw_len = 0;
     size_t plen = strlen(path);
-    int rc = plen > 3 && strcmp(path + plen - 3, ".xz") == 0 ? read_xz(path, &raw, err)
-                                                              : read_plain(path, &raw, err);
+    int rc = plen > 3 && strcmp(path + plen - 3, ".xz") == 0
+                 ? read_xz(path, &raw, &raw_len, err)
+                 : ds4_read_file(path, MAX_FILE, &raw, &raw_len, err);
     ds4_json_doc *doc = NULL;
-    if (rc == 0) rc = ds4_json_parse(raw.p ? raw.p : "", raw.len, path, &doc, err);
-    ds4_buf_free(&raw);
+    if (rc == 0) rc = ds4_json_parse(raw, raw_len, path, &doc, err);
+    free(raw);
     if (rc) return -1;
     builder b = {0};
     b.path = path;
