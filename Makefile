@@ -100,6 +100,12 @@ $(FULLWIDTH_MODEL): $(BINDIR)/ds4ref-mkmodel
 	@mkdir -p models
 	$(BINDIR)/ds4ref-mkmodel --config fullwidth --types ds4 --no-mtp -o $@
 
+# llama.cpp's side of the comparison (bench/compare.sh): a timing program
+# that loads the prebuilt libraries with dlopen, so it builds without them.
+$(BUILD)/bench/llama_time: bench/llama_time.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -Wall -Wextra -o $@ $< -ldl
+
 .PHONY: bench-fullwidth
 bench-fullwidth: $(BINDIR)/ds4ref-bench $(FULLWIDTH_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(FULLWIDTH_MODEL) -p 64 -n 16 --layers

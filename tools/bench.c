@@ -57,6 +57,7 @@ typedef struct bench_cfg {
     int kernels;
     uint32_t kernel_rows;
     int qat;
+    int warm;
 } bench_cfg;
 
 static double now_sec(void) {
@@ -79,6 +80,8 @@ static void usage(FILE *f) {
             "  -t, --threads N      OpenMP threads (default: OpenMP's)\n"
             "  --qat on|off         default on\n"
             "  --layers             time one decode step per layer (to stderr)\n"
+            "  --warm               read the whole model once before timing (as a\n"
+            "                       program that loads its weights does)\n"
             "  --kernels            matrix kernel throughput per block type\n"
             "  --kernel-rows N      rows of the --kernels matrices (default 4096; 256\n"
             "                       keeps them in L2: compute without memory)\n"
@@ -132,6 +135,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
             exit(0);
         }
         if (!strcmp(a, "--layers")) { c->layers = 1; continue; }
+        if (!strcmp(a, "--warm")) { c->warm = 1; continue; }
         if (!strcmp(a, "--kernels")) { c->kernels = 1; continue; }
         if (!strcmp(a, "--no-header")) { c->header = 0; continue; }
         if (!takes_value(a)) {
@@ -211,6 +215,14 @@ static uint64_t mapped_rss(const char *path) {
     free(real);
     fclose(f);
     return total;
+}
+
+/* Every page of the mapped file read once, so that page faults are not
+ * timed.  Returns a sum the compiler cannot drop. */
+static uint64_t touch_pages(const gguf_file *g) {
+    uint64_t sum = 0;
+    for (uint64_t off = 0; off < g->size; off += 4096) sum += g->map[off];
+    return sum;
 }
 
 /* ---- weights one decode step reads --------------------------------------- */
@@ -312,6 +324,7 @@ static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
     ds4_model m;
     if (ds4_model_open(&m, cfg->model, err)) return -1;
     const ds4_config *c = &m.cfg;
+    if (cfg->warm && touch_pages(&m.file) == UINT64_MAX) fprintf(stderr, " ");
     uint32_t last = cfg->frontiers[cfg->n_frontiers - 1];
     uint32_t ctx = cfg->ctx ? cfg->ctx : last + cfg->gen + 2;
     int rc = -1;
