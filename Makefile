@@ -30,7 +30,7 @@ HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h)
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
-TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c))
+TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/official.c))
 
 # tools/ds4ref.c is the ds4ref command; every other tools/NAME.c is ds4ref-NAME.
 TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(filter-out tools/ds4ref.c,$(wildcard tools/*.c)))))
@@ -66,6 +66,22 @@ $(BINDIR)/ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
+
+# The official-model oracle (vectors/official/README.md) is committed
+# xz-compressed; every build of the tests decompresses it into
+# $(BUILD)/official and checks it against its SHA256SUMS, and the tests read
+# it from there (testutil.c is told where).
+OFFICIAL_XZ = $(sort $(wildcard vectors/official/*.xz vectors/official/*/*.xz))
+OFFICIAL    = $(patsubst vectors/official/%.xz,$(BUILD)/official/%,$(OFFICIAL_XZ))
+OFFICIAL_OK = $(BUILD)/official/.checked
+$(BUILD)/official/%: vectors/official/%.xz
+	@mkdir -p $(dir $@)
+	@xz -dc $< > $@.tmp && mv $@.tmp $@
+$(OFFICIAL_OK): $(OFFICIAL) vectors/official/SHA256SUMS
+	cd $(BUILD)/official && sha256sum --quiet -c $(abspath vectors/official/SHA256SUMS)
+	@touch $@
+$(TEST_BIN): | $(OFFICIAL_OK)
+$(BUILD)/tests/testutil.o: ALL_CFLAGS += -DDS4REF_OFFICIAL_DIR='"$(BUILD)/official"'
 
 models/tiny.gguf: $(BINDIR)/ds4ref-mkmodel
 	@mkdir -p models
