@@ -67,6 +67,11 @@ $(BINDIR)/ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
 
+# test_ops checks the matrix kernels against OpenBLAS's cblas_dgemm: the only
+# binary that links OpenBLAS (the library never does).
+$(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(TEST_COMMON) $(BUILD)/libds4ref.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lopenblas $(LDLIBS)
+
 # The official-model oracle (vectors/official/README.md) is committed
 # xz-compressed; every build of the tests decompresses it into
 # $(BUILD)/official and checks it against its SHA256SUMS, and the tests read
