@@ -147,6 +147,13 @@ fuzz:
 fuzz-smoke:
 	FUZZ_BUILD=$(BUILD)/fuzz tests/fuzz/fuzz.sh smoke $(FUZZ_SMOKE_SECONDS)
 
+# Mutation check (tools/mutants.sh): each one-line mutation of the math
+# sources listed in tests/mutants.txt, applied to a scratch copy of the tree
+# in $(BUILD)/mutants, must make a fast test fail; prints the kill table.
+.PHONY: mutants
+mutants:
+	tools/mutants.sh $(BUILD)/mutants
+
 # make install PREFIX=/usr/local: header, libraries, binaries, pkg-config file.
 PREFIX ?= /usr/local
 VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' base/version.h)
