@@ -135,10 +135,10 @@ for ((i = 0; i < n; i++)); do
     killed=0
     for ((k = 0; k < ${#tests[@]}; k++)); do
         if [ "${results[k]}" = FAIL ]; then
-            row+=$(printf ' %-12s' kill)
+            row+=$(printf ' %-8s' kill)
             killed=1
         else
-            row+=$(printf ' %-12s' .)
+            row+=$(printf ' %-8s' .)
         fi
     done
     if [ $killed -eq 1 ]; then row+=" killed"; else row+=" SURVIVED"; survived=$((survived + 1)); fi
@@ -149,7 +149,7 @@ build "$work/logs/final-build.log" || true
 
 echo
 header=$(printf '%2s %-62s' '#' mutation)
-for t in "${tests[@]}"; do header+=$(printf ' %-12s' "${t#test_}"); done
+for t in "${tests[@]}"; do header+=$(printf ' %-8s' "${t#test_}"); done
 echo "$header"
 printf '%s\n' "${table[@]}"
 echo
