@@ -30,7 +30,7 @@ HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h)
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
-TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c))
+TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c))
 
 # tools/ds4ref.c is the ds4ref command; every other tools/NAME.c is ds4ref-NAME.
 TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(filter-out tools/ds4ref.c,$(wildcard tools/*.c)))))
@@ -76,6 +76,27 @@ $(BINDIR)/ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
+
+# test_ops checks the matrix kernels against OpenBLAS's cblas_dgemm: the only
+# binary that links OpenBLAS (the library never does).
+$(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(TEST_COMMON) $(BUILD)/libds4ref.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lopenblas $(LDLIBS)
+
+# The official-model oracle (vectors/official/README.md) is committed
+# xz-compressed; every build of the tests decompresses it into
+# $(BUILD)/official and checks it against its SHA256SUMS, and the tests read
+# it from there (testutil.c is told where).
+OFFICIAL_XZ = $(sort $(wildcard vectors/official/*.xz vectors/official/*/*.xz))
+OFFICIAL    = $(patsubst vectors/official/%.xz,$(BUILD)/official/%,$(OFFICIAL_XZ))
+OFFICIAL_OK = $(BUILD)/official/.checked
+$(BUILD)/official/%: vectors/official/%.xz
+	@mkdir -p $(dir $@)
+	@xz -dc $< > $@.tmp && mv $@.tmp $@
+$(OFFICIAL_OK): $(OFFICIAL) vectors/official/SHA256SUMS
+	cd $(BUILD)/official && sha256sum --quiet -c $(abspath vectors/official/SHA256SUMS)
+	@touch $@
+$(TEST_BIN): | $(OFFICIAL_OK)
+$(BUILD)/tests/testutil.o: ALL_CFLAGS += -DDS4REF_OFFICIAL_DIR='"$(BUILD)/official"'
 
 models/tiny.gguf: $(BINDIR)/ds4ref-mkmodel
 	@mkdir -p models
@@ -147,6 +168,13 @@ fuzz-smoke:
 .PHONY: python-test
 python-test: all
 	DS4REF_BIN_DIR=$(abspath $(BINDIR)) tests/python.sh $(BUILD)
+
+# Mutation check (tools/mutants.sh): each one-line mutation of the math
+# sources listed in tests/mutants.txt, applied to a scratch copy of the tree
+# in $(BUILD)/mutants, must make a fast test fail; prints the kill table.
+.PHONY: mutants
+mutants:
+	tools/mutants.sh $(BUILD)/mutants
 
 # make install PREFIX=/usr/local: header, libraries, binaries, pkg-config file.
 PREFIX ?= /usr/local

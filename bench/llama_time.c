@@ -23,9 +23,9 @@
  * The struct layouts below are those of that package's libllama (0.5.0):
  * llama_model_params is 0x50 bytes and llama_context_params 0xa0 bytes,
  * with n_ctx, n_batch, n_ubatch and n_seq_max as the first four 32-bit
- * fields; both are used as returned by the library's *_default_params(),
- * with only those four fields set.  llama_batch is its public 56-byte
- * layout. */
+ * fields, flash_attn_type at 0x34 and the KV cache types at 0x68 and 0x6c;
+ * both are used as returned by the library's *_default_params(), with only
+ * those fields set.  llama_batch is its public 56-byte layout. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -123,6 +123,11 @@ static void *new_context(void *model, int n_ctx, int n_batch, int threads) {
     set_u32(&cp, 0x04, (uint32_t)n_batch);   /* n_batch */
     set_u32(&cp, 0x08, (uint32_t)n_batch);   /* n_ubatch */
     set_u32(&cp, 0x0c, 1);                   /* n_seq_max */
+    /* llama.cpp's deepseek4 graph runs with flash attention off and an f32
+     * KV cache (the settings its own tests use for this model). */
+    set_u32(&cp, 0x34, 0);                   /* flash_attn_type: off */
+    set_u32(&cp, 0x68, 0);                   /* type_k: GGML_TYPE_F32 */
+    set_u32(&cp, 0x6c, 0);                   /* type_v: GGML_TYPE_F32 */
     void *ctx = L.init_from_model(model, cp);
     if (!ctx) die("llama_init_from_model failed", NULL);
     L.set_n_threads(ctx, threads, threads);
@@ -187,7 +192,7 @@ int main(int argc, char **argv) {
     int n_samples = 0;
     volatile float sink = 0;
     for (int r = 0; r < reps; r++) {
-        void *ctx = new_context(model, n + 16, decode ? 1 : n, threads);
+        void *ctx = new_context(model, (n + 16 + 255) / 256 * 256, decode ? 1 : n, threads);
         batch b = L.batch_init(decode ? 1 : n, 0, 1);
         if (decode) {
             for (int i = 0; i < n; i++) {

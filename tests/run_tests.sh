@@ -3,7 +3,8 @@
 # on the committed goldens, the CLI and install tests, the Python package's
 # tests (python/tests, when an interpreter has NumPy and pytest), a valgrind
 # pass over a fast subset, the suite again under ASan and UBSan, the fuzz
-# targets briefly, the short portability matrix and a benchmark smoke run.
+# targets briefly, the mutation check, the short portability matrix and a
+# benchmark smoke run.
 # Usage: tests/run_tests.sh BUILD_DIR
 set -uo pipefail
 build=${1:-build}
@@ -84,6 +85,13 @@ else
     for target in asan ubsan fuzz-smoke; do
         run "make $target" make --no-print-directory -j"$jobs" BUILD="$build" "$target"
     done
+fi
+
+# Mutation check (tools/mutants.sh, about two minutes on 2 cores): every
+# one-line mutation of tests/mutants.txt must make a fast test fail.  Not
+# inside the sanitizer runs, which test the same sources.
+if [ -z "${DS4REF_SANITIZER:-}" ]; then
+    run "make mutants" make --no-print-directory BUILD="$build" mutants
 fi
 
 # Portable goldens (docs/PORTABILITY.md): the CI subset of make portability,

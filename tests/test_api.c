@@ -2,8 +2,9 @@
  * entry point, its error paths, and the equalities it promises (logits of an
  * earlier position recomputed exactly, speculative and batched generation
  * equal to plain greedy, the GGUF listing and f32 stream agreeing with the
- * model's own view of its tensors, diff verdicts agreeing with the tokens
- * the two runs produced). */
+ * model's own view of its tensors and with an independent decode of the
+ * file's bytes (tests/refquant.c, the tests' own decoder), diff verdicts
+ * agreeing with the tokens the two runs produced). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include "ds4ref.h"
+#include "refquant.h"
 #include "testutil.h"
 
 typedef struct fixture {
@@ -104,16 +106,30 @@ static void test_info_and_tokenizer(void **state) {
     ds4ref_free(ids);
 }
 
+/* Every one of the four dimensions, the unused ones included. */
+static void assert_shape(const uint64_t ne[4], uint64_t n0, uint64_t n1, uint64_t n2) {
+    assert_int_equal(ne[0], n0);
+    assert_int_equal(ne[1], n1);
+    assert_int_equal(ne[2], n2);
+    assert_int_equal(ne[3], 1);
+}
+
 static void test_tensor(void **state) {
     fixture *f = *state;
     float *v;
     uint64_t ne[4];
     ds4ref_error e;
     assert_int_equal(ds4ref_tensor_f32(f->m, "output_hc_base.weight", &v, ne, &e), 0);
-    assert_int_equal(ne[0], 4);
+    assert_shape(ne, 4, 1, 1);
     ds4ref_free(v);
     assert_int_equal(ds4ref_tensor_f32(f->m, "mtp.0.enorm.weight", &v, ne, &e), 0);
-    assert_int_equal(ne[0], 256);
+    assert_shape(ne, 256, 1, 1);
+    ds4ref_free(v);
+    assert_int_equal(ds4ref_tensor_f32(f->m, "blk.1.attn_q_b.weight", &v, ne, &e), 0);
+    assert_shape(ne, 64, 512, 1);   /* q_lora x n_head*head_dim */
+    ds4ref_free(v);
+    assert_int_equal(ds4ref_tensor_f32(f->m, "blk.2.ffn_down_exps.weight", &v, ne, &e), 0);
+    assert_shape(ne, 256, 256, 8);  /* n_ff x n_embd x n_expert */
     ds4ref_free(v);
     assert_int_equal(ds4ref_tensor_f32(f->m, "no.such.tensor", &v, ne, &e), DS4REF_E_ARG);
     assert_non_null(strstr(e.message, "no.such.tensor"));
@@ -366,6 +382,32 @@ static void assert_listed(const char *text, const char *key, const char *want) {
     if (!strstr(text, pat)) fail_msg("no line '%s...' in the listing", pat + 1);
 }
 
+/* One row of ds4ref_gguf_describe's tensor table:
+ * "  NAME TYPE [ne0, ne1, ...] FILE_OFFSET BYTES". */
+typedef struct listed_tensor {
+    char name[128], type[16];
+    uint64_t ne[4];     /* 1 past the listed dimensions */
+    uint64_t offset, bytes;
+} listed_tensor;
+
+static void parse_tensor_line(const char *line, listed_tensor *t) {
+    char dims[128];
+    unsigned long long off, bytes;
+    if (sscanf(line, "  %127s %15s [%127[^]]] %llu %llu", t->name, t->type, dims, &off, &bytes) != 5)
+        fail_msg("bad tensor line: %.80s", line);
+    t->offset = off;
+    t->bytes = bytes;
+    int d = 0;
+    for (char *p = dims; *p; d++) {
+        assert_true(d < 4);
+        t->ne[d] = strtoull(p, &p, 10);
+        assert_true(t->ne[d] > 0);
+        while (*p == ',' || *p == ' ') p++;
+    }
+    assert_true(d > 0);
+    for (; d < 4; d++) t->ne[d] = 1;
+}
+
 static void test_gguf_describe(void **state) {
     fixture *f = *state;
     ds4ref_error e;
@@ -402,20 +444,13 @@ static void test_gguf_describe(void **state) {
     assert_int_equal(keys, n_kv);
     uint64_t rows = 0;
     for (const char *p = strchr(table + 1, '\n') + 1; *p; p = strchr(p, '\n') + 1) {
-        char name[256], type[16];
-        assert_int_equal(sscanf(p, "  %255s %15s", name, type), 2);
+        listed_tensor t;
+        parse_tensor_line(p, &t);
         float *v;
         uint64_t ne[4];
-        assert_int_equal(ds4ref_tensor_f32(f->m, name, &v, ne, &e), 0);
+        assert_int_equal(ds4ref_tensor_f32(f->m, t.name, &v, ne, &e), 0);
         ds4ref_free(v);
-        char shape[96];
-        int o = snprintf(shape, sizeof(shape), "[%llu", (unsigned long long)ne[0]);
-        for (int d = 1; d < 4 && ne[d] > 1; d++)
-            o += snprintf(shape + o, sizeof(shape) - (size_t)o, ", %llu", (unsigned long long)ne[d]);
-        snprintf(shape + o, sizeof(shape) - (size_t)o, "]");
-        const char *nl = strchr(p, '\n');
-        const char *at = strstr(p, shape);
-        assert_true(at && at < nl);
+        for (int d = 0; d < 4; d++) assert_int_equal(ne[d], t.ne[d]);
         rows++;
     }
     assert_int_equal(rows, n_tensors);
@@ -445,41 +480,79 @@ static void test_gguf_describe(void **state) {
     free(bad);
 }
 
-/* ds4ref_gguf_dequant's bytes for `name` equal ds4ref_tensor_f32's values
- * written little-endian. */
-static void check_dequant(const fixture *f, const char *path, const char *name) {
+/* ggml type names as ds4ref_gguf_describe lists them. */
+static uint32_t listed_type(const char *name) {
+    static const struct { const char *name; uint32_t id; } types[] = {
+        {"f32", RQ_F32}, {"f16", RQ_F16}, {"bf16", RQ_BF16}, {"q8_0", RQ_Q8_0},
+        {"q2_K", RQ_Q2_K}, {"q4_K", RQ_Q4_K}, {"iq2_xxs", RQ_IQ2_XXS}, {"i32", RQ_I32},
+    };
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (!strcmp(types[i].name, name)) return types[i].id;
+    fail_msg("unexpected type %s", name);
+    return 0;
+}
+
+/* ds4ref_gguf_dequant's bytes for `name` against an independent decode: the
+ * tensor's bytes read from the file at the offset the listing gives,
+ * decoded element by element by tests/refquant.c (not by the library's
+ * dequantizer), written little-endian.  From the base file, the model's
+ * ds4ref_tensor_f32 must give the same values and shape. */
+static void check_dequant(const fixture *f, const char *path, const char *name,
+                          const char *want_type) {
     ds4ref_error e;
-    float *v;
-    uint64_t ne[4];
-    assert_int_equal(ds4ref_tensor_f32(f->m, name, &v, ne, &e), 0);
-    size_t n = (size_t)(ne[0] * ne[1] * ne[2] * ne[3]);
-    uint8_t *want = malloc(4 * n);
+    capture c;
+    capture_open(&c);
+    assert_int_equal(ds4ref_gguf_describe(path, c.f, &e), 0);
+    capture_close(&c);
+    char key[160];
+    snprintf(key, sizeof(key), "\n  %s ", name);
+    const char *line = strstr(c.p, key);
+    if (!line) fail_msg("%s is not listed", name);
+    listed_tensor t;
+    parse_tensor_line(line + 1, &t);
+    free(c.p);
+    assert_string_equal(t.type, want_type);
+    uint32_t type = listed_type(t.type);
+    size_t n = (size_t)(t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]);
+    assert_int_equal(t.bytes, n / rq_block_elems(type) * rq_block_bytes(type));
+    uint8_t *raw = malloc(t.bytes), *want = malloc(4 * n);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, (long)t.offset, SEEK_SET), 0);
+    assert_int_equal(fread(raw, 1, t.bytes, fp), t.bytes);
+    fclose(fp);
     for (size_t i = 0; i < n; i++) {
+        float x = rq_elem(type, raw, i);
         uint32_t u;
-        memcpy(&u, &v[i], 4);
+        memcpy(&u, &x, 4);
         for (int k = 0; k < 4; k++) want[4 * i + (size_t)k] = (uint8_t)(u >> 8 * k);
     }
-    capture c;
     capture_open(&c);
     assert_int_equal(ds4ref_gguf_dequant(path, name, c.f, &e), 0);
     capture_close(&c);
     assert_int_equal(c.len, 4 * n);
     assert_memory_equal(c.p, want, 4 * n);
     free(c.p);
-    free(want);
+    float *v;
+    uint64_t ne[4];
+    assert_int_equal(ds4ref_tensor_f32(f->m, name, &v, ne, &e), 0);
+    for (int d = 0; d < 4; d++) assert_int_equal(ne[d], t.ne[d]);
+    assert_memory_equal(v, want, 4 * n);   /* little-endian host (x86-64, aarch64) */
     ds4ref_free(v);
+    free(raw);
+    free(want);
 }
 
 static void test_gguf_dequant(void **state) {
     fixture *f = *state;
     /* One tensor of every type of the ds4 mix, and one of the MTP file. */
-    check_dequant(f, f->path, "token_embd.weight");           /* f16 */
-    check_dequant(f, f->path, "output_norm.weight");          /* f32 */
-    check_dequant(f, f->path, "output.weight");               /* q8_0 */
-    check_dequant(f, f->path, "blk.0.ffn_gate_exps.weight");  /* iq2_xxs */
-    check_dequant(f, f->path, "blk.0.ffn_down_exps.weight");  /* q2_K */
-    check_dequant(f, f->path, "blk.0.ffn_gate_tid2eid.weight");   /* i32 */
-    check_dequant(f, f->mtp, "mtp.0.enorm.weight");
+    check_dequant(f, f->path, "token_embd.weight", "f16");
+    check_dequant(f, f->path, "output_norm.weight", "f32");
+    check_dequant(f, f->path, "output.weight", "q8_0");
+    check_dequant(f, f->path, "blk.0.ffn_gate_exps.weight", "iq2_xxs");
+    check_dequant(f, f->path, "blk.0.ffn_down_exps.weight", "q2_K");
+    check_dequant(f, f->path, "blk.0.ffn_gate_tid2eid.weight", "i32");
+    check_dequant(f, f->mtp, "mtp.0.enorm.weight", "f32");
     ds4ref_error e;
     capture c;
     capture_open(&c);

@@ -1,12 +1,12 @@
 /* Tests of quant/formats.c: half/bfloat conversions and the block
  * dequantizers.
  *
- * Every expected value is computed here independently of the code under
- * test: halves and bfloats from ldexp() of their fields, roundings by
- * searching for the nearest representable value in double, and block
- * elements from the per-element index formulas of
- * spec/GGUF_QUANT_TOKENIZER.md §3 (the implementation walks the blocks with
- * loops instead).  The f32 arithmetic of each formula is written out in the
+ * Every expected value is computed independently of the code under test:
+ * halves and bfloats from ldexp() of their fields, roundings by searching
+ * for the nearest representable value in double, and block elements from
+ * the per-element index formulas of spec/GGUF_QUANT_TOKENIZER.md §3
+ * (tests/refquant.c; the implementation walks the blocks with loops
+ * instead).  The f32 arithmetic of each formula is written out in the
  * order ggml uses, and the tests compare bits. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "quant/formats.h"
+#include "refquant.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -64,26 +65,6 @@ static uint16_t rnd_f16_scale(void) {
     }
 }
 
-/* Value of a half from its fields; NaN is handled by the callers. */
-static double ref_f16(uint16_t h) {
-    const int e = (h >> 10) & 31, m = h & 1023;
-    double v;
-    if (e == 0) v = ldexp(m, -24);
-    else if (e == 31) v = INFINITY;
-    else v = ldexp(1024 + m, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-/* Value of a bfloat16 from its fields (not NaN). */
-static double ref_bf16(uint16_t h) {
-    const int e = (h >> 7) & 255, m = h & 127;
-    double v;
-    if (e == 0) v = ldexp(m, -133);
-    else if (e == 255) v = INFINITY;
-    else v = ldexp(128 + m, e - 134);
-    return (h & 0x8000) ? -v : v;
-}
-
 static void assert_same_float(float got, float want, const char *what, long idx) {
     if (fbits(got) != fbits(want)) {
         print_error("%s[%ld]: got %a (0x%08x), want %a (0x%08x)\n", what, idx,
@@ -106,7 +87,7 @@ static void test_f16_to_f32_exhaustive(void **state) {
             assert_true(isnan(got));
             assert_int_equal(fbits(got), (h & 0x8000) << 16 | 0x7f800000u | (uint32_t)m << 13);
         } else {
-            assert_same_float(got, (float)ref_f16((uint16_t)h), "f16", (long)h);
+            assert_same_float(got, (float)rq_f16((uint16_t)h), "f16", (long)h);
         }
     }
 }
@@ -132,7 +113,7 @@ static void test_f16_row_exhaustive(void **state) {
             if (e == 31 && m)
                 assert_int_equal(fbits(y[i]), (h & 0x8000u) << 16 | 0x7f800000u | (uint32_t)m << 13);
             else
-                assert_same_float(y[i], (float)ref_f16(h), "f16 row", (long)i);
+                assert_same_float(y[i], (float)rq_f16(h), "f16 row", (long)i);
         }
     }
     free(raw);
@@ -145,7 +126,7 @@ static void test_f16_row_exhaustive(void **state) {
 static double f16_table[0x7c00];
 
 static void build_f16_table(void) {
-    for (uint32_t h = 0; h < 0x7c00; h++) f16_table[h] = ref_f16((uint16_t)h);
+    for (uint32_t h = 0; h < 0x7c00; h++) f16_table[h] = rq_f16((uint16_t)h);
 }
 
 static uint16_t ref_f32_to_f16(float f) {
@@ -249,8 +230,8 @@ static uint16_t ref_f32_to_bf16(float f) {
     const uint32_t lo = (u >> 16) & 0x7fff;          /* truncated magnitude code */
     if (lo == 0x7f80) return sign | 0x7f80;          /* Inf */
     const double a = fabs((double)f);
-    const double vlo = fabs(ref_bf16((uint16_t)lo));
-    const double vhi = lo + 1 == 0x7f80 ? ldexp(1, 128) : fabs(ref_bf16((uint16_t)(lo + 1)));
+    const double vlo = fabs(rq_bf16((uint16_t)lo));
+    const double vhi = lo + 1 == 0x7f80 ? ldexp(1, 128) : fabs(rq_bf16((uint16_t)(lo + 1)));
     const double dlo = a - vlo, dhi = vhi - a;
     uint32_t r;
     if (dlo < dhi) r = lo;
@@ -268,7 +249,7 @@ static void test_bf16(void **state) {
             assert_true(isnan(got));
             assert_int_equal(fbits(got), h << 16);
         } else {
-            assert_same_float(got, (float)ref_bf16((uint16_t)h), "bf16", (long)h);
+            assert_same_float(got, (float)rq_bf16((uint16_t)h), "bf16", (long)h);
         }
     }
 
@@ -317,7 +298,7 @@ static void test_bf16(void **state) {
         put16(raw + 2 * i, hs[i]);
     }
     assert_int_equal(ds4_dequant_row(DS4_TYPE_BF16, raw, y, 64), 0);
-    for (int i = 0; i < 64; i++) assert_same_float(y[i], (float)ref_bf16(hs[i]), "bf16 row", i);
+    for (int i = 0; i < 64; i++) assert_same_float(y[i], (float)rq_bf16(hs[i]), "bf16 row", i);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -378,7 +359,7 @@ static void test_q8_0(void **state) {
     for (int e = 0; e < 32 * NB; e++) {
         const int b = e / 32, i = e % 32;
         const int q = (32 * (b % 8) + i) - ((32 * (b % 8) + i) >= 128 ? 256 : 0);
-        const float d = (float)ref_f16(scales[b / 8]);
+        const float d = (float)rq_f16(scales[b / 8]);
         assert_same_float(y[e], (float)q * d, "q8_0", e);
     }
 }
@@ -386,27 +367,6 @@ static void test_q8_0(void **state) {
 /* ------------------------------------------------------------------------ */
 /* Q2_K (spec §3.5)                                                         */
 /* ------------------------------------------------------------------------ */
-
-/* Byte and shift of element e's 2-bit value: s = e/16 picks the scale,
- * n = e/128, j = (e%128)/32, h = (e%32)/16, l = e%16,
- * q = (qs[32n + 16h + l] >> 2j) & 3. */
-static void q2k_pos(int e, int *byte, int *shift) {
-    const int n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16, l = e % 16;
-    *byte = 32 * n + 16 * h + l;
-    *shift = 2 * j;
-}
-
-static float ref_q2k_elem(const uint8_t *blk, int e) {
-    int byte, shift;
-    q2k_pos(e, &byte, &shift);
-    const int q = (blk[16 + byte] >> shift) & 3;
-    const int sc = blk[e / 16];
-    const float d = (float)ref_f16((uint16_t)(blk[80] | blk[81] << 8));
-    const float dmin = (float)ref_f16((uint16_t)(blk[82] | blk[83] << 8));
-    const float dl = d * (float)(sc & 15);
-    const float ml = dmin * (float)(sc >> 4);
-    return dl * (float)q - ml;
-}
 
 static void test_q2_K_element_order(void **state) {
     (void)state;
@@ -420,12 +380,12 @@ static void test_q2_K_element_order(void **state) {
         for (int q = 1; q <= 3; q++) {
             memset(blk + 16, 0, 64);
             int byte, shift;
-            q2k_pos(e, &byte, &shift);
+            rq_q2k_pos(e, &byte, &shift);
             blk[16 + byte] = (uint8_t)(q << shift);
             assert_int_equal(ds4_dequant_row(DS4_TYPE_Q2_K, blk, y, 256), 0);
             for (int i = 0; i < 256; i++) {
                 const int sc = blk[i / 16];
-                const float d = (float)ref_f16(0x3a3b), dmin = (float)ref_f16(0x2d1f);
+                const float d = (float)rq_f16(0x3a3b), dmin = (float)rq_f16(0x2d1f);
                 const float want = d * (float)(sc & 15) * (float)(i == e ? q : 0) -
                                    dmin * (float)(sc >> 4);
                 assert_same_float(y[i], want, "q2_K one element", 256 * e + i);
@@ -446,60 +406,12 @@ static void test_q2_K_random(void **state) {
     }
     assert_int_equal(ds4_dequant_row(DS4_TYPE_Q2_K, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++)
-        assert_same_float(y[e], ref_q2k_elem(raw + 84 * (e / 256), e % 256), "q2_K", e);
+        assert_same_float(y[e], rq_q2k_elem(raw + 84 * (e / 256), e % 256), "q2_K", e);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Q4_K (spec §3.7)                                                         */
 /* ------------------------------------------------------------------------ */
-
-/* Where each of the 96 bits of scales[12] goes, described byte by byte (the
- * implementation describes it by sub-block):
- *   bytes 0..3:  bits 0-5 = bits 0-5 of sc[i];   bits 6-7 = bits 4-5 of sc[i+4]
- *   bytes 4..7:  bits 0-5 = bits 0-5 of m[i-4];  bits 6-7 = bits 4-5 of m[i]
- *   bytes 8..11: bits 0-3 = bits 0-3 of sc[i-4]; bits 4-7 = bits 0-3 of m[i-4] */
-static void q4k_bit_owner(int i, int k, int *is_min, int *j, int *weight) {
-    if (i < 4) {
-        *is_min = 0;
-        *j = k < 6 ? i : i + 4;
-        *weight = k < 6 ? 1 << k : 1 << (k - 6 + 4);
-    } else if (i < 8) {
-        *is_min = 1;
-        *j = k < 6 ? i - 4 : i;
-        *weight = k < 6 ? 1 << k : 1 << (k - 6 + 4);
-    } else {
-        *is_min = k >= 4;
-        *j = i - 4;
-        *weight = k < 4 ? 1 << k : 1 << (k - 4);
-    }
-}
-
-static void q4k_unpack_ref(const uint8_t *scales, int sc[8], int m[8]) {
-    for (int j = 0; j < 8; j++) sc[j] = m[j] = 0;
-    for (int i = 0; i < 12; i++)
-        for (int k = 0; k < 8; k++) {
-            if (!((scales[i] >> k) & 1)) continue;
-            int is_min, j, w;
-            q4k_bit_owner(i, k, &is_min, &j, &w);
-            if (is_min) m[j] += w;
-            else sc[j] += w;
-        }
-}
-
-/* Element e: j = e/32, k = e/64, low nibble if j is even, else high, of
- * qs[32k + e%32]; w = f16(d)*sc_j*q - f16(dmin)*m_j. */
-static float ref_q4k_elem(const uint8_t *blk, int e) {
-    int sc[8], m[8];
-    q4k_unpack_ref(blk + 4, sc, m);
-    const int j = e / 32, k = e / 64;
-    const uint8_t byte = blk[16 + 32 * k + e % 32];
-    const int q = (j % 2 == 0) ? (byte & 15) : (byte >> 4);
-    const float d = (float)ref_f16((uint16_t)(blk[0] | blk[1] << 8));
-    const float dmin = (float)ref_f16((uint16_t)(blk[2] | blk[3] << 8));
-    const float d1 = d * (float)sc[j];
-    const float m1 = dmin * (float)m[j];
-    return d1 * (float)q - m1;
-}
 
 static void test_q4_K_scales(void **state) {
     (void)state;
@@ -515,7 +427,7 @@ static void test_q4_K_scales(void **state) {
             memset(blk + 4, 0, 12);
             blk[4 + i] = (uint8_t)(1 << k);
             int is_min, j, w;
-            q4k_bit_owner(i, k, &is_min, &j, &w);
+            rq_q4k_bit_owner(i, k, &is_min, &j, &w);
             assert_int_equal(ds4_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
             for (int e = 0; e < 256; e++) {
                 const float want = e / 32 == j ? (float)(is_min ? -w : w) : 0.0f;
@@ -532,7 +444,7 @@ static void test_q4_K_scales(void **state) {
             for (int i = 0; i < 12; i++)
                 for (int k = 0; k < 8; k++) {
                     int is_min, jj, w;
-                    q4k_bit_owner(i, k, &is_min, &jj, &w);
+                    rq_q4k_bit_owner(i, k, &is_min, &jj, &w);
                     const int v = is_min ? want_m[j] : want_sc[j];
                     if (jj == j && w == 1 << bit && ((v >> bit) & 1)) blk[4 + i] |= (uint8_t)(1 << k);
                 }
@@ -544,8 +456,8 @@ static void test_q4_K_scales(void **state) {
         const int j = e / 32;
         const uint8_t byte = blk[16 + 32 * (e / 64) + e % 32];
         const int q = j % 2 ? byte >> 4 : byte & 15;
-        const float d1 = (float)ref_f16(0x2b45) * (float)want_sc[j];
-        const float m1 = (float)ref_f16(0x2411) * (float)want_m[j];
+        const float d1 = (float)rq_f16(0x2b45) * (float)want_sc[j];
+        const float m1 = (float)rq_f16(0x2411) * (float)want_m[j];
         assert_same_float(y[e], d1 * (float)q - m1, "q4_K all sub-blocks", e);
     }
 }
@@ -562,18 +474,12 @@ static void test_q4_K_random(void **state) {
     }
     assert_int_equal(ds4_dequant_row(DS4_TYPE_Q4_K, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++)
-        assert_same_float(y[e], ref_q4k_elem(raw + 144 * (e / 256), e % 256), "q4_K", e);
+        assert_same_float(y[e], rq_q4k_elem(raw + 144 * (e / 256), e % 256), "q4_K", e);
 }
 
 /* ------------------------------------------------------------------------ */
 /* IQ2_XXS (spec §3.6)                                                      */
 /* ------------------------------------------------------------------------ */
-
-static int parity7(int k) {
-    int p = 0;
-    for (int b = 0; b < 7; b++) p ^= (k >> b) & 1;
-    return p;
-}
 
 /* The tables against ggml's: ksigns from its definition; the grid by a
  * FNV-1a 64 hash of all 256 entries (little-endian bytes), computed from the
@@ -582,7 +488,7 @@ static int parity7(int k) {
 static void test_iq2xxs_tables(void **state) {
     (void)state;
     for (int k = 0; k < 128; k++)
-        assert_int_equal(ds4_ksigns_iq2xs[k], k | parity7(k) << 7);
+        assert_int_equal(ds4_ksigns_iq2xs[k], k | rq_parity7(k) << 7);
 
     uint64_t h = 0xcbf29ce484222325ull;
     for (int g = 0; g < 256; g++)
@@ -608,26 +514,6 @@ static void test_iq2xxs_tables(void **state) {
     }
 }
 
-/* Element e = 32*ib + 8*l + j of a block: grid index g_l = byte l of the
- * group's first u32, sign index k_l = bits 7l..7l+6 of the second, scale
- * s = its top 4 bits; element j is negative when bit j of ksigns[k_l] is set
- * (bit 7 being the parity of the 7 stored bits);
- * w = f16(d) * (0.5 + s) * 0.25 * grid[g_l][j] * (+-1). */
-static float ref_iq2_elem(const uint8_t *blk, int e) {
-    const int ib = e / 32, l = (e % 32) / 8, j = e % 8;
-    const uint8_t *grp = blk + 2 + 8 * ib;
-    const uint32_t a1 = (uint32_t)grp[4] | (uint32_t)grp[5] << 8 | (uint32_t)grp[6] << 16 |
-                        (uint32_t)grp[7] << 24;
-    const int g = grp[l];
-    const int k = (int)(a1 >> (7 * l)) & 127;
-    const int s = (int)(a1 >> 28);
-    const int neg = j < 7 ? (k >> j) & 1 : parity7(k);
-    const float d = (float)ref_f16((uint16_t)(blk[0] | blk[1] << 8));
-    const float db = d * (0.5f + (float)s) * 0.25f;
-    const float v = (float)((ds4_iq2xxs_grid[g] >> (8 * j)) & 0xff);
-    return db * v * (neg ? -1.0f : 1.0f);
-}
-
 /* Builds group ib of a block from grid indices, sign indices and a scale. */
 static void iq2_set_group(uint8_t *blk, int ib, const int g[4], const int k[4], int s) {
     uint8_t *grp = blk + 2 + 8 * ib;
@@ -644,7 +530,7 @@ static void check_iq2_row(const uint8_t *raw, int nb, const char *what) {
     assert_non_null(y);
     assert_int_equal(ds4_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * (uint64_t)nb), 0);
     for (int e = 0; e < 256 * nb; e++)
-        assert_same_float(y[e], ref_iq2_elem(raw + 66 * (e / 256), e % 256), what, e);
+        assert_same_float(y[e], rq_iq2_elem(raw + 66 * (e / 256), e % 256), what, e);
     free(y);
 }
 
@@ -670,7 +556,7 @@ static void test_iq2_xxs_grid_signs_scales(void **state) {
     assert_int_equal(ds4_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++) {
         const int slot = e / 8, s = (e / 32) % 16;
-        const float db = (float)ref_f16(0x3a1b) * (0.5f + (float)s) * 0.25f;
+        const float db = (float)rq_f16(0x3a1b) * (0.5f + (float)s) * 0.25f;
         const float v = (float)((ds4_iq2xxs_grid[slot] >> (8 * (e % 8))) & 0xff);
         assert_same_float(y[e], db * v, "iq2_xxs grid plain", e);
     }
@@ -691,9 +577,9 @@ static void test_iq2_xxs_grid_signs_scales(void **state) {
     assert_int_equal(ds4_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * 4), 0);
     for (int e = 0; e < 256 * 4; e++) {
         const int k = e / 8, j = e % 8;
-        const int neg = j < 7 ? (k >> j) & 1 : parity7(k);
+        const int neg = j < 7 ? (k >> j) & 1 : rq_parity7(k);
         const uint16_t d = (uint16_t)(raw[66 * (e / 256)] | raw[66 * (e / 256) + 1] << 8);
-        assert_int_equal(signbit(y[e]) != 0, neg != (signbit(ref_f16(d)) != 0));
+        assert_int_equal(signbit(y[e]) != 0, neg != (signbit(rq_f16(d)) != 0));
     }
 
     /* Random blocks, all fields at once. */

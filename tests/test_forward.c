@@ -255,6 +255,7 @@ static void test_bad_requests(void **state) {
 typedef struct gaps {
     double min_router, min_indexer;
     uint32_t k, topk;
+    uint32_t n_router, n_indexer;   /* taps seen */
 } gaps;
 
 static double kth_gap(const double *v, uint32_t n, uint32_t k) {
@@ -278,9 +279,11 @@ static void gap_tap(void *ud, const ds4_tap *t) {
     if (!strcmp(t->name, "expert_scores")) {
         double x = kth_gap(t->data, t->n, g->k);
         if (x < g->min_router) g->min_router = x;
+        g->n_router++;
     } else if (!strcmp(t->name, "indexer_scores")) {
         double x = kth_gap(t->data, t->n, g->topk);
         if (x < g->min_indexer) g->min_indexer = x;
+        g->n_indexer++;
     }
 }
 
@@ -294,14 +297,27 @@ static void test_synthetic_margins(void **state) {
     ds4_engine e;
     ds4_fwd_opts o = {.qat = true};
     assert_int_equal(ds4_engine_init(&e, m, &o, n, &err), 0);
-    gaps g = {1, 1, m->cfg.n_expert_used, m->cfg.idx_topk};
+    gaps g = {1, 1, m->cfg.n_expert_used, m->cfg.idx_topk, 0, 0};
     e.tap = gap_tap;
     e.tap_ud = &g;
     ds4_session s;
     ds4_session_opts so = {.ctx = 1024, .chunk = n};
     assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
     assert_int_equal(ds4_session_eval(&s, toks, n, NULL, NULL, &err), 0);
-    printf("  smallest relative top-k gap: router %.3g, indexer %.3g\n", g.min_router, g.min_indexer);
+    /* Every score that chose something was looked at: one router tap per
+     * token of each score-routed layer, one indexer tap per token of each
+     * ratio-4 layer that sees more entries than it keeps. */
+    uint32_t want_router = 0, want_indexer = 0;
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        want_router += m->layers[l].hash ? 0 : n;
+        for (uint32_t p = 0; m->cfg.ratio[l] == 4 && p < n; p++)
+            want_indexer += (p + 1) / 4 > m->cfg.idx_topk;
+    }
+    printf("  smallest relative top-k gap: router %.3g over %u rows, indexer %.3g over %u rows\n",
+           g.min_router, g.n_router, g.min_indexer, g.n_indexer);
+    assert_true(want_router > 0 && want_indexer > 0);
+    assert_int_equal(g.n_router, want_router);
+    assert_int_equal(g.n_indexer, want_indexer);
     assert_true(g.min_router > 1e-6);
     assert_true(g.min_indexer > 1e-6);
     ds4_session_free(&s);

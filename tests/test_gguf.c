@@ -987,14 +987,9 @@ static void check_against_info(const gguf_file *g, char *section) {
 }
 
 static void check_official(const char *file) {
-    char *info_path = tu_shared("oracle/official/gguf_info.txt");
-    char rel[128];
-    snprintf(rel, sizeof(rel), "oracle/official/%s", file);
-    char *path = info_path ? tu_shared(rel) : NULL;
-    if (!path) {
-        free(info_path);
-        skip();
-    }
+    char *info_path = tu_official("gguf_info.txt");
+    char *path = tu_official(file);
+    if (!info_path || !path) fail_msg("the official oracle is missing");
     uint8_t *info;
     size_t len;
     assert_int_equal(tu_read_file(info_path, &info, &len), 0);

@@ -177,7 +177,7 @@ static void test_official_file(void **state) {
         char rel[200];
         snprintf(rel, sizeof(rel), "vectors/official/official/%s.official.json", c->id);
         char *jp = tu_shared(rel);
-        if (!jp) continue;
+        if (!jp) fail_msg("official.vec is there but not its case %s", c->id);
         char *buf;
         size_t len;
         assert_int_equal(ds4_read_file(jp, 1 << 24, &buf, &len, &err), 0);

@@ -64,14 +64,19 @@ typedef struct change {
     void (*patch)(uint8_t *data, uint64_t nbytes);   /* alter a copy of the data */
 } change;
 
+/* Copies the fixture's model with change c.  The key and the tensor c names
+ * must exist: a change that edits nothing would let the test pass on the
+ * unmodified model. */
 static void write_variant(fixture *f, const change *c) {
     const gguf_file *g = &f->src;
     gguf_writer *w = gguf_writer_new((uint32_t)g->alignment);
     ds4err err = {0};
     assert_non_null(w);
+    bool key_seen = false, tensor_seen = false;
     for (uint64_t i = 0; i < g->n_kv; i++) {
         const gguf_kv *kv = &g->kv[i];
         if (c->key && !strcmp(kv->key, c->key)) {
+            key_seen = true;
             if (!c->drop_key) assert_int_equal(gguf_w_u32(w, kv->key, c->u32), 0);
             continue;
         }
@@ -89,6 +94,7 @@ static void write_variant(fixture *f, const change *c) {
         uint32_t type = t->type;
         const uint8_t *data = t->data;
         if (c->tensor && !strcmp(name, c->tensor)) {
+            tensor_seen = true;
             if (c->drop_tensor) continue;
             if (c->rename) name = c->rename;
             if (c->type_set) type = c->type;
@@ -105,6 +111,8 @@ static void write_variant(fixture *f, const change *c) {
         }
         assert_int_equal(gguf_w_tensor(w, name, type, t->n_dims, ne, data, t->nbytes), 0);
     }
+    if (c->key && !key_seen) fail_msg("the model has no key %s to change", c->key);
+    if (c->tensor && !tensor_seen) fail_msg("the model has no tensor %s to change", c->tensor);
     if (gguf_writer_save(w, f->variant, &err)) fail_msg("%s", err.msg);
     gguf_writer_free(w);
     free(patched);
@@ -123,12 +131,11 @@ static void refused(fixture *f, const change *c, const char *want1, const char *
     assert_null(strchr(err.msg, '\n'));
 }
 
-static void loads(fixture *f, const change *c) {
+/* The variant must load; the caller checks what it loaded and closes m. */
+static void loads(fixture *f, const change *c, ds4_model *m) {
     write_variant(f, c);
-    ds4_model m;
     ds4err err = {0};
-    if (ds4_model_open(&m, f->variant, &err)) fail_msg("%s", err.msg);
-    ds4_model_close(&m);
+    if (ds4_model_open(m, f->variant, &err)) fail_msg("%s", err.msg);
 }
 
 static void test_missing_tensor(void **state) {
@@ -136,14 +143,42 @@ static void test_missing_tensor(void **state) {
     refused(*state, &c, "required tensor is missing: blk.2.indexer.proj.weight", "[256 (n_embd), 32 (indexer heads)]");
 }
 
+/* The alternative spelling binds the same weights as the usual one. */
 static void test_indexer_underscore_spelling(void **state) {
+    fixture *f = *state;
     change c = {.tensor = "blk.2.indexer.proj.weight", .rename = "blk.2.indexer_proj.weight"};
-    loads(*state, &c);
+    ds4_model m;
+    loads(f, &c, &m);
+    const gguf_tensor *t = gguf_find_tensor(&f->src, "blk.2.indexer.proj.weight");
+    const ds4_mat *p = &m.layers[2].idx_proj;
+    assert_non_null(gguf_find_tensor(&m.file, "blk.2.indexer_proj.weight"));
+    assert_null(gguf_find_tensor(&m.file, "blk.2.indexer.proj.weight"));
+    assert_int_equal(p->type, t->type);
+    assert_int_equal(p->cols, t->ne[0]);
+    assert_int_equal(p->rows, t->ne[1]);
+    assert_memory_equal(p->data, t->data, t->nbytes);
+    ds4_model_close(&m);
 }
 
+/* A score-routed layer without its bias routes with a zero bias. */
 static void test_optional_router_bias(void **state) {
+    fixture *f = *state;
+    ds4_model m;
+    ds4err err = {0};
+    /* In the unmodified model the bias is not all zero, so zeros below come
+     * from the default. */
+    if (ds4_model_open(&m, f->base, &err)) fail_msg("%s", err.msg);
+    assert_false(m.layers[3].hash);
+    bool nonzero = false;
+    for (uint32_t x = 0; x < m.layers[3].exp_bias.n; x++) nonzero |= m.layers[3].exp_bias.v[x] != 0;
+    assert_true(nonzero);
+    ds4_model_close(&m);
     change c = {.tensor = "blk.3.exp_probs_b.bias", .drop_tensor = true};
-    loads(*state, &c);
+    loads(f, &c, &m);
+    assert_false(m.layers[3].hash);
+    assert_int_equal(m.layers[3].exp_bias.n, m.cfg.n_expert);
+    for (uint32_t x = 0; x < m.cfg.n_expert; x++) assert_true(m.layers[3].exp_bias.v[x] == 0.0f);
+    ds4_model_close(&m);
 }
 
 static void test_wrong_shape(void **state) {

@@ -1,18 +1,16 @@
 /* The MTP draft head.
  *
- *  - Against the official DeepSeek V4 MTPBlock in float64
- *    (../shared/oracle/official, README §5.5 and §9): the oracle's trunk
+ *  - Against the official DeepSeek V4 MTPBlock in float64 (vectors/official,
+ *    from the oracle's README §5.5 and §9): the oracle's trunk
  *    states h[i] with ids[i+1] must give its MTP logits to 1e-4 (QAT off), and
  *    >= 97 % of rows within 1e-4 with QAT on; the same from our own trunk
  *    states (end to end); the ds4 pairing (h[i], ids[i]) against
  *    mtp_logits_samepos; the MTP block's expert choices and weights against
- *    the official debug dump.
+ *    the official debug dump (its selections file).
  *  - On the synthetic model: the MTP pass gives the same bits whatever the
  *    batch; the drafter's state is exactly a teacher-forced MTP prefill of
  *    the committed tokens, and its drafts are the chain computed
- *    independently from that prefill; misuse is refused.
- *
- * The oracle tests skip with a message when ../shared is absent. */
+ *    independently from that prefill; misuse is refused. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,47 +28,32 @@
 #include "decode/speculative.h"
 #include "greedy.h"
 #include "model/model.h"
+#include "model/model.h"
 #include "model/synth.h"
+#include "official.h"
 #include "testutil.h"
 #include "text/json.h"
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
 
-static void *read_exact(const char *path, size_t bytes) {
-    uint8_t *buf;
-    size_t len;
-    if (tu_read_file(path, &buf, &len)) fail_msg("cannot read %s", path);
-    if (len != bytes) fail_msg("%s: %zu bytes, expected %zu", path, len, bytes);
-    return buf;
-}
-
 /* ---- the official oracle ---- */
 
 typedef struct oracle {
-    char *dir;
     ds4_model m;
-    int32_t ids[512];
+    int32_t *ids;
     uint32_t n;            /* positions (347) */
 } oracle;
 
-static bool oracle_open(oracle *o) {
+static void oracle_open(oracle *o) {
     memset(o, 0, sizeof(*o));
-    o->dir = tu_shared("oracle/official");
-    if (!o->dir) return false;
-    char *model = tu_path(o->dir, "model.gguf"), *mtp = tu_path(o->dir, "model-mtp.gguf");
-    char *tokens = tu_path(o->dir, "tokens.txt");
+    char *model = off_path("model.gguf"), *mtp = off_path("model-mtp.gguf");
     ds4err err = {0};
     if (ds4_model_open(&o->m, model, &err) || ds4_model_load_mtp(&o->m, mtp, &err))
         fail_msg("%s", err.msg);
-    FILE *f = fopen(tokens, "r");
-    assert_non_null(f);
-    while (o->n < 512 && fscanf(f, "%d", &o->ids[o->n]) == 1) o->n++;
-    fclose(f);
-    assert_int_equal(o->n, 347);
+    o->ids = off_tokens();
+    o->n = OFF_N_POS;
     free(model);
     free(mtp);
-    free(tokens);
-    return true;
 }
 
 /* MTP rows compared: every row, or the first 32 under valgrind (the memory
@@ -79,14 +62,7 @@ static uint32_t oracle_rows(const oracle *o) { return under_valgrind() ? 32 : o-
 
 static void oracle_close(oracle *o) {
     ds4_model_close(&o->m);
-    free(o->dir);
-}
-
-static void *oracle_file(const oracle *o, const char *name, size_t bytes) {
-    char *p = tu_path(o->dir, name);
-    void *buf = read_exact(p, bytes);
-    free(p);
-    return buf;
+    free(o->ids);
 }
 
 /* Selections of the MTP block (tap layer n_layer), by MTP position. */
@@ -174,12 +150,12 @@ static double *widen(const float *x, size_t n) {
 /* README §5.5: row i = MTP(h[i], ids[i+1]) at position i, i = 0..345. */
 static void oracle_given_h(bool qat) {
     oracle o;
-    if (!oracle_open(&o)) skip();
+    oracle_open(&o);
     uint32_t n = oracle_rows(&o), V = o.m.cfg.n_vocab;
     size_t hc_dim = (size_t)o.m.cfg.n_hc * o.m.cfg.n_embd;
-    float *h = oracle_file(&o, qat ? "h_final.qat_on.f32" : "h_final.qat_off.f32",
+    float *h = off_read(qat ? "h_final.qat_on.f32" : "h_final.qat_off.f32",
                            sizeof(float) * o.n * hc_dim);
-    double *ref = oracle_file(&o, qat ? "mtp_logits.qat_on.f64" : "mtp_logits.qat_off.f64",
+    double *ref = off_read(qat ? "mtp_logits.qat_on.f64" : "mtp_logits.qat_off.f64",
                               sizeof(double) * (o.n - 1) * V);
     float *lg = mtp_rows(&o.m, qat, h, o.ids + 1, n, 512, NULL);
     mtp_figures f = compare_rows(lg, ref, n, V);
@@ -217,7 +193,7 @@ static void test_oracle_given_h_qat_on(void **state) { (void)state; oracle_given
 static void test_oracle_end_to_end(void **state) {
     (void)state;
     oracle o;
-    if (!oracle_open(&o)) skip();
+    oracle_open(&o);
     uint32_t n = oracle_rows(&o), V = o.m.cfg.n_vocab;
     size_t hc_dim = (size_t)o.m.cfg.n_hc * o.m.cfg.n_embd;
     for (int qat = 0; qat <= 1; qat++) {
@@ -232,7 +208,7 @@ static void test_oracle_end_to_end(void **state) {
         if (ds4_session_eval(&s, o.ids, n + 1, NULL, h, &err)) fail_msg("%s", err.msg);
         ds4_session_free(&s);
         ds4_engine_free(&e);
-        double *ref = oracle_file(&o, qat ? "mtp_logits.qat_on.f64" : "mtp_logits.qat_off.f64",
+        double *ref = off_read(qat ? "mtp_logits.qat_on.f64" : "mtp_logits.qat_off.f64",
                                   sizeof(double) * (o.n - 1) * V);
         float *lg = mtp_rows(&o.m, qat, h, o.ids + 1, n, 512, NULL);
         mtp_figures f = compare_rows(lg, ref, n, V);
@@ -258,11 +234,11 @@ static void test_oracle_end_to_end(void **state) {
 static void test_oracle_samepos(void **state) {
     (void)state;
     oracle o;
-    if (!oracle_open(&o)) skip();
+    oracle_open(&o);
     uint32_t n = oracle_rows(&o) + 1, V = o.m.cfg.n_vocab;
     size_t hc_dim = (size_t)o.m.cfg.n_hc * o.m.cfg.n_embd;
-    float *h = oracle_file(&o, "h_final.qat_off.f32", sizeof(float) * o.n * hc_dim);
-    float *ref32 = oracle_file(&o, "mtp_logits_samepos.qat_off.f32", sizeof(float) * o.n * V);
+    float *h = off_read("h_final.qat_off.f32", sizeof(float) * o.n * hc_dim);
+    float *ref32 = off_read("mtp_logits_samepos.qat_off.f32", sizeof(float) * o.n * V);
     double *ref = widen(ref32, (size_t)n * V);
     float *lg = mtp_rows(&o.m, false, h, o.ids, n, 512, NULL);
     mtp_figures f = compare_rows(lg, ref, n, V);
@@ -270,7 +246,7 @@ static void test_oracle_samepos(void **state) {
     assert_true(f.max_abs <= 1e-4);
     assert_int_equal(f.argmax_equal, n);
     /* And the two pairings really differ: the test above is not the V3 one. */
-    double *v3 = oracle_file(&o, "mtp_logits.qat_off.f64", sizeof(double) * (o.n - 1) * V);
+    double *v3 = off_read("mtp_logits.qat_off.f64", sizeof(double) * (o.n - 1) * V);
     mtp_figures cross = compare_rows(lg, v3, n - 1, V);
     assert_true(cross.max_abs > 0.1);
     free(v3);
@@ -281,54 +257,45 @@ static void test_oracle_samepos(void **state) {
     oracle_close(&o);
 }
 
-/* The MTP block's routing against debug.qat_off.json "MTP": the same expert
- * set at every position, weights (route_scale included) to 1e-6. */
+/* The MTP block's routing against the official debug.qat_off.json "MTP"
+ * (selections.qat_off.txt): the same expert set at every position, weights
+ * (route_scale included) to 1e-6. */
 static void test_oracle_routing(void **state) {
     (void)state;
     oracle o;
-    if (!oracle_open(&o)) skip();
+    oracle_open(&o);
     uint32_t n = oracle_rows(&o), k = o.m.cfg.n_expert_used;
     size_t hc_dim = (size_t)o.m.cfg.n_hc * o.m.cfg.n_embd;
-    float *h = oracle_file(&o, "h_final.qat_off.f32", sizeof(float) * o.n * hc_dim);
+    float *h = off_read("h_final.qat_off.f32", sizeof(float) * o.n * hc_dim);
     mtp_routing r = {o.m.cfg.n_layer, k, n, calloc((size_t)n * k, sizeof(int32_t)),
                      calloc((size_t)n * k, sizeof(double))};
+    for (size_t i = 0; i < (size_t)n * k; i++) r.experts[i] = -1;   /* no tap, no match */
     float *lg = mtp_rows(&o.m, false, h, o.ids + 1, n, 512, &r);
-    char *path = tu_path(o.dir, "debug.qat_off.json");
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(tu_read_file(path, &buf, &len), 0);
-    ds4_json_doc *doc;
-    ds4err err = {0};
-    if (ds4_json_parse((const char *)buf, len, path, &doc, &err)) fail_msg("%s", err.msg);
-    const ds4_json *mtp = ds4_json_get(ds4_json_get(ds4_json_root(doc), "routing"), "MTP");
-    const ds4_json *ex = ds4_json_get(mtp, "experts"), *wt = ds4_json_get(mtp, "weights");
-    assert_non_null(ex);
-    assert_non_null(wt);
-    assert_int_equal(ex->n, o.n - 1);
+    off_sel sel;
+    off_sel_read(false, &sel);
+    const off_sel_row *want = sel.routing[OFF_SEL_MTP];
+    assert_non_null(want);
     uint32_t same = 0;
     double max_dw = 0;
     for (uint32_t p = 0; p < n; p++) {
-        bool eq = ex->elems[p].n == k;
-        for (uint32_t i = 0; eq && i < k; i++) {
-            int32_t want = (int32_t)ex->elems[p].elems[i].num;
-            bool found = false;
-            for (uint32_t j = 0; j < k; j++) {
-                if (r.experts[(size_t)p * k + j] != want) continue;
-                found = true;
-                double dw = fabs(r.weights[(size_t)p * k + j] - wt->elems[p].elems[i].num);
-                if (dw > max_dw) max_dw = dw;
-            }
-            eq = found;
-        }
+        const int32_t *ours = r.experts + (size_t)p * k;
+        assert_true(want[p].present);
+        bool eq = want[p].n == k;
+        for (uint32_t i = 0; eq && i < k; i++) eq = off_contains(ours, k, want[p].id[i]);
+        for (uint32_t i = 0; eq && i < k; i++)
+            for (uint32_t j = 0; j < k; j++)
+                if (ours[j] == want[p].id[i] && fabs(r.weights[(size_t)p * k + j] - want[p].w[i]) > max_dw)
+                    max_dw = fabs(r.weights[(size_t)p * k + j] - want[p].w[i]);
         same += eq;
     }
+    /* The dump has MTP rows 0..345 and no more. */
+    assert_false(want[o.n - 1].present);
+    assert_true(want[o.n - 2].present);
     printf("  MTP routing equal to the official dump: %u/%u positions, max |d weight| %.3g\n", same,
            n, max_dw);
     assert_int_equal(same, n);
     assert_true(max_dw <= 1e-6);
-    ds4_json_free(doc);
-    free(buf);
-    free(path);
+    off_sel_free(&sel);
     free(lg);
     free(r.experts);
     free(r.weights);

@@ -52,6 +52,15 @@ char *tu_shared(const char *rel) {
     return NULL;
 }
 
+char *tu_official(const char *rel) {
+    char *p = tu_path(DS4REF_OFFICIAL_DIR, rel);
+    if (p && access(p, F_OK) == 0) return p;
+    fprintf(stderr, "%s not found: the build decompresses vectors/official there (make test, or "
+            "make %s)\n", p ? p : rel, DS4REF_OFFICIAL_DIR "/.checked");
+    free(p);
+    return NULL;
+}
+
 char *tu_tmpdir(void) {
     const char *base = getenv("TMPDIR");
     char *p = tu_path(base && *base ? base : "/tmp", "ds4ref-test-XXXXXX");

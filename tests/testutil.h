@@ -1,5 +1,6 @@
 /* Small helpers shared by the unit tests: whole-file reads, the location of
- * the shared fixtures, scratch directories, synthetic models, token ids. */
+ * the shared fixtures and of the shipped official oracle, scratch
+ * directories, synthetic models, token ids. */
 #ifndef DS4_TESTUTIL_H
 #define DS4_TESTUTIL_H
 
@@ -16,6 +17,12 @@ int tu_read_file(const char *path, uint8_t **buf, size_t *len);
  * path exists; otherwise prints why to stderr and returns NULL, so the caller
  * can skip(). */
 char *tu_shared(const char *rel);
+
+/* malloc'd "<build>/official/<rel>": the official-model oracle that the
+ * build decompressed from vectors/official (vectors/official/README.md).
+ * It is part of the repository, so a test must fail, not skip, without it:
+ * NULL (after saying why on stderr) tells the caller to fail. */
+char *tu_official(const char *rel);
 
 /* A fresh directory under $TMPDIR (or /tmp); malloc'd path, NULL on failure. */
 char *tu_tmpdir(void);
