@@ -11,7 +11,8 @@
 #            -p 1 -n 32; llama_time decode 32), tokens/s;
 #   prefill  one 256-token prompt (ds4ref-bench -p 256 in one chunk;
 #            llama_time prefill 256), tokens/s;
-# each the median of REPS runs (default 3; ds4ref-bench reports one run, so
+# llama.cpp decodes with its repacked weights (its default) and prefills
+# without them (bench/llama_time.c says why); each the median of REPS runs (default 3; ds4ref-bench reports one run, so
 # it is run REPS times).  Both read the whole model once before timing
 # (ds4ref-bench --warm; llama.cpp loads it).  Environment: REPS, DS4REF_BIN
 # (where ds4ref-bench is, default the repository root), OUT (also write the
@@ -37,8 +38,8 @@ ds4ref() { # threads prompt gen column
     done | median
 }
 
-llama() { # threads mode n
-    build/bench/llama_time "$lib" "$model" "$1" "$2" "$3" "$reps" |
+llama() { # threads mode n repack
+    build/bench/llama_time "$lib" "$model" "$1" "$2" "$3" "$reps" "$4" |
         sed -n 's/.* tokens_per_s=\([0-9.]*\).*/\1/p'
 }
 
@@ -52,10 +53,10 @@ row() { awk -v t="$1" -v c="$2" -v d="$3" -v l="$4" \
     printf '%-8s %-8s %14s %14s %8s\n' threads case ds4ref_tok_s llama_tok_s ratio
     for t in "${threads[@]}"; do
         d=$(ds4ref "$t" 1 32 5)
-        l=$(llama "$t" decode 32)
+        l=$(llama "$t" decode 32 1)
         row "$t" decode "$d" "$l"
         d=$(ds4ref "$t" 256 1 3)
-        l=$(llama "$t" prefill 256)
+        l=$(llama "$t" prefill 256 0)
         row "$t" prefill "$d" "$l"
     done
 } | tee "${OUT:-/dev/null}"

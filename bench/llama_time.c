@@ -2,7 +2,7 @@
  * speed comparison of docs/PERFORMANCE.md (bench/compare.sh runs it next to
  * ds4ref-bench on the same model and machine).
  *
- *   llama_time LIBDIR MODEL THREADS decode|prefill N [REPS]
+ *   llama_time LIBDIR MODEL THREADS decode|prefill N [REPS [REPACK]]
  *
  * LIBDIR holds the prebuilt libraries of the npm package
  * @node-llama-cpp/linux-x64 (bins/linux-x64: libllama.v0.5.0.so,
@@ -14,6 +14,12 @@
  *   prefill one llama_decode of N tokens (n_batch = n_ubatch = N);
  *           prints the median tokens/s over the reps.
  *
+ * REPACK (default 1) is llama.cpp's use_extra_bufts, its repacked weight
+ * layouts (CPU_REPACK, and AMX tiles where the CPU has AMX).  On a Sapphire
+ * Rapids CPU with AMX, this package cannot build a graph for batches of more
+ * than one token with them ("GGML_ASSERT(*cur_backend_id != -1)") on the
+ * deepseek4 models, so bench/compare.sh times prefill with REPACK 0.
+ *
  * Token ids are i * 7919 % n_vocab; which ids they are moves the routed
  * experts a little, not the work.  Model load and context creation are not
  * timed.  Output, one line:
@@ -21,7 +27,8 @@
  *   llama.cpp MODE threads=T n=N reps=R ms_per_token=X tokens_per_s=Y load_s=Z
  *
  * The struct layouts below are those of that package's libllama (0.5.0):
- * llama_model_params is 0x50 bytes and llama_context_params 0xa0 bytes,
+ * llama_model_params is 0x50 bytes, with the bool use_extra_bufts at 0x4a,
+ * and llama_context_params 0xa0 bytes,
  * with n_ctx, n_batch, n_ubatch and n_seq_max as the first four 32-bit
  * fields, flash_attn_type at 0x34 and the KV cache types at 0x68 and 0x6c;
  * both are used as returned by the library's *_default_params(), with only
@@ -149,11 +156,12 @@ static void fill(batch *b, int first, int n, int n_vocab, int all_logits) {
 
 int main(int argc, char **argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: llama_time LIBDIR MODEL THREADS decode|prefill N [REPS]\n");
+        fprintf(stderr, "usage: llama_time LIBDIR MODEL THREADS decode|prefill N [REPS [REPACK]]\n");
         return 2;
     }
     const char *dir = argv[1], *model_path = argv[2], *mode = argv[4];
     int threads = atoi(argv[3]), n = atoi(argv[5]), reps = argc > 6 ? atoi(argv[6]) : 3;
+    int repack = argc > 7 ? atoi(argv[7]) : 1;
     int decode = !strcmp(mode, "decode");
     if (threads < 1 || n < 1 || reps < 1 || (!decode && strcmp(mode, "prefill")))
         die("bad arguments", NULL);
@@ -183,7 +191,9 @@ int main(int argc, char **argv) {
     L.backend_load_all_from_path(dir);
     L.backend_init();
     double t0 = now();
-    void *model = L.model_load_from_file(model_path, L.model_default_params());
+    model_params mp = L.model_default_params();
+    mp.bytes[0x4a] = (unsigned char)(repack != 0);   /* use_extra_bufts */
+    void *model = L.model_load_from_file(model_path, mp);
     if (!model) die("cannot load the model", model_path);
     double load_s = now() - t0;
     int n_vocab = L.vocab_n_tokens(L.model_get_vocab(model));
@@ -216,8 +226,9 @@ int main(int argc, char **argv) {
     }
     double med = median(samples, n_samples);
     double ms_per_token = decode ? med * 1e3 : med * 1e3 / n;
-    printf("llama.cpp %s threads=%d n=%d reps=%d ms_per_token=%.3f tokens_per_s=%.2f load_s=%.2f\n",
-           mode, threads, n, reps, ms_per_token, 1e3 / ms_per_token, load_s);
+    printf("llama.cpp %s threads=%d n=%d reps=%d repack=%d ms_per_token=%.3f tokens_per_s=%.2f "
+           "load_s=%.2f\n", mode, threads, n, reps, repack != 0, ms_per_token, 1e3 / ms_per_token,
+           load_s);
     free(samples);
     L.model_free(model);
     return 0;
