@@ -9,15 +9,16 @@
  * change which additions happen or in which order, so every variant, thread
  * count and batch shape gives the same bits.
  *
- * A matrix product is cut into jobs: rows in groups of GROUP_ROWS (RB for
+ * A matrix product is cut into jobs: rows in groups of JOB_ROWS (RB for
  * small products), tokens in tiles of TILE_T; one (group, tile) pair is one
  * job, and one thread owns a job, i.e. every output value, whole.  Jobs are
  * numbered group-major, tile-minor, so consecutive jobs of one thread reuse
  * the same rows while they are in cache.
  *
  * Nothing here allocates: every buffer has a fixed size on the stack (about
- * 8 KiB per job; the IQ2_XXS lookup tables of the AVX-512 kernels are
- * static, built once), so the functions cannot fail halfway. */
+ * 44 KiB for a job of several tokens; the IQ2_XXS lookup tables of the
+ * AVX-512 kernels are static, built once), so the functions cannot fail
+ * halfway. */
 #include "quant/dot.h"
 
 #include <math.h>
@@ -33,10 +34,6 @@
 
 #include "quant/dot_kern.h"
 #include "quant/dot_lanes.h"
-
-/* Rows of one job (consecutive jobs of a thread share its weights in
- * cache when T > TILE_T). */
-#define GROUP_ROWS 16
 
 /* Below this many multiply-adds a matrix product runs on the calling thread:
  * waking the OpenMP team would cost more than the work.  Either way every
@@ -218,9 +215,9 @@ void ds4_matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1,
     if (T <= 0 || r1 <= r0) return;
     const ds4_dot_kern *k = kernels();
     const int ntiles = (T + TILE_T - 1) / TILE_T;
-    const uint64_t jobs = n_jobs(r1 - r0, GROUP_ROWS, ntiles);
+    const uint64_t jobs = n_jobs(r1 - r0, JOB_ROWS, ntiles);
     for (uint64_t j = 0; j < jobs; j++)
-        run_job(k, W, t, r0, r1, GROUP_ROWS, j, ntiles, x, ldx, T, y, ldy);
+        run_job(k, W, t, r0, r1, JOB_ROWS, j, ntiles, x, ldx, T, y, ldy);
 }
 
 /* Job numbering of ds4_matmul_many: op i owns jobs [first[i], first[i+1]). */
@@ -250,7 +247,7 @@ void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops) {
         work += (double)ops[i].W->rows * (double)ops[i].W->cols * (ops[i].T > 0 ? ops[i].T : 0);
     }
     const int parallel = work >= PARALLEL_MIN_WORK;
-    int group = GROUP_ROWS;
+    int group = JOB_ROWS;
     /* Small products are cut finer so every thread gets work; the size of
      * a job never changes a value, only who computes it. */
     if (parallel && number_jobs(ops, types, n, group, first) < 4 * (uint64_t)omp_get_max_threads())

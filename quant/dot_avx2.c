@@ -65,10 +65,63 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
     }
 }
 
+/* ---- Several tokens: the blocked multiply (dot_job.h) -------------------
+ *
+ * R rows x K tokens of a chunk, weights and activations already in double,
+ * one quarter of the lanes (4 of the 16) at a time: R*K accumulators, R
+ * weight registers and one activation register, at most 4 x 2 + 4 + 1 = 13
+ * of the 16.  The quarters are independent chains, so doing one after the
+ * other moves no addition. */
+static inline __attribute__((always_inline)) void
+mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
+          const double *restrict wd, const double *restrict xd, uint64_t groups) {
+    for (int q = 0; q < 4; q++) {
+        __m256d a[4][2];
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) a[r][k] = _mm256_loadu_pd(acc[r][k0 + k] + 4 * q);
+        for (uint64_t g = 0; g < groups; g++) {
+            __m256d w[4];
+            for (int r = 0; r < R; r++) w[r] = _mm256_loadu_pd(wd + (uint64_t)r * CHUNK + 16 * g + 4 * q);
+            for (int k = 0; k < K; k++) {
+                const __m256d xv = _mm256_loadu_pd(xd + (uint64_t)(k0 + k) * CHUNK + 16 * g + 4 * q);
+                for (int r = 0; r < R; r++) a[r][k] = _mm256_fmadd_pd(w[r], xv, a[r][k]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) _mm256_storeu_pd(acc[r][k0 + k] + 4 * q, a[r][k]);
+    }
+}
+
+/* The block shapes as compile-time constants, so the accumulators are
+ * registers. */
+static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, int k0,
+                             const double *restrict wd, const double *restrict xd,
+                             uint64_t groups) {
+    switch (R * 8 + K) {
+    case 4 * 8 + 2: mma_block(acc, 4, 2, k0, wd, xd, groups); break;
+    case 4 * 8 + 1: mma_block(acc, 4, 1, k0, wd, xd, groups); break;
+    case 3 * 8 + 2: mma_block(acc, 3, 2, k0, wd, xd, groups); break;
+    case 3 * 8 + 1: mma_block(acc, 3, 1, k0, wd, xd, groups); break;
+    case 2 * 8 + 2: mma_block(acc, 2, 2, k0, wd, xd, groups); break;
+    case 2 * 8 + 1: mma_block(acc, 2, 1, k0, wd, xd, groups); break;
+    case 1 * 8 + 2: mma_block(acc, 1, 2, k0, wd, xd, groups); break;
+    default: mma_block(acc, 1, 1, k0, wd, xd, groups); break;
+    }
+}
+
+static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
+                       const double *restrict wd, const double *restrict xd, uint64_t m) {
+    const uint64_t groups = m / L;
+    for (int k0 = 0; k0 < nt; k0 += 2)
+        mma_shape(acc, nr, nt - k0 < 2 ? nt - k0 : 2, k0, wd, xd, groups);
+    if (m % L) mma_portable(acc, nr, nt, wd + groups * L, xd + groups * L, m % L);
+}
+
 #define KERN_LANES_ADD lanes_add
 #define KERN_ROWS_FMA rows_fma
 #define KERN_DEQUANT dequant_portable
 #define KERN_FUSED fused_none
+#define KERN_MMA mma
 #include "quant/dot_job.h"
 
 const ds4_dot_kern ds4_dot_avx2 = {"avx2", kern_dot_f32, kern_row_dot, kern_job};

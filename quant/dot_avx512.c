@@ -498,10 +498,73 @@ static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows,
     }
 }
 
+/* ---- Several tokens: the blocked multiply (dot_job.h) -------------------
+ *
+ * R rows x K tokens of a chunk, weights and activations already in double.
+ * The lanes of one half (lanes 0-7, then 8-15) of every (row, token) pair
+ * stay in registers over the whole chunk: R*K accumulators, R weight
+ * registers and one activation register, at most 4 x 4 + 4 + 1 = 21 of the
+ * 32.  Each loaded weight vector serves K tokens and each activation vector
+ * R rows.  The two halves are independent chains, so doing one after the
+ * other moves no addition. */
+static inline __attribute__((always_inline)) void
+mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
+          const double *restrict wd, const double *restrict xd, uint64_t groups) {
+    for (int h = 0; h < 2; h++) {
+        __m512d a[4][4];
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) a[r][k] = _mm512_load_pd(acc[r][k0 + k] + 8 * h);
+        for (uint64_t g = 0; g < groups; g++) {
+            __m512d w[4];
+            for (int r = 0; r < R; r++) w[r] = _mm512_load_pd(wd + (uint64_t)r * CHUNK + 16 * g + 8 * h);
+            for (int k = 0; k < K; k++) {
+                const __m512d xv = _mm512_load_pd(xd + (uint64_t)(k0 + k) * CHUNK + 16 * g + 8 * h);
+                for (int r = 0; r < R; r++) a[r][k] = _mm512_fmadd_pd(w[r], xv, a[r][k]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) _mm512_store_pd(acc[r][k0 + k] + 8 * h, a[r][k]);
+    }
+}
+
+/* The block shapes as compile-time constants, so the accumulators are
+ * registers. */
+static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, int k0,
+                             const double *restrict wd, const double *restrict xd,
+                             uint64_t groups) {
+    switch (R * 8 + K) {
+    case 4 * 8 + 4: mma_block(acc, 4, 4, k0, wd, xd, groups); break;
+    case 4 * 8 + 3: mma_block(acc, 4, 3, k0, wd, xd, groups); break;
+    case 4 * 8 + 2: mma_block(acc, 4, 2, k0, wd, xd, groups); break;
+    case 4 * 8 + 1: mma_block(acc, 4, 1, k0, wd, xd, groups); break;
+    case 3 * 8 + 4: mma_block(acc, 3, 4, k0, wd, xd, groups); break;
+    case 3 * 8 + 3: mma_block(acc, 3, 3, k0, wd, xd, groups); break;
+    case 3 * 8 + 2: mma_block(acc, 3, 2, k0, wd, xd, groups); break;
+    case 3 * 8 + 1: mma_block(acc, 3, 1, k0, wd, xd, groups); break;
+    case 2 * 8 + 4: mma_block(acc, 2, 4, k0, wd, xd, groups); break;
+    case 2 * 8 + 3: mma_block(acc, 2, 3, k0, wd, xd, groups); break;
+    case 2 * 8 + 2: mma_block(acc, 2, 2, k0, wd, xd, groups); break;
+    case 2 * 8 + 1: mma_block(acc, 2, 1, k0, wd, xd, groups); break;
+    case 1 * 8 + 4: mma_block(acc, 1, 4, k0, wd, xd, groups); break;
+    case 1 * 8 + 3: mma_block(acc, 1, 3, k0, wd, xd, groups); break;
+    case 1 * 8 + 2: mma_block(acc, 1, 2, k0, wd, xd, groups); break;
+    default: mma_block(acc, 1, 1, k0, wd, xd, groups); break;
+    }
+}
+
+static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
+                       const double *restrict wd, const double *restrict xd, uint64_t m) {
+    const uint64_t groups = m / L;
+    for (int k0 = 0; k0 < nt; k0 += 4)
+        mma_shape(acc, nr, nt - k0 < 4 ? nt - k0 : 4, k0, wd, xd, groups);
+    if (m % L) mma_portable(acc, nr, nt, wd + groups * L, xd + groups * L, m % L);
+}
+
 #define KERN_LANES_ADD lanes_add
 #define KERN_ROWS_FMA rows_fma
 #define KERN_DEQUANT dequant_chunk
 #define KERN_FUSED fused_rows
+#define KERN_MMA mma
 #include "quant/dot_job.h"
 
 const ds4_dot_kern ds4_dot_avx512 = {"avx512", kern_dot_f32, kern_row_dot, kern_job};

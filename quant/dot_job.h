@@ -8,24 +8,33 @@
  *   KERN_FUSED(t, rows, nr, x, n, acc)   whole rows against one token, the
  *                                        dequantization fused with the
  *                                        multiply-adds; 0 when it declines
+ *   KERN_MMA(acc, nr, nt, wd, xd, m)     rows x tokens of a chunk, both already
+ *                                        widened to double (mma_portable)
  *
  * so every variant gets its own copy of the loops below with its
  * primitives inlined (C has no other way to say "this code, with those
  * functions", short of copying it).  It then defines its ds4_dot_kern from
  * kern_dot_f32, kern_row_dot and kern_job.  Internal to the dot_*.c files.
  *
- * How a job is organized (the same code for every T):
+ * How a job is organized:
  *
- *   - a job walks RB rows at a time, once, as RB sequential streams, in
- *     chunks of CHUNK elements.  Each chunk of the RB rows is dequantized
- *     once into f32 (formats.h values) and used by every token of the tile;
- *   - the RB rows then meet a token's activations in one pass that keeps
- *     their lanes in registers: RB independent chains of additions give the
- *     CPU parallel work, while each lane still adds its products in
- *     increasing element order;
- *   - for a single token (decode) a variant may skip the f32 buffer: each
- *     block goes from memory straight into the accumulators (fused_rows),
- *     with the same values in the same order.
+ *   - one token (decode): the job walks RB rows at a time, once, as RB
+ *     sequential streams, in chunks of CHUNK elements; each chunk of the RB
+ *     rows is dequantized into f32 (formats.h values) and meets the token's
+ *     activations in one pass that keeps the rows' lanes in registers.  A
+ *     variant may skip the f32 buffer (KERN_FUSED): each block then goes
+ *     from memory straight into the accumulators, with the same values in
+ *     the same order;
+ *   - several tokens (prefill, verification, batched rows): the job walks
+ *     its rows chunk by chunk.  Each chunk of the tile's activations is
+ *     widened to double once for all the job's rows, each chunk of RB rows
+ *     is dequantized and widened to double once for all the tile's tokens,
+ *     and KERN_MMA multiplies the two blocks with the lanes of a block of
+ *     rows x tokens in registers: the weights are read once per tile and
+ *     nothing is converted in the inner loop.  The lanes of all the job's
+ *     rows and tokens wait in memory between chunks.
+ *
+ * Either way every lane adds its products in increasing element order.
  *
  * Chunks start at multiples of CHUNK (a multiple of 16), so element i of a
  * row always lands in lane i % 16, as in ds4_dot_f32 over the whole
@@ -80,6 +89,41 @@ static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, 
     }
 }
 
+/* Elements [0, m) of x as doubles (exact). */
+static inline void widen(double *restrict xd, const float *restrict x, uint64_t m) {
+    for (uint64_t i = 0; i < m; i++) xd[i] = (double)x[i];
+}
+
+/* Rows [r0, r0+nr) (nr <= JOB_ROWS) x tokens [t0, t0+nt) (1 < nt <= TILE_T),
+ * rounded into y. */
+static void blocked_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
+                        const float *x, uint64_t ldx, int t0, int nt, float *y, uint64_t ldy) {
+    double acc[JOB_ROWS][TILE_T][L] __attribute__((aligned(64)));
+    double xd[TILE_T * CHUNK] __attribute__((aligned(64)));
+    double wd[RB * CHUNK] __attribute__((aligned(64)));
+    float w[CHUNK];
+    const uint64_t n = W->cols, chunk_bytes = CHUNK / t->blck * t->bytes;
+    memset(acc, 0, sizeof(acc[0]) * (size_t)nr);
+    for (uint64_t off = 0; off < n; off += CHUNK) {
+        const uint64_t m = n - off < CHUNK ? n - off : CHUNK;
+        for (int k = 0; k < nt; k++)
+            widen(xd + (uint64_t)k * CHUNK, x + (uint64_t)(t0 + k) * ldx + off, m);
+        for (int j0 = 0; j0 < nr; j0 += RB) {
+            const int nb = nr - j0 < RB ? nr - j0 : RB;
+            for (int j = 0; j < nb; j++) {
+                const uint8_t *row = W->data + (r0 + (uint64_t)(j0 + j)) * W->row_bytes;
+                prefetch_ahead(row, off / t->blck * t->bytes, chunk_bytes, W->row_bytes);
+                KERN_DEQUANT(t, row, off, w, m);
+                widen(wd + (uint64_t)j * CHUNK, w, m);
+            }
+            KERN_MMA(acc + j0, nb, nt, wd, xd, m);
+        }
+    }
+    for (int k = 0; k < nt; k++)
+        for (int j = 0; j < nr; j++)
+            y[(uint64_t)(t0 + k) * ldy + r0 + (uint64_t)j] = (float)lanes_sum(acc[j][k]);
+}
+
 static double kern_row_dot(const ds4_mat *W, const ds4_type_info *t, const float *x) {
     double acc[1][RB][L];
     rowset_lanes(W, t, 0, 1, x, W->cols, 0, 1, acc);
@@ -88,12 +132,15 @@ static double kern_row_dot(const ds4_mat *W, const ds4_type_info *t, const float
 
 static void kern_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                      const float *x, uint64_t ldx, int t0, int nt, float *y, uint64_t ldy) {
-    double acc[TILE_T][RB][L];
+    if (nt > 1) {
+        blocked_job(W, t, r0, nr, x, ldx, t0, nt, y, ldy);
+        return;
+    }
+    double acc[1][RB][L];
     for (int j0 = 0; j0 < nr; j0 += RB) {
         const int nb = nr - j0 < RB ? nr - j0 : RB;
-        rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0, nt, acc);
-        for (int k = 0; k < nt; k++)
-            for (int j = 0; j < nb; j++)
-                y[(uint64_t)(t0 + k) * ldy + r0 + (uint64_t)(j0 + j)] = (float)lanes_sum(acc[k][j]);
+        rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0, 1, acc);
+        for (int j = 0; j < nb; j++)
+            y[(uint64_t)t0 * ldy + r0 + (uint64_t)(j0 + j)] = (float)lanes_sum(acc[0][j]);
     }
 }

@@ -21,6 +21,10 @@
 /* Rows dequantized and accumulated together (register blocking). */
 #define RB 4
 
+/* Rows of one job (dot.c cuts products into jobs; consecutive jobs of a
+ * thread share its weights in cache when T > TILE_T). */
+#define JOB_ROWS 16
+
 /* Tokens sharing one dequantization of the weights. */
 #define TILE_T 8
 
@@ -56,6 +60,27 @@ static inline void rows_fma_portable(double (*restrict acc)[L], int nr, const fl
 static inline void dequant_portable(const ds4_type_info *t, const uint8_t *row, uint64_t off,
                                     float *w, uint64_t m) {
     ds4_dequant_row(t->id, row + off / t->blck * t->bytes, w, m);
+}
+
+/* acc[r][k][i % 16] += wd[r*CHUNK + i] * xd[k*CHUNK + i] for rows r < nr,
+ * tokens k < nt and i < m, on weights and activations already widened to
+ * double (exact: they are f32 values).  The vector variants run the whole
+ * groups of 16 and leave the tail (m % 16 elements, from a multiple of 16)
+ * to this. */
+static inline void mma_portable(double (*restrict acc)[TILE_T][L], int nr, int nt,
+                                const double *restrict wd, const double *restrict xd,
+                                uint64_t m) {
+    for (int r = 0; r < nr; r++)
+        for (int k = 0; k < nt; k++) {
+            const double *w = wd + (uint64_t)r * CHUNK, *x = xd + (uint64_t)k * CHUNK;
+            double a[L];
+            memcpy(a, acc[r][k], sizeof(a));
+            uint64_t i = 0;
+            for (; i + L <= m; i += L)
+                for (int l = 0; l < L; l++) a[l] += w[i + l] * x[i + l];
+            for (int l = 0; i + (uint64_t)l < m; l++) a[l] += w[i + l] * x[i + l];
+            memcpy(acc[r][k], a, sizeof(a));
+        }
 }
 
 /* The fused one-token path of a variant that has none: it declines, and

@@ -57,10 +57,47 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
     }
 }
 
+/* The blocked multiply of several tokens (dot_job.h): R rows x K tokens of
+ * a chunk already in double, one pair of lanes at a time: R*K accumulators,
+ * R weight registers and one activation register, at most 4 x 4 + 4 + 1 =
+ * 21 of the 32.  The pairs are independent chains. */
+static inline __attribute__((always_inline)) void
+mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
+          const double *restrict wd, const double *restrict xd, uint64_t groups) {
+    for (int q = 0; q < 8; q++) {
+        float64x2_t a[4][4];
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) a[r][k] = vld1q_f64(acc[r][k0 + k] + 2 * q);
+        for (uint64_t g = 0; g < groups; g++) {
+            float64x2_t w[4];
+            for (int r = 0; r < R; r++) w[r] = vld1q_f64(wd + (uint64_t)r * CHUNK + 16 * g + 2 * q);
+            for (int k = 0; k < K; k++) {
+                const float64x2_t xv = vld1q_f64(xd + (uint64_t)(k0 + k) * CHUNK + 16 * g + 2 * q);
+                for (int r = 0; r < R; r++) a[r][k] = vfmaq_f64(a[r][k], w[r], xv);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) vst1q_f64(acc[r][k0 + k] + 2 * q, a[r][k]);
+    }
+}
+
+/* Full blocks of 4 rows x 4 tokens as compile-time shapes; the edges of a
+ * job (fewer rows or tokens) through the general loop. */
+static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
+                       const double *restrict wd, const double *restrict xd, uint64_t m) {
+    const uint64_t groups = m / L;
+    int k0 = 0;
+    if (nr == 4)
+        for (; k0 + 4 <= nt; k0 += 4) mma_block(acc, 4, 4, k0, wd, xd, groups);
+    for (; k0 < nt; k0++) mma_block(acc, nr, 1, k0, wd, xd, groups);
+    if (m % L) mma_portable(acc, nr, nt, wd + groups * L, xd + groups * L, m % L);
+}
+
 #define KERN_LANES_ADD lanes_add
 #define KERN_ROWS_FMA rows_fma
 #define KERN_DEQUANT dequant_portable
 #define KERN_FUSED fused_none
+#define KERN_MMA mma
 #include "quant/dot_job.h"
 
 const ds4_dot_kern ds4_dot_neon = {"neon", kern_dot_f32, kern_row_dot, kern_job};

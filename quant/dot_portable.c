@@ -8,6 +8,7 @@
 #define KERN_ROWS_FMA rows_fma_portable
 #define KERN_DEQUANT dequant_portable
 #define KERN_FUSED fused_none
+#define KERN_MMA mma_portable
 #include "quant/dot_job.h"
 
 const ds4_dot_kern ds4_dot_portable = {"portable", kern_dot_f32, kern_row_dot, kern_job};
