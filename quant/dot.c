@@ -9,8 +9,9 @@
  * change which additions happen or in which order, so every variant, thread
  * count and batch shape gives the same bits.
  *
- * A matrix product is cut into jobs: rows in groups of JOB_ROWS (RB for
- * small products), tokens in tiles of TILE_T; one (group, tile) pair is one
+ * A matrix product is cut into jobs: rows in groups of JOB_ROWS (16 or RB
+ * when that leaves too few jobs for the threads), tokens in tiles of
+ * TILE_T; one (group, tile) pair is one
  * job, and one thread owns a job, i.e. every output value, whole.  Jobs are
  * numbered group-major, tile-minor, so consecutive jobs of one thread reuse
  * the same rows while they are in cache.
@@ -195,9 +196,12 @@ static void run_job(const ds4_dot_kern *k, const ds4_mat *W, const ds4_type_info
                     uint64_t r1, int group, uint64_t jobno, int ntiles, const float *x,
                     uint64_t ldx, int T, float *y, uint64_t ldy) {
     const uint64_t g0 = r0 + jobno / (uint64_t)ntiles * (uint64_t)group;
-    const int t0 = (int)(jobno % (uint64_t)ntiles) * TILE_T;
+    /* The tokens are spread evenly over the tiles: 17 tokens are tiles of
+     * 9 and 8, not 16 and a lone token that would read the rows again. */
+    const int tile = (int)(jobno % (uint64_t)ntiles);
+    const int t0 = (int)((int64_t)tile * T / ntiles), t1 = (int)((int64_t)(tile + 1) * T / ntiles);
     const int nr = r1 - g0 < (uint64_t)group ? (int)(r1 - g0) : group;
-    const int nt = T - t0 < TILE_T ? T - t0 : TILE_T;
+    const int nt = t1 - t0;
     k->job(W, t, g0, nr, x, ldx, t0, nt, y, ldy);
 }
 
@@ -247,11 +251,12 @@ void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops) {
         work += (double)ops[i].W->rows * (double)ops[i].W->cols * (ops[i].T > 0 ? ops[i].T : 0);
     }
     const int parallel = work >= PARALLEL_MIN_WORK;
-    int group = JOB_ROWS;
     /* Small products are cut finer so every thread gets work; the size of
      * a job never changes a value, only who computes it. */
-    if (parallel && number_jobs(ops, types, n, group, first) < 4 * (uint64_t)omp_get_max_threads())
-        group = RB;
+    int group = JOB_ROWS;
+    while (parallel && group > RB &&
+           number_jobs(ops, types, n, group, first) < 4 * (uint64_t)omp_get_max_threads())
+        group /= 4;
     const uint64_t jobs = number_jobs(ops, types, n, group, first);
     #pragma omp parallel for schedule(static) if (parallel)
     for (uint64_t j = 0; j < jobs; j++) {

@@ -79,11 +79,12 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
         __m256d a[4][2];
         for (int r = 0; r < R; r++)
             for (int k = 0; k < K; k++) a[r][k] = _mm256_loadu_pd(acc[r][k0 + k] + 4 * q);
-        for (uint64_t g = 0; g < groups; g++) {
+        const double *wp = wd + 4 * q, *xp = xd + (uint64_t)k0 * BCHUNK + 4 * q;
+        for (uint64_t g = 0; g < groups; g++, wp += L, xp += L) {
             __m256d w[4];
-            for (int r = 0; r < R; r++) w[r] = _mm256_loadu_pd(wd + (uint64_t)r * CHUNK + 16 * g + 4 * q);
+            for (int r = 0; r < R; r++) w[r] = _mm256_loadu_pd(wp + r * BCHUNK);
             for (int k = 0; k < K; k++) {
-                const __m256d xv = _mm256_loadu_pd(xd + (uint64_t)(k0 + k) * CHUNK + 16 * g + 4 * q);
+                const __m256d xv = _mm256_loadu_pd(xp + k * BCHUNK);
                 for (int r = 0; r < R; r++) a[r][k] = _mm256_fmadd_pd(w[r], xv, a[r][k]);
             }
         }

@@ -514,11 +514,14 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
         __m512d a[4][4];
         for (int r = 0; r < R; r++)
             for (int k = 0; k < K; k++) a[r][k] = _mm512_load_pd(acc[r][k0 + k] + 8 * h);
-        for (uint64_t g = 0; g < groups; g++) {
+        /* Two pointers walk the chunk; rows and tokens are constant
+         * offsets from them. */
+        const double *wp = wd + 8 * h, *xp = xd + (uint64_t)k0 * BCHUNK + 8 * h;
+        for (uint64_t g = 0; g < groups; g++, wp += L, xp += L) {
             __m512d w[4];
-            for (int r = 0; r < R; r++) w[r] = _mm512_load_pd(wd + (uint64_t)r * CHUNK + 16 * g + 8 * h);
+            for (int r = 0; r < R; r++) w[r] = _mm512_load_pd(wp + r * BCHUNK);
             for (int k = 0; k < K; k++) {
-                const __m512d xv = _mm512_load_pd(xd + (uint64_t)(k0 + k) * CHUNK + 16 * g + 8 * h);
+                const __m512d xv = _mm512_load_pd(xp + k * BCHUNK);
                 for (int r = 0; r < R; r++) a[r][k] = _mm512_fmadd_pd(w[r], xv, a[r][k]);
             }
         }

@@ -18,15 +18,22 @@
  * and of the 16 lanes; the f32 chunks of RB rows (4 KiB) stay in L1. */
 #define CHUNK 256
 
+/* Elements per column chunk of a product of several tokens (dot_job.h):
+ * longer, so that the lanes a block of rows x tokens keeps in registers
+ * are loaded and stored once per more multiply-adds. */
+#define BCHUNK 256
+
 /* Rows dequantized and accumulated together (register blocking). */
 #define RB 4
 
-/* Rows of one job (dot.c cuts products into jobs; consecutive jobs of a
- * thread share its weights in cache when T > TILE_T). */
-#define JOB_ROWS 16
+/* The most rows of one job (dot.c cuts products into jobs).  The more rows
+ * a job has, the more of them share one widening of the tile's
+ * activations; consecutive jobs of a thread share their weights in cache
+ * when T > TILE_T. */
+#define JOB_ROWS 64
 
 /* Tokens sharing one dequantization of the weights. */
-#define TILE_T 8
+#define TILE_T 16
 
 /* The fixed halving tree of dot.h.  Destroys l. */
 static inline double lanes_sum(double *l) {
@@ -62,7 +69,7 @@ static inline void dequant_portable(const ds4_type_info *t, const uint8_t *row, 
     ds4_dequant_row(t->id, row + off / t->blck * t->bytes, w, m);
 }
 
-/* acc[r][k][i % 16] += wd[r*CHUNK + i] * xd[k*CHUNK + i] for rows r < nr,
+/* acc[r][k][i % 16] += wd[r*BCHUNK + i] * xd[k*BCHUNK + i] for rows r < nr,
  * tokens k < nt and i < m, on weights and activations already widened to
  * double (exact: they are f32 values).  The vector variants run the whole
  * groups of 16 and leave the tail (m % 16 elements, from a multiple of 16)
@@ -72,7 +79,7 @@ static inline void mma_portable(double (*restrict acc)[TILE_T][L], int nr, int n
                                 uint64_t m) {
     for (int r = 0; r < nr; r++)
         for (int k = 0; k < nt; k++) {
-            const double *w = wd + (uint64_t)r * CHUNK, *x = xd + (uint64_t)k * CHUNK;
+            const double *w = wd + (uint64_t)r * BCHUNK, *x = xd + (uint64_t)k * BCHUNK;
             double a[L];
             memcpy(a, acc[r][k], sizeof(a));
             uint64_t i = 0;

@@ -68,11 +68,12 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
         float64x2_t a[4][4];
         for (int r = 0; r < R; r++)
             for (int k = 0; k < K; k++) a[r][k] = vld1q_f64(acc[r][k0 + k] + 2 * q);
-        for (uint64_t g = 0; g < groups; g++) {
+        const double *wp = wd + 2 * q, *xp = xd + (uint64_t)k0 * BCHUNK + 2 * q;
+        for (uint64_t g = 0; g < groups; g++, wp += L, xp += L) {
             float64x2_t w[4];
-            for (int r = 0; r < R; r++) w[r] = vld1q_f64(wd + (uint64_t)r * CHUNK + 16 * g + 2 * q);
+            for (int r = 0; r < R; r++) w[r] = vld1q_f64(wp + r * BCHUNK);
             for (int k = 0; k < K; k++) {
-                const float64x2_t xv = vld1q_f64(xd + (uint64_t)(k0 + k) * CHUNK + 16 * g + 2 * q);
+                const float64x2_t xv = vld1q_f64(xp + k * BCHUNK);
                 for (int r = 0; r < R; r++) a[r][k] = vfmaq_f64(a[r][k], w[r], xv);
             }
         }
