@@ -26,7 +26,7 @@ ALL_LDFLAGS = -fopenmp $(LDFLAGS) $(EXTRA_LDFLAGS)
 # ref/*/ (the model and everything built on it); docs/ARCHITECTURE.md.
 LIB_SRC   = $(sort $(wildcard base/*.c quant/*.c ref/*/*.c))
 LIB_OBJ   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
-HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h)
+HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h tools/*.h)
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))

@@ -36,11 +36,6 @@
 #include "quant/dot_kern.h"
 #include "quant/dot_lanes.h"
 
-/* Below this many multiply-adds a matrix product runs on the calling thread:
- * waking the OpenMP team would cost more than the work.  Either way every
- * output is computed by the same code, so the result does not change. */
-#define PARALLEL_MIN_WORK (1u << 15)
-
 /* ------------------------------------------------------------------------ */
 /* Choosing the kernels                                                     */
 /* ------------------------------------------------------------------------ */
@@ -250,7 +245,7 @@ void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops) {
         if (!types[i]) fill_nan(0, ops[i].W->rows, ops[i].T, ops[i].y, ops[i].ldy);
         work += (double)ops[i].W->rows * (double)ops[i].W->cols * (ops[i].T > 0 ? ops[i].T : 0);
     }
-    const int parallel = work >= PARALLEL_MIN_WORK;
+    const int parallel = ds4_worth_threads(work);
     /* Small products are cut finer so every thread gets work; the size of
      * a job never changes a value, only who computes it. */
     int group = JOB_ROWS;
@@ -258,7 +253,11 @@ void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops) {
            number_jobs(ops, types, n, group, first) < 4 * (uint64_t)omp_get_max_threads())
         group /= 4;
     const uint64_t jobs = number_jobs(ops, types, n, group, first);
-    #pragma omp parallel for schedule(static) if (parallel)
+    /* Dynamic: a thread that lost its core to another program takes fewer
+     * jobs instead of holding the others up; chunks of consecutive jobs
+     * keep a thread on the same rows. */
+    const int chunk = (int)(jobs / (8 * (uint64_t)omp_get_max_threads())) + 1;
+    #pragma omp parallel for schedule(dynamic, chunk) if (parallel)
     for (uint64_t j = 0; j < jobs; j++) {
         int i = 0;
         while (j >= first[i + 1]) i++;

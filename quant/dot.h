@@ -22,6 +22,7 @@
 #ifndef DS4_DOT_H
 #define DS4_DOT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -74,6 +75,16 @@ typedef struct ds4_matmul_op {
  * region: one fork/join instead of n_ops, and the threads share the work of
  * all of them.  Every value equals ds4_matmul's. */
 void ds4_matmul_many(const ds4_matmul_op *ops, int n_ops);
+
+/* Is a loop of about `work` multiply-adds (or steps of similar cost) worth
+ * a parallel region?  Waking the OpenMP team costs microseconds on an idle
+ * machine and, on a busy one, up to a scheduler time slice: a thread that
+ * lost its core holds everyone up at the end of the region.  Work below
+ * about 0.1 ms therefore runs on the calling thread.  Which thread computes
+ * a value never changes it. */
+static inline bool ds4_worth_threads(double work) {
+    return work >= (double)(1u << 20);
+}
 
 /* The kernels: every variant this build has (portable; AVX2 and AVX-512 on
  * x86-64, NEON on aarch64) computes the same canonical order, so the choice

@@ -47,6 +47,27 @@ check "a batched row prints what the prompt alone prints" \
 check "sampling is reproducible from its seed" cmp -s "$tmp/t1.out" "$tmp/t2.out"
 check "--temp > 0 refuses --golden-out" status_is 2 ./ds4ref -m $model -p hi --temp 1 --golden-out "$tmp/x"
 
+# The OpenMP spin the programs set for themselves (tools/wait_policy.h), seen
+# in the environment of a running ds4ref; a user's own policy is kept.
+env_of_run() {   # env_of_run VAR=VALUE...: ds4ref's environment while it runs
+    rm -f "$tmp/pid"
+    sh -c 'echo $$ > "$0"; exec env -u GOMP_SPINCOUNT -u KMP_BLOCKTIME -u OMP_WAIT_POLICY "$@"' \
+        "$tmp/pid" "$@" ./ds4ref -m $model -p "Hello there" -n 100000 --ignore-eos -c 4096 \
+        > /dev/null 2>&1 &
+    local i pid
+    for i in $(seq 50); do
+        pid=$(cat "$tmp/pid" 2> /dev/null)
+        [ -n "$pid" ] && [ "$(readlink /proc/"$pid"/exe)" = "$PWD/ds4ref" ] && break
+        sleep 0.1
+    done
+    tr '\0' '\n' < /proc/"$pid"/environ 2> /dev/null
+    kill "$pid" 2> /dev/null
+    wait 2> /dev/null
+}
+check "ds4ref sets a short OpenMP spin" grep -qx 'GOMP_SPINCOUNT=10000' <(env_of_run X=1)
+check "ds4ref keeps the user's OpenMP wait policy" \
+    bash -c '! grep -q "^GOMP_SPINCOUNT" <(cat)' < <(env_of_run OMP_WAIT_POLICY=active)
+
 # Teacher-forced logits: [n_tokens][n_vocab] f32.
 printf '256 258 72 101 108 108 111 259 261' > "$tmp/toks.txt"
 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32"

@@ -16,6 +16,7 @@
 
 #include "base/reslimit.h"
 #include "ds4t.h"
+#include "../tools/wait_policy.h"
 
 extern const ds4t_entry ds4t_golden_vectors, ds4t_logprob_vectors;
 extern const ds4t_entry ds4t_mtp_verify_depth;
@@ -61,6 +62,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    ds4ref_wait_policy(argv);
     /* A model truncated while a test reads it ends with one line and
      * DS4_EXIT_SIGBUS, not "Bus error". */
     ds4err err = {0};

@@ -60,8 +60,10 @@ if [ -n "${DS4REF_SANITIZER:-}" ]; then
 elif command -v valgrind >/dev/null 2>&1; then
     while read -r name args; do
         case "$name" in ''|'#'*) continue ;; esac
+        # GOMP_SPINCOUNT: set here, the programs do not execute themselves
+        # again to set it (tools/wait_policy.h), which would leave valgrind.
         # shellcheck disable=SC2086
-        run "valgrind $name $args" env OMP_NUM_THREADS=2 DS4REF_VALGRIND=1 \
+        run "valgrind $name $args" env OMP_NUM_THREADS=2 DS4REF_VALGRIND=1 GOMP_SPINCOUNT=10000 \
             valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
             --suppressions=tests/valgrind.supp "$name" $args
     done < tests/valgrind.list

@@ -42,6 +42,7 @@
 #include "model/model.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
+#include "wait_policy.h"
 
 typedef struct bench_cfg {
     const char *model;
@@ -451,6 +452,7 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
 }
 
 int main(int argc, char **argv) {
+    ds4ref_wait_policy(argv);
     bench_cfg cfg;
     if (parse_args(argc, argv, &cfg)) return 2;
     if (cfg.threads) omp_set_num_threads(cfg.threads);

@@ -17,6 +17,8 @@
 
 #include "ds4ref.h"
 
+#include "wait_policy.h"
+
 typedef struct cli {
     const char *model, *mtp;
     const char *prompt, *prompt_file, *tokens_file;
@@ -546,6 +548,7 @@ done:
 }
 
 int main(int argc, char **argv) {
+    ds4ref_wait_policy(argv);
     cli c;
     if (parse_args(argc, argv, &c)) return DS4REF_E_ARG;
     if (c.threads) ds4ref_set_threads(c.threads);

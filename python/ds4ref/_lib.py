@@ -275,6 +275,12 @@ def lib() -> ctypes.CDLL:
     with _lock:
         if _loaded is not None:
             return _loaded
+        # The OpenMP runtime reads its wait policy once, when the library
+        # loads it: the short spin ds4ref's programs use (tools/wait_policy.h)
+        # unless the user chose one.
+        if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
+            os.environ["GOMP_SPINCOUNT"] = "10000"
+            os.environ["KMP_BLOCKTIME"] = "1"
         tried = []
         for how, name in _candidates():
             try:

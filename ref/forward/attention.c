@@ -83,7 +83,7 @@ static void project(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
         {&L->kv, s->a, c->n_embd, (int)T, s->kvrow, c->head_dim},
     };
     ds4_matmul_many(ops, 2);
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * c->q_lora))
     for (uint32_t t = 0; t < T; t++) {
         float *qr = s->qr + (uint64_t)t * c->q_lora;
         ds4_rms_norm(qr, L->q_a_norm.v, c->q_lora, c->rms_eps, qr);
@@ -97,7 +97,8 @@ static void prepare_q_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t hd = c->head_dim, nope = hd - c->n_rot;
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) \
+    if (ds4_worth_threads(4.0 * T * (c->n_head + 1) * hd))
     for (uint32_t t = 0; t < T; t++) {
         const ds4_tok *tk = &s->tok[t];
         float cs[2 * DS4_ROPE_MAX_PAIRS];
@@ -128,13 +129,14 @@ static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_m
         {wgate, s->a, c->n_embd, (int)T, s->csc, width},
     };
     ds4_matmul_many(ops, 2);
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * width))
     for (uint32_t t = 0; t < T; t++) {
         ds4_layer_state *ls = &s->tok[t].kv->L[il];
         ds4_comp_store(indexer ? &ls->idx : &ls->comp, ape, s->tok[t].pos,
                        s->ckv + (uint64_t)t * width, s->csc + (uint64_t)t * width);
     }
-#pragma omp parallel for schedule(dynamic, 1) if (T > 1 && !e->tap)
+#pragma omp parallel for schedule(dynamic, 1) \
+    if (!e->tap && ds4_worth_threads(8.0 * T * width))
     for (uint32_t t = 0; t < T; t++) {
         ds4_layer_state *ls = &s->tok[t].kv->L[il];
         ds4_comp_state *cs = indexer ? &ls->idx : &ls->comp;
@@ -163,7 +165,8 @@ static int run_indexer(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4
         if (v > max_vis) max_vis = v;
     }
     if (ds4_engine_thread_doubles(e, max_vis + 1, err)) return -1;
-#pragma omp parallel for schedule(dynamic, 1) if (T > 1 && !e->tap)
+#pragma omp parallel for schedule(dynamic, 1) \
+    if (!e->tap && ds4_worth_threads((double)T * (max_vis + 8) * iq_w))
     for (uint32_t t = 0; t < T; t++) {
         const ds4_tok *tk = &s->tok[t];
         float *q = s->iq + (uint64_t)t * iq_w;
@@ -202,7 +205,8 @@ static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope
     }
     if (ds4_engine_thread_doubles(e, max_rows, err)) return -1;
     uint64_t qdim = (uint64_t)c->n_head * hd;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) \
+    if (ds4_worth_threads(2.0 * T * c->n_head * max_rows * hd))
     for (uint64_t th = 0; th < (uint64_t)T * c->n_head; th++) {
         uint32_t t = (uint32_t)(th / c->n_head), h = (uint32_t)(th % c->n_head);
         double *p = s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride;

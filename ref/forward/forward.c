@@ -45,14 +45,14 @@ static void sublayer_in(const ds4_config *c, ds4_fwd_scratch *s, const ds4_mat *
         sublayer_in_tok(c, s, fn, scale, base, norm, 0);
         return;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * fn->rows * fn->cols))
     for (uint32_t t = 0; t < T; t++) sublayer_in_tok(c, s, fn, scale, base, norm, t);
 }
 
 /* hc_post for every token: (s->out, s->x) -> s->x. */
 static void sublayer_out(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T) {
     uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * hc_dim * (c->n_hc + 1)))
     for (uint32_t t = 0; t < T; t++)
         ds4_hc_post(c, s->out + (uint64_t)t * c->n_embd, s->x + t * hc_dim,
                     s->post + (uint64_t)t * c->n_hc, s->comb + (uint64_t)t * c->n_hc * c->n_hc,
@@ -168,7 +168,7 @@ int ds4_forward(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err) 
                               seqs[i].kv->n_layer, c->n_layer);
     if (!T) return 0;
     uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * hc_dim))
     for (uint32_t t = 0; t < T; t++) embed(m, s->tok[t].id, s->x + t * hc_dim);
     for (uint32_t il = 0; il < c->n_layer; il++)
         if (run_block(e, &m->layers[il], il, il, T, err)) return -1;
@@ -186,7 +186,7 @@ static void mtp_input(ds4_engine *e, const float *const *h_in, uint32_t T) {
     ds4_fwd_scratch *s = e->scr;
     uint32_t n = c->n_embd, hc = c->n_hc;
     uint64_t hc_dim = (uint64_t)hc * n;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * (hc_dim + n)))
     for (uint32_t t = 0; t < T; t++) {
         float *emb = s->y + (uint64_t)t * n;
         const ds4_mat *E = &m->token_embd;

@@ -16,7 +16,8 @@ void ds4_output_head(const ds4_model *m, const ds4_mat *hc_fn, const ds4_vec *hc
         ds4_hc_head(c, hc_fn, hc_scale, hc_base, x, head_y);
         ds4_rms_norm(head_y, norm->v, c->n_embd, c->rms_eps, head_y);
     } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) \
+    if (ds4_worth_threads((double)T * hc_fn->rows * hc_fn->cols))
         for (uint32_t t = 0; t < T; t++) {
             float *y = head_y + (uint64_t)t * c->n_embd;
             ds4_hc_head(c, hc_fn, hc_scale, hc_base, x + t * hc_dim, y);

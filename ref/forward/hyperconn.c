@@ -28,7 +28,8 @@
 static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, double *mix) {
     uint32_t n = c->n_hc * c->n_embd;
     double rs = ds4_rms_scale(x, n, c->rms_eps);
-#pragma omp parallel for schedule(static) if (omp_get_level() == 0)
+#pragma omp parallel for schedule(static) \
+    if (omp_get_level() == 0 && ds4_worth_threads((double)fn->rows * n))
     for (uint64_t k = 0; k < fn->rows; k++)
         mix[k] = ds4_dot_row(fn->type, fn->data + k * fn->row_bytes, x, n) * rs;
 }

@@ -132,7 +132,7 @@ static void run_batch(const ds4_engine *e, const ds4_layer *L, uint32_t T, const
     ds4_matmul_many(b->ops, no);
     /* SwiGLU, scaled by the routing weight (1 for the shared expert). */
     uint64_t r0 = first[x0], r1 = first[x1];
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)(r1 - r0) * ff))
     for (uint64_t r = r0; r < r1; r++) {
         double w = s->selw[s->elist[r]];
         float *g = s->eg + r * ff, *u = s->eu + r * ff;
@@ -180,7 +180,7 @@ static void run_experts(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
  * ids) + shared, in double. */
 static void combine(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T) {
     uint32_t k = c->n_expert_used, n = c->n_embd;
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * n * (k + 1)))
     for (uint32_t t = 0; t < T; t++) {
         uint32_t order[64];
         for (uint32_t i = 0; i < k; i++) {
@@ -206,7 +206,8 @@ void ds4_moe(ds4_engine *e, const ds4_layer *L, uint32_t T) {
     ds4_fwd_scratch *s = e->scr;
     uint32_t k = c->n_expert_used;
     ds4_matmul(&L->gate_inp, s->a, c->n_embd, (int)T, s->rlog, c->n_expert);
-#pragma omp parallel for schedule(static) if (T > 1 && !e->tap)
+#pragma omp parallel for schedule(static) \
+    if (!e->tap && ds4_worth_threads((double)T * c->n_expert * 16))
     for (uint32_t t = 0; t < T; t++)
         route(e, L, s->rlog + (uint64_t)t * c->n_expert, t, s->tok[t].id, s->sel + t * k,
               s->selw + t * k);
