@@ -499,7 +499,10 @@ static void test_mtp_drafter_misuse(void **state) {
     assert_int_equal(ds4_engine_init(&e, &f->m, &fo, 8, &err), 0);
     ds4_drafter *d;
     assert_int_equal(ds4_mtp_drafter_new(&d, &e, 1, 32, 8, 17, &err), -1);
-    assert_int_equal(ds4_mtp_drafter_new(&d, &e, 1, 32, 9, 2, &err), -1);
+    assert_int_equal(ds4_mtp_drafter_new(&d, &e, 0, 32, 8, 2, &err), -1);
+    /* A chunk longer than the engine's passes is cut to them. */
+    assert_int_equal(ds4_mtp_drafter_new(&d, &e, 1, 32, 9, 2, &err), 0);
+    ds4_drafter_free(d);
     assert_int_equal(ds4_mtp_drafter_new(&d, &e, 1, 32, 8, 2, &err), 0);
     int32_t drafts[2], toks[3] = {1, 2, 3};
     ds4_draft_req req = {.row = 0, .pos = 0, .next = 1, .n = 2, .drafts = drafts};

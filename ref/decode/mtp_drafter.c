@@ -226,9 +226,9 @@ int ds4_mtp_drafter_new(ds4_drafter **out, ds4_engine *e, uint32_t n_rows, uint3
     const ds4_model *m = e->m;
     const ds4_config *c = &m->cfg;
     if (!m->mtp) return ds4err_set(err, DS4_E_ARG, "no MTP head is loaded (--mtp FILE)");
-    if (!n_rows || !chunk || chunk > e->cap)
-        return ds4err_set(err, DS4_E_ARG, "MTP drafter: %u rows, chunk %u (engine capacity %u)",
-                          n_rows, chunk, e->cap);
+    if (!n_rows || !chunk)
+        return ds4err_set(err, DS4_E_ARG, "MTP drafter: %u rows, chunk %u", n_rows, chunk);
+    if (chunk > e->cap) chunk = e->cap;   /* passes of e->cap tokens: the same bits */
     if (max_draft < 1 || max_draft > DS4_SPEC_MAX_DRAFT)
         return ds4err_set(err, DS4_E_ARG, "MTP drafter: depth %u is not in [1, %d]", max_draft,
                           DS4_SPEC_MAX_DRAFT);

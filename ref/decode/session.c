@@ -11,11 +11,10 @@ int ds4_session_init(ds4_session *s, ds4_engine *e, const ds4_session_opts *o, d
     memset(s, 0, sizeof(*s));
     const ds4_config *c = &e->m->cfg;
     uint32_t ctx = o->ctx ? o->ctx : c->context_length;
-    uint32_t chunk = o->chunk ? o->chunk : e->cap;
+    /* A chunk longer than the engine's passes is evaluated in passes of
+     * e->cap tokens: the same bits, in less memory. */
+    uint32_t chunk = o->chunk && o->chunk < e->cap ? o->chunk : e->cap;
     if (!ctx) return ds4err_set(err, DS4_E_ARG, "no context size given and the model declares none");
-    if (chunk > e->cap)
-        return ds4err_set(err, DS4_E_ARG, "chunk size %u exceeds the engine's batch capacity %u",
-                          chunk, e->cap);
     /* A context too large for this machine is refused before anything is
      * allocated: an overcommitted calloc would "succeed" and the process
      * would be killed later, without a word. */

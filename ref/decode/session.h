@@ -19,7 +19,8 @@
 
 typedef struct ds4_session_opts {
     uint32_t ctx;        /* positions available (0: the model's context_length) */
-    uint32_t chunk;      /* max tokens per forward pass (0: engine capacity) */
+    uint32_t chunk;      /* max tokens per forward pass (0, or more than the engine's
+                            capacity: the engine's capacity) */
     uint32_t rollback;   /* positions a truncation may go back through the rings;
                             speculation at depth d needs d */
 } ds4_session_opts;

@@ -50,7 +50,8 @@ static const float *attended_row(const ds4_config *c, const ds4_layer *L,
     return ds4_comp_row(&tk->kv->L[il].comp, comp_entry(L, s, t, c->idx_topk, r - n_raw));
 }
 
-/* One head of one token.  q: [head_dim]; o: [head_dim]; p: scratch. */
+/* One head of one token.  q: [head_dim]; o: [head_dim], which may be q
+ * (every read of q comes before the first write of o); p: scratch. */
 static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_scratch *s,
                         uint32_t t, uint32_t il, uint32_t h, const float *q, float *o, double *p) {
     const ds4_tok *tk = &s->tok[t];
@@ -210,8 +211,9 @@ static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope
     for (uint64_t th = 0; th < (uint64_t)T * c->n_head; th++) {
         uint32_t t = (uint32_t)(th / c->n_head), h = (uint32_t)(th % c->n_head);
         double *p = s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride;
-        float *o = s->o + t * qdim + (uint64_t)h * hd;
-        attend_head(c, L, s, t, il, h, s->q + t * qdim + (uint64_t)h * hd, o, p);
+        /* The output replaces the query it was computed from. */
+        float *o = s->q + t * qdim + (uint64_t)h * hd;
+        attend_head(c, L, s, t, il, h, o, o, p);
         ds4_rope_apply(rope, o + hd - c->n_rot, s->tok[t].pos, true);
     }
     /* Group g reads heads [g*H/G, (g+1)*H/G), i.e. a contiguous slice of o;
@@ -227,7 +229,7 @@ static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope
             sub[k] = L->out_a;
             sub[k].rows = c->o_lora;
             sub[k].data = L->out_a.data + (uint64_t)g * c->o_lora * L->out_a.row_bytes;
-            ops[k] = (ds4_matmul_op){&sub[k], s->o + g * gin, qdim, (int)T,
+            ops[k] = (ds4_matmul_op){&sub[k], s->q + g * gin, qdim, (int)T,
                                      s->low + (uint64_t)g * c->o_lora, low_w};
         }
         ds4_matmul_many(ops, (int)ng);

@@ -13,8 +13,8 @@
 static void scratch_free(ds4_fwd_scratch *s) {
     if (!s) return;
     void *ptrs[] = {s->tok, s->x, s->x2, s->y, s->a, s->post, s->comb, s->out, s->qr, s->q,
-                    s->o, s->kvrow, s->low, s->ckv, s->csc, s->iq, s->iw, s->isel, s->nsel,
-                    s->rlog, s->sel, s->selw, s->eout, s->ex, s->eg, s->eu, s->eo, s->elist,
+                    s->kvrow, s->low, s->ckv, s->csc, s->iq, s->iw, s->isel, s->nsel,
+                    s->rlog, s->sel, s->selw, s->epos, s->ex, s->eg, s->eu, s->eo, s->elist,
                     s->sh, s->head_y, s->attn_p};
     for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) free(ptrs[i]);
     free(s);
@@ -54,7 +54,6 @@ static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap, scratch_a
     s->out = alloc_n(a, T * c->n_embd, sizeof(float));
     s->qr = alloc_n(a, T * c->q_lora, sizeof(float));
     s->q = alloc_n(a, T * qdim, sizeof(float));
-    s->o = alloc_n(a, T * qdim, sizeof(float));
     s->kvrow = alloc_n(a, T * c->head_dim, sizeof(float));
     s->low = alloc_n(a, T * c->o_groups * c->o_lora, sizeof(float));
     s->ckv = alloc_n(a, T * cw, sizeof(float));
@@ -66,7 +65,7 @@ static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap, scratch_a
     s->rlog = alloc_n(a, T * c->n_expert, sizeof(float));
     s->sel = alloc_n(a, T * k, sizeof(int32_t));
     s->selw = alloc_n(a, T * k, sizeof(double));
-    s->eout = alloc_n(a, T * k * c->n_embd, sizeof(float));
+    s->epos = alloc_n(a, T * k, sizeof(uint32_t));
     s->ex = alloc_n(a, T * k * c->n_embd, sizeof(float));
     /* Routed rows, then the shared expert's T rows (moe.c). */
     s->eg = alloc_n(a, T * (k + 1) * c->n_ff, sizeof(float));
@@ -82,6 +81,32 @@ static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap, scratch_a
     return s;
 }
 
+/* Bytes of scratch for a batch of `tokens`. */
+static uint64_t scratch_bytes(const ds4_config *c, uint32_t tokens) {
+    scratch_alloc sizing = {.count_only = true};
+    scratch_new(c, tokens, &sizing);
+    return sizing.bytes;
+}
+
+/* The most tokens one pass may carry: what was asked for, unless the
+ * scratch for it would exceed SCRATCH_SHARE of the model's size or
+ * SCRATCH_FLOOR, whichever is more.  The scratch grows by about 1 MB a
+ * token on the real model's dimensions; a pass of fewer tokens gives the
+ * same bits (forward.h), so a long chunk is evaluated in passes that keep
+ * the process's memory within a few percent of the weights it touches. */
+enum { SCRATCH_SHARE_PCT = 3 };
+#define SCRATCH_FLOOR ((uint64_t)64 << 20)
+
+static uint32_t pass_tokens(const ds4_model *m, uint32_t want) {
+    const ds4_config *c = &m->cfg;
+    uint64_t model = m->file.size + (m->mtp ? m->mtp->file.size : 0);
+    uint64_t budget = model / 100 * SCRATCH_SHARE_PCT;
+    if (budget < SCRATCH_FLOOR) budget = SCRATCH_FLOOR;
+    uint64_t one = scratch_bytes(c, 1), per_token = scratch_bytes(c, 2) - one;
+    uint64_t fit = budget > one ? 1 + (budget - one) / per_token : 1;
+    return fit < want ? (uint32_t)fit : want;
+}
+
 int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
                     uint32_t max_batch, ds4err *err) {
     memset(e, 0, sizeof(*e));
@@ -93,6 +118,7 @@ int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
     if (ds4_rope_init(&e->rope_dense, c->n_rot, c->rope_base, NULL, err) ||
         ds4_rope_init(&e->rope_comp, c->n_rot, c->compress_rope_base, c->yarn ? &yarn : NULL, err))
         return -1;
+    e->cap = pass_tokens(m, e->cap);
     /* A batch too large for this machine is refused before allocating
      * (base/reslimit.h says why). */
     scratch_alloc sizing = {.count_only = true};

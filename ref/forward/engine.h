@@ -44,8 +44,8 @@ typedef struct ds4_fwd_scratch {
     float *out;            /* sublayer output [cap][n_embd] */
     /* attention */
     float *qr;             /* [cap][q_lora] */
-    float *q;              /* [cap][n_head*head_dim] */
-    float *o;              /* [cap][n_head*head_dim] */
+    float *q;              /* [cap][n_head*head_dim]: the query heads, then each
+                              head's attention output in its place */
     float *kvrow;          /* [cap][head_dim] */
     float *low;            /* [cap][o_groups*o_lora] */
     float *ckv, *csc;      /* compressor projections [cap][2*max(head_dim, idx_dim)] */
@@ -57,7 +57,7 @@ typedef struct ds4_fwd_scratch {
     float *rlog;           /* router logits [cap][n_expert] */
     int32_t *sel;          /* [cap][n_used] */
     double *selw;          /* [cap][n_used] routing weights */
-    float *eout;           /* [cap][n_used][n_embd] expert outputs */
+    uint32_t *epos;        /* [cap*n_used] the gathered row of each (token, slot) */
     float *ex;             /* gathered expert inputs [cap*n_used][n_embd] */
     float *eg, *eu;        /* [cap*(n_used+1)][n_ff]: routed rows, then the shared expert's */
     float *eo;             /* [cap*n_used][n_embd] */
@@ -112,9 +112,11 @@ typedef struct ds4_engine {
     uint32_t tap_layer;    /* block index the current step reports */
 } ds4_engine;
 
-/* An engine for batches of up to max_batch tokens.  A scratch too large
- * for this machine is refused (DS4_E_NOMEM, naming its size) before
- * anything is allocated. */
+/* An engine for passes of up to max_batch tokens, or fewer when the
+ * scratch for that many would be large next to the model (engine.c says
+ * how much): e->cap is what it settled on, and callers split longer
+ * batches into passes of e->cap.  A scratch too large for this machine is
+ * refused (DS4_E_NOMEM, naming its size) before anything is allocated. */
 int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
                     uint32_t max_batch, ds4err *err);
 void ds4_engine_free(ds4_engine *e);

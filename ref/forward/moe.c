@@ -154,8 +154,7 @@ static void run_batch(const ds4_engine *e, const ds4_layer *L, uint32_t T, const
     if (shared)
         b->ops[no++] = (ds4_matmul_op){&L->sh_down, s->eg + sh_row * ff, ff, (int)T, s->sh, n};
     ds4_matmul_many(b->ops, no);
-    for (uint64_t r = r0; r < r1; r++)
-        memcpy(s->eout + (uint64_t)s->elist[r] * n, s->eo + r * n, sizeof(float) * n);
+    for (uint64_t r = r0; r < r1; r++) s->epos[s->elist[r]] = (uint32_t)r;
 }
 
 /* All selected experts, BATCH at a time, and the shared expert with the
@@ -194,7 +193,7 @@ static void combine(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T) {
         for (uint32_t d = 0; d < n; d++) {
             double acc = 0;
             for (uint32_t i = 0; i < k; i++)
-                acc += (double)s->eout[((uint64_t)t * k + order[i]) * n + d];
+                acc += (double)s->eo[(uint64_t)s->epos[t * k + order[i]] * n + d];
             acc += (double)s->sh[(uint64_t)t * n + d];
             s->out[(uint64_t)t * n + d] = (float)acc;
         }
