@@ -113,23 +113,27 @@ vectors: ds4ref ds4ref-mkmodel
 # fullwidth synthetic model (real per-layer dimensions) once and times it
 # layer by layer.  Build with ARCH=-march=native for representative numbers.
 FULLWIDTH_MODEL = models/fullwidth.gguf
+FULLDEPTH_MODEL = models/fulldepth.gguf
 bench: $(BINDIR)/ds4ref-bench $(DEFAULT_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(DEFAULT_MODEL) -p 64,256 -n 32
 	$(BINDIR)/ds4ref-bench --kernels --kernel-rows 1024
 
-$(FULLWIDTH_MODEL): $(BINDIR)/ds4ref-mkmodel
+$(FULLWIDTH_MODEL) $(FULLDEPTH_MODEL): models/%.gguf: $(BINDIR)/ds4ref-mkmodel
 	@mkdir -p models
-	$(BINDIR)/ds4ref-mkmodel --config fullwidth --types ds4 --no-mtp -o $@
+	$(BINDIR)/ds4ref-mkmodel --config $* --types ds4 --no-mtp -o $@
 
-# llama.cpp's side of the comparison (bench/compare.sh): a timing program
-# that loads the prebuilt libraries with dlopen, so it builds without them.
-$(BUILD)/bench/llama_time: bench/llama_time.c
-	@mkdir -p $(dir $@)
-	$(CC) -O2 -std=c11 -Wall -Wextra -o $@ $< -ldl
-
-.PHONY: bench-fullwidth
+# bench-long: an 8192-token prompt on fullwidth, where the indexer chooses
+# 512 of up to 2048 compressed rows and the ratio-128 layer attends 64
+# compressed rows: prefill tokens/s, decode tokens/s at that depth, KV
+# bytes and RSS.  bench-fulldepth: the real 43 layers end to end (about
+# 13 GB of synthetic model, made once).
+.PHONY: bench-fullwidth bench-long bench-fulldepth
 bench-fullwidth: $(BINDIR)/ds4ref-bench $(FULLWIDTH_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(FULLWIDTH_MODEL) -p 64 -n 16 --layers
+bench-long: $(BINDIR)/ds4ref-bench $(FULLWIDTH_MODEL)
+	$(BINDIR)/ds4ref-bench -m $(FULLWIDTH_MODEL) -p 8192 -n 16 --warm
+bench-fulldepth: $(BINDIR)/ds4ref-bench $(FULLDEPTH_MODEL)
+	$(BINDIR)/ds4ref-bench -m $(FULLDEPTH_MODEL) -p 256 -n 8 --warm --layers
 
 # Rebuild with gcc/clang x -O0/-O2/-O3 x native/generic (and aarch64 under
 # qemu when installed) and require every golden of vectors/ bit for bit; see

@@ -296,7 +296,7 @@ void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud);
  * tests, goldens and benchmarks without the real model.  The same options
  * give byte-identical files on every machine. */
 typedef struct ds4ref_synth_options {
-    const char *config;        /* "tiny" (default) or "fullwidth" */
+    const char *config;        /* "tiny" (default), "fullwidth" or "fulldepth" */
     int f32;                   /* 1: every float tensor F32; 0: ds4's quant mix (default) */
     uint64_t seed;             /* default 1 */
     const char *vocab_from;    /* NULL, or a Hugging Face tokenizer.json[.xz] to embed */

@@ -21,7 +21,7 @@
 #include "quant/gguf_write.h"
 #include "text/tokenizer.h"
 
-const char *const ds4_synth_configs[] = {"tiny", "fullwidth", NULL};
+const char *const ds4_synth_configs[] = {"tiny", "fullwidth", "fulldepth", NULL};
 
 /* ---------------------------------------------------------------------------
  * Configurations
@@ -31,7 +31,7 @@ typedef struct synth_cfg {
     const char *name;
     uint32_t n_layer, n_embd, n_vocab, n_head, head_dim, n_rot, q_lora, o_lora, o_groups;
     uint32_t n_expert, n_used, n_ff, n_hash, swa, idx_head, idx_dim, idx_topk, ctx;
-    uint32_t ratios[8];
+    uint32_t ratios[64];
 } synth_cfg;
 
 /* tiny: 4 layers covering window-only (hash-routed), ratio 4 with the indexer
@@ -41,12 +41,20 @@ typedef struct synth_cfg {
  * sequences of a few dozen tokens; 32 indexer heads keep exact ties out of
  * the indexer (a score is exactly 0 when every head's q.k is negative).
  * fullwidth: DeepSeek V4 Flash's real per-layer dimensions and vocabulary
- * size, with 3 layers and 16 experts: for benchmarks. */
+ * size, with 3 layers and 16 experts: for benchmarks.
+ * fulldepth: the same with all 43 layers, their ratio pattern (window-only
+ * layers 0 and 1, then ratio 4 on even and 128 on odd layers) and the 3
+ * hash-routed layers of the real model, still 16 experts instead of 256
+ * (about 13 GB): the real model's per-token cost, measured end to end. */
 static const synth_cfg configs[] = {
     {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
      {0, 0, 4, 128}},
     {"fullwidth", 3, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 1, 128, 64, 128,
      512, 65536, {0, 4, 128}},
+    {"fulldepth", 43, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 3, 128, 64, 128,
+     512, 65536, {0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,
+                  4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4,
+                  128, 4, 128, 4}},
 };
 
 static const synth_cfg *find_cfg(const char *name) {
