@@ -122,6 +122,16 @@ $(FULLWIDTH_MODEL) $(FULLDEPTH_MODEL): models/%.gguf: $(BINDIR)/ds4ref-mkmodel
 	@mkdir -p models
 	$(BINDIR)/ds4ref-mkmodel --config $* --types ds4 --no-mtp -o $@
 
+# llama.cpp's side of the comparison (bench/compare.sh): a timing program
+# that loads the prebuilt libraries with dlopen, so it builds without them;
+# and the memory bandwidth probe of the decode roofline (bench/measure.sh).
+$(BUILD)/bench/llama_time: bench/llama_time.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -Wall -Wextra -o $@ $< -ldl
+$(BUILD)/bench/bandwidth: bench/bandwidth.c
+	@mkdir -p $(dir $@)
+	$(CC) -O3 -march=native -std=c11 -Wall -Wextra -fopenmp -o $@ $<
+
 # bench-long: an 8192-token prompt on fullwidth, where the indexer chooses
 # 512 of up to 2048 compressed rows and the ratio-128 layer attends 64
 # compressed rows: prefill tokens/s, decode tokens/s at that depth, KV
