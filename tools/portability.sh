@@ -7,7 +7,8 @@
 #   symbols  its binaries import no libm function whose last bit could depend
 #            on the C library (only the IEEE-exact ones listed below remain);
 #   ds4_test its ds4_test --golden-vectors regenerates the goldens in memory
-#            (chunk 13, every thread) and compares them value by value;
+#            (chunk 13, every thread) and compares them value by value, once
+#            with each kernel variant the build runs here (DS4REF_KERNELS);
 #   regen    tools/make_vectors.sh with its ds4ref-mkmodel and ds4ref, one
 #            thread, rewrites the goldens into a directory of its own, and
 #            each file must equal the committed one byte for byte (the golden
@@ -158,12 +159,25 @@ subset_root() { # dir names...
     done
 }
 
-# ds4_test --golden-vectors of one build, from the repository (or a subset).
+# The kernel variants a build runs on this machine (ds4ref --version).
+kernels_of() { # dir run...
+    local dir=$1
+    shift
+    "$@" "$dir/bin/ds4ref" --version | sed -n 's/.*this machine runs: \(.*\))$/\1/p'
+}
+
+# ds4_test --golden-vectors once with each kernel variant forced.
 check_ds4_test() { # dir threads workdir run...
-    local dir=$1 threads=$2 wd=$3
+    local dir=$1 threads=$2 wd=$3 k rc=0
     shift 3
-    (cd "$wd" && OMP_NUM_THREADS=$threads "$@" "$dir/bin/ds4_test" --golden-vectors) \
-        > "$dir/ds4_test.log" 2>&1
+    : > "$dir/ds4_test.log"
+    for k in $(kernels_of "$dir" "$@"); do
+        echo "--- DS4REF_KERNELS=$k" >> "$dir/ds4_test.log"
+        (cd "$wd" && DS4REF_KERNELS=$k OMP_NUM_THREADS=$threads "$@" "$dir/bin/ds4_test" \
+            --golden-vectors) >> "$dir/ds4_test.log" 2>&1 || rc=1
+    done
+    [ -n "$k" ] || { echo "no kernel variants reported" >> "$dir/ds4_test.log"; rc=1; }
+    return $rc
 }
 
 # tools/make_vectors.sh with this build's binaries, into dir/regen, and
