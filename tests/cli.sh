@@ -92,6 +92,26 @@ check "the first 16 steps of a longer run are the same" quiet ./ds4ref-diff "$tm
 
 # Errors: one line on stderr, distinct statuses.
 check "unknown option -> 2" status_is 2 ./ds4ref --bogus
+
+# Every program: --version, and an unknown option named as one wherever it
+# stands (last on the line too, where a value would be).
+declare -A valid=([ds4ref]="-m $model" [ds4ref-diff]="a.jsonl b.jsonl" [ds4ref-gguf]="info $model"
+                  [ds4ref-mkmodel]="--config tiny" [ds4ref-bench]="-m $model" [ds4_test]="--all")
+for prog in ds4ref ds4ref-diff ds4ref-gguf ds4ref-mkmodel ds4ref-bench ds4_test; do
+    check "$prog --version" grep -q "^$prog [0-9][0-9.]*" <(./$prog --version 2>&1)
+    # shellcheck disable=SC2086
+    check "$prog: a last unknown option -> 2" status_is 2 ./$prog ${valid[$prog]} --bogus
+    check "$prog: ... named as unknown" grep -q "unknown option.*--bogus" "$tmp/stderr"
+done
+status_is 2 ./ds4ref -p hi --ctx
+check "an option without its value says so" grep -q -- "--ctx needs a value" "$tmp/stderr"
+./ds4ref -m $model -p "Hello there" -n 12 --ignore-eos --prefill-chunk 2 --golden-out "$tmp/pc.jsonl" > /dev/null
+check "--prefill-chunk is --chunk" grep -q '"chunk":2,' "$tmp/pc.jsonl"
+# --mtp alone speculates one draft deep, as ds4 does.
+./ds4ref -m $model --mtp models/tiny-mtp.gguf -p "Hello there" -n 12 --ignore-eos --spec-report \
+    --golden-out "$tmp/m1.jsonl" > /dev/null 2> "$tmp/m1.err"
+check "--mtp without --mtp-draft drafts at depth 1" grep -q '"mtp_draft":1,' "$tmp/m1.jsonl"
+check "--mtp without --mtp-draft proposes drafts" grep -q 'proposed=[1-9]' "$tmp/m1.err"
 check "missing model -> 3" status_is 3 ./ds4ref -m "$tmp/none.gguf" -p hi
 printf 'GGUFxxxx' > "$tmp/bad.gguf"
 check "malformed model -> 4" status_is 4 ./ds4ref -m "$tmp/bad.gguf" -p hi
