@@ -159,8 +159,12 @@ typedef struct ds4ref_session ds4ref_session;
 typedef struct ds4ref_session_options {
     uint32_t ctx;              /* positions available (0: the model's, at most 32768) */
     uint32_t chunk;            /* tokens per forward pass (0: the model's max_batch) */
-    /* NULL, or called after every forward pass of a multi-pass evaluation
-     * (a long prompt) with the tokens done so far. */
+    /* NULL, or progress: in ds4ref_session_eval, called after every forward
+     * pass with the tokens done so far of the call's total; in
+     * ds4ref_generate (and per row in ds4ref_generate_batch), for the
+     * prompt only: with 0 of the prompt's length before its first pass,
+     * then after every pass with the prompt tokens done.  The decoding that
+     * follows the prompt reports nothing. */
     void (*progress)(void *ud, uint32_t done, uint32_t total);
     void *progress_ud;
 } ds4ref_session_options;

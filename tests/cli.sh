@@ -47,6 +47,37 @@ check "a batched row prints what the prompt alone prints" \
 check "sampling is reproducible from its seed" cmp -s "$tmp/t1.out" "$tmp/t2.out"
 check "--temp > 0 refuses --golden-out" status_is 2 ./ds4ref -m $model -p hi --temp 1 --golden-out "$tmp/x"
 
+# On a terminal (a pseudo-terminal, through script(1)): the prompt's progress
+# and nothing else on stderr before the text, the line erased when the prompt
+# is done, the text made safe to show, and the speed line at the end.
+story=(-m $model -p "Tell me a story" -n 200 --ignore-eos --chunk 4)
+./ds4ref "${story[@]}" > "$tmp/raw.txt" 2> "$tmp/raw.err"
+check "the speed line ends a run" \
+    grep -q '^ds4ref: prefill: [0-9.]* t/s (32 tokens), generation: [0-9.]* t/s (200 tokens)$' "$tmp/raw.err"
+check "(the raw text holds ESC and invalid UTF-8)" \
+    bash -c 'grep -q $'"'"'\033'"'"' "$1" && ! iconv -f UTF-8 -t UTF-8 "$1" > /dev/null 2>&1' _ "$tmp/raw.txt"
+on_tty() {   # on_tty OUT ARGS...: ds4ref ARGS on a pseudo-terminal, all it shows into OUT
+    local out=$1; shift
+    script -q -c "$(printf '%q ' ./ds4ref "$@")" /dev/null < /dev/null > "$out"
+}
+for mtp in "" "--mtp models/tiny-mtp.gguf --mtp-draft 2"; do
+    # shellcheck disable=SC2086
+    on_tty "$tmp/tty.txt" "${story[@]}" $mtp
+    # What follows the erased progress line: the text, then the speed line.
+    LC_ALL=C awk 'BEGIN { RS = "\033\\[K" } NR == 2' "$tmp/tty.txt" > "$tmp/tty.text"
+    what="on a terminal${mtp:+ with --mtp}"
+    check "$what: progress counts the prompt only" \
+        test "$(grep -ao 'prefill: [0-9]*/[0-9]* tokens' "$tmp/tty.txt" | sort -u | tr '\n' ' ')" = \
+            "$(for i in 0 4 8 12 16 20 24 28; do echo "prefill: $i/32 tokens"; done | sort | tr '\n' ' ')"
+    check "$what: no progress line after the prompt" \
+        bash -c '! grep -aq "prefill: [0-9]*/" "$1"' _ "$tmp/tty.text"
+    check "$what: the text is all there" test "$(sed '/^ds4ref: prefill:/,$d' "$tmp/tty.text" |
+        LC_ALL=C tr -cd 'a-z0-9')" = "$(LC_ALL=C tr -cd 'a-z0-9' < "$tmp/raw.txt")"
+    check "$what: no escape byte in the text, all of it UTF-8" \
+        bash -c '! grep -aq $'"'"'\033'"'"' "$1" && iconv -f UTF-8 -t UTF-8 "$2" > /dev/null' \
+        _ "$tmp/tty.text" "$tmp/tty.txt"
+done
+
 # The OpenMP spin the programs set for themselves (tools/wait_policy.h), seen
 # in the environment of a running ds4ref; a user's own policy is kept.
 env_of_run() {   # env_of_run VAR=VALUE...: ds4ref's environment while it runs

@@ -237,6 +237,55 @@ static void test_generate(void **state) {
     ds4ref_session_free(s2);
 }
 
+/* Progress belongs to the prompt: 0 of its length first, then its tokens
+ * done after each pass, never a decoding step or a verify batch. */
+typedef struct progress_log {
+    uint32_t done[32], total[32], n;
+} progress_log;
+
+static void log_progress(void *ud, uint32_t done, uint32_t total) {
+    progress_log *p = ud;
+    if (p->n < 32) {
+        p->done[p->n] = done;
+        p->total[p->n] = total;
+    }
+    p->n++;
+}
+
+static void test_progress(void **state) {
+    fixture *f = *state;
+    progress_log log = {0};
+    ds4ref_session_options so = {.ctx = 64, .chunk = 4, .progress = log_progress,
+                                 .progress_ud = &log};
+    ds4ref_session *s;
+    ds4ref_error e;
+    assert_int_equal(ds4ref_session_new(f->m, &so, &s, &e), 0);
+    int32_t prompt[10];
+    for (int i = 0; i < 10; i++) prompt[i] = 256 + i;
+    ds4ref_generate_options go;
+    ds4ref_generate_options_init(&go);
+    go.n_tokens = 12;
+    go.stop_at_eos = 0;
+    static const uint32_t want[4] = {0, 4, 8, 10};
+    for (uint32_t draft = 0; draft <= 2; draft += 2) {
+        memset(&log, 0, sizeof(log));
+        go.mtp_draft = draft;
+        assert_int_equal(ds4ref_generate(s, prompt, 10, &go, NULL, NULL, &e), 0);
+        assert_int_equal(log.n, 4);
+        for (uint32_t i = 0; i < 4; i++) {
+            assert_int_equal(log.done[i], want[i]);
+            assert_int_equal(log.total[i], 10);
+        }
+    }
+    /* The session's own evaluations report again afterwards. */
+    memset(&log, 0, sizeof(log));
+    assert_int_equal(ds4ref_session_eval(s, prompt, 3, NULL, &e), 0);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.done[0], 3);
+    assert_int_equal(log.total[0], 3);
+    ds4ref_session_free(s);
+}
+
 typedef struct taps {
     uint32_t hc_ffn, experts, last_layer;
 } taps;
@@ -772,7 +821,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_info_and_tokenizer),
         cmocka_unit_test(test_tensor),            cmocka_unit_test(test_sessions),
-        cmocka_unit_test(test_generate),          cmocka_unit_test(test_taps),
+        cmocka_unit_test(test_generate),          cmocka_unit_test(test_progress),
+        cmocka_unit_test(test_taps),
         cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
         cmocka_unit_test(test_files),             cmocka_unit_test(test_threads_grow),

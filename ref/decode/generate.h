@@ -5,7 +5,11 @@
  * A run starts each session over, evaluates its prompt (shown to the
  * drafter, if any), and generates at most n_steps tokens -- fewer when the
  * context leaves less room (ds4_gen_room), at EOS, or when asked to stop --
- * greedy, speculative or sampled as the spec settings say.  Several rows
+ * greedy, speculative or sampled as the spec settings say.  A session's
+ * progress hook reports the prompt only: 0 of n_prompt before its first
+ * pass, then the prompt tokens done after every pass (across the windows
+ * the prefill may split it into); it is silent while decoding and back in
+ * place afterwards.  Several rows
  * run together share every forward pass (each row its own session, prompt
  * and positions), with the same records each would get alone. */
 #ifndef DS4_RUN_H
