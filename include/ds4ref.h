@@ -225,12 +225,20 @@ typedef struct ds4ref_generate_options {
     double temperature;        /* 0: greedy */
     uint64_t seed;             /* sampling seed (temperature > 0) */
     uint32_t mtp_draft;        /* 0: no speculation; 1..16 with an MTP head */
-    const char *golden_path;   /* outputs, or NULL (greedy runs only) */
+    /* Outputs, or NULL (greedy runs only), each opened before the first
+     * token, so that one that cannot be written fails at once.  vec_path:
+     * an official.vec file to append a new case vec_id (NULL: "ds4ref") to;
+     * an id already there is an error.  The case names its prompt file:
+     * vec_prompt_path, or (NULL) "prompts/<vec_id>.txt"; and the prompt's
+     * text, when given, is written to the prompts folder beside the .vec
+     * file under that name, where ds4_test --logprob-vectors reads it (a
+     * file there with other bytes is an error). */
+    const char *golden_path;
     const char *dump_path;
     const char *vec_path;
     const char *vec_id;
     const char *vec_prompt_path;
-    const uint8_t *prompt_text;   /* recorded in the golden */
+    const uint8_t *prompt_text;   /* recorded in the golden, written beside a vec */
     size_t prompt_text_len;
     /* Set to non-zero asynchronously (e.g. by a SIGINT handler): generation
      * stops, outputs are written marked incomplete, DS4REF_E_INTERRUPTED. */

@@ -15,9 +15,9 @@ check() {   # check NAME CONDITION-COMMAND...
 
 quiet() { "$@" > /dev/null 2>&1; }
 
-status_is() {   # status_is WANT COMMAND...
+status_is() {   # status_is WANT COMMAND...: stdout into $tmp/out.txt, stderr into $tmp/stderr
     local want=$1; shift
-    "$@" > /dev/null 2> "$tmp/stderr"
+    "$@" > "$tmp/out.txt" 2> "$tmp/stderr"
     local got=$?
     [ "$got" -eq "$want" ] || { echo "  exit status $got, expected $want: $(cat "$tmp/stderr")"; return 1; }
     [ "$(wc -l < "$tmp/stderr")" -ge 1 ] || [ "$want" -eq 0 ]
@@ -120,6 +120,38 @@ check "--nothink -sys \"\" renders BOS User ... Assistant </think>" \
 check "dump-logprobs agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/d.json" --min-top1 1 --max-dlogprob 1e-6
 check "vec case agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/v.vec" --min-top1 1 --max-dlogprob 1e-6
 check "the first 16 steps of a longer run are the same" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/a.jsonl" --all-steps --min-top1 1 --max-dlogprob 0
+
+# Outputs are opened before the first token: a path that cannot be written
+# fails at once (nothing generated), naming the path the user gave.
+for out in --golden-out --dump-logprobs --vec-out --logits-out; do
+    check "$out into a missing folder -> 3" \
+        status_is 3 ./ds4ref -m $model -p "Hello there" -n 8 $out "$tmp/missing/x"
+    check "$out: ... before the first token, naming the path" \
+        bash -c '[ ! -s "$1" ] && grep -q "^ds4ref: $2: cannot be created" "$3" && ! grep -q "\.tmp\." "$3"' \
+        _ "$tmp/out.txt" "$tmp/missing/x" "$tmp/stderr"
+done
+# A vec case: its id must be new to the file, and its prompt is written where
+# ds4_test --logprob-vectors finds it, whichever folder the .vec goes to.
+mkdir -p "$tmp/p" "$tmp/v1" "$tmp/v2"
+printf 'What is the capital of Italy?' > "$tmp/p/italy.txt"
+vec_run() { ./ds4ref -m $model -sys "" --nothink -n 16 --ignore-eos "$@" > "$tmp/out.txt"; }
+vec_run --prompt-file "$tmp/p/italy.txt" --vec-out "$tmp/v1/x.vec"
+cp "$tmp/v1/x.vec" "$tmp/v1/x.before"
+check "--vec-out with an id already there -> 2" \
+    status_is 2 vec_run --prompt-file "$tmp/p/italy.txt" --vec-out "$tmp/v1/x.vec"
+check "... said before the first token, the file unchanged" bash -c '[ ! -s "$1" ] &&
+    grep -q "case italy already exists" "$2" && cmp -s "$3" "$4"' \
+    _ "$tmp/out.txt" "$tmp/stderr" "$tmp/v1/x.vec" "$tmp/v1/x.before"
+check "--vec-out copies --prompt-file beside the .vec" cmp -s "$tmp/p/italy.txt" "$tmp/v1/prompts/italy.txt"
+vec_run -p "Hello there" --vec-id hello --vec-out "$tmp/v2/y.vec"
+check "--vec-out with -p records prompts/ID.txt" grep -q '^case hello [0-9]* 16 prompts/hello.txt$' "$tmp/v2/y.vec"
+check "... and writes it there" test "$(cat "$tmp/v2/prompts/hello.txt")" = "Hello there"
+for v in "$tmp/v1/x.vec" "$tmp/v2/y.vec"; do
+    check "ds4_test --logprob-vectors runs a .vec written elsewhere ($(basename "$v"))" \
+        quiet env DS4_TEST_MODEL=$model DS4_TEST_VECTOR_FILE="$v" ./ds4_test --logprob-vectors
+done
+check "--vec-out with --tokens-file (no prompt text) -> 2" \
+    status_is 2 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 4 --vec-out "$tmp/v2/z.vec"
 
 # Errors: one line on stderr, distinct statuses.
 check "unknown option -> 2" status_is 2 ./ds4ref --bogus

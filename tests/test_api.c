@@ -286,6 +286,61 @@ static void test_progress(void **state) {
     ds4ref_session_free(s);
 }
 
+/* Outputs are opened before the first token: a path that cannot be written
+ * and a .vec case that is already there fail before any step.  A case's
+ * prompt goes to prompts/ beside the .vec file. */
+static void test_outputs_first(void **state) {
+    fixture *f = *state;
+    char *dir = tu_tmpdir();
+    char *vec = tu_path(dir, "x.vec"), *pdir = tu_path(dir, "prompts");
+    char *ptxt = tu_path(pdir, "t.txt"), *missing = tu_path(dir, "no/such/d.json");
+    ds4ref_session *s;
+    ds4ref_error e;
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &s, &e), 0);
+    int32_t prompt[6] = {256, 258, 72, 105, 259, 261};
+    ds4ref_generate_options go;
+    ds4ref_generate_options_init(&go);
+    go.n_tokens = 4;
+    go.stop_at_eos = 0;
+    go.dump_path = missing;
+    rec r = {0};
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), DS4REF_E_IO);
+    assert_int_equal(r.n, 0);
+    assert_non_null(strstr(e.message, missing));
+    go.dump_path = NULL;
+    go.vec_path = vec;
+    go.vec_id = "t";
+    go.prompt_text = (const uint8_t *)"hi";
+    go.prompt_text_len = 2;
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), 0);
+    assert_int_equal(r.n, 4);
+    char *data;
+    size_t len;
+    assert_int_equal(ds4ref_read_file(ptxt, &data, &len, &e), 0);
+    assert_true(len == 2 && !memcmp(data, "hi", 2));
+    ds4ref_free(data);
+    assert_int_equal(ds4ref_read_file(vec, &data, &len, &e), 0);
+    assert_non_null(strstr(data, "\ncase t 4096 4 prompts/t.txt\n"));
+    ds4ref_free(data);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), DS4REF_E_ARG);
+    assert_int_equal(r.n, 0);
+    assert_non_null(strstr(e.message, "case t already exists"));
+    /* No text and no prompt file: the case could name no prompt. */
+    go.vec_id = "u";
+    go.prompt_text = NULL;
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), DS4REF_E_ARG);
+    assert_int_equal(r.n, 0);
+    ds4ref_session_free(s);
+    remove(ptxt);
+    tu_rmdir(pdir);
+    remove(vec);
+    tu_rmdir(dir);
+    free(vec);
+    free(ptxt);
+    free(missing);
+}
+
 typedef struct taps {
     uint32_t hc_ffn, experts, last_layer;
 } taps;
@@ -822,7 +877,7 @@ int main(void) {
         cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_info_and_tokenizer),
         cmocka_unit_test(test_tensor),            cmocka_unit_test(test_sessions),
         cmocka_unit_test(test_generate),          cmocka_unit_test(test_progress),
-        cmocka_unit_test(test_taps),
+        cmocka_unit_test(test_outputs_first),     cmocka_unit_test(test_taps),
         cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
         cmocka_unit_test(test_files),             cmocka_unit_test(test_threads_grow),

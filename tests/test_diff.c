@@ -442,7 +442,9 @@ static void test_load_detects_kind(void **state) {
     golden_a(&a);
     ds4err err = {0};
     assert_int_equal(ds4_golden_write(&a, pg, &err), 0);
-    assert_int_equal(ds4_dump_write(&a, pd, &err), 0);
+    ds4_afile fd;
+    assert_int_equal(ds4_afile_open(&fd, pd, &err), 0);
+    assert_int_equal(ds4_dump_write(&a, &fd, &err), 0);
     ds4_lpv_append_opts o1 = {"one", "p", 3, false}, o2 = {"two", "p", 3, false};
     assert_int_equal(ds4_lpv_append(pv, &a, &o1, &err), 0);
 

@@ -497,11 +497,11 @@ static int generate(const cli *c, ds4ref_session *s, const ids *t, const char *t
     o.dump_path = c->dump_logprobs;
     o.vec_path = c->vec_out;
     o.vec_id = vec_id;
-    o.vec_prompt_path = c->prompt_file ? c->prompt_file : "prompt.txt";
+    o.vec_prompt_path = c->prompt_file;
     o.prompt_text = (const uint8_t *)text;
     o.prompt_text_len = text_len;
     int rc = ds4ref_generate(s, t->v, t->n, &o, print_step, v, err);
-    end_text(v);
+    if (v->sp.steps) end_text(v);
     print_report(c, &st);
     print_speed(&v->sp);
     return rc;

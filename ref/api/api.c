@@ -412,8 +412,7 @@ static int generate_recorded(ds4ref_session *s, const int32_t *prompt, uint32_t 
     ds4_run_opts ro = {
         .n_steps = gr->n_steps, .top_k = gr->top_k, .stop_at_eos = gr->stop_at_eos,
         .golden_path = o->golden_path, .dump_path = o->dump_path, .vec_path = o->vec_path,
-        .vec_id = o->vec_id ? o->vec_id : "ds4ref",
-        .vec_prompt_path = o->vec_prompt_path ? o->vec_prompt_path : "prompt.txt",
+        .vec_id = o->vec_id, .vec_prompt_path = o->vec_prompt_path,
         .prompt_text = o->prompt_text, .prompt_text_len = o->prompt_text_len,
         .on_step = bridge_step, .step_ud = b, .stop = o->stop, .spec = gr->spec, .stats = st,
     };
