@@ -356,23 +356,28 @@ int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_
 /* Comparing two token streams with log-probabilities, as ds4ref-diff does
  * (the figures are defined in docs/FORMATS.md, section 4).  Either file may
  * be a ds4ref golden, a ds4 --dump-logprobs JSON or an official.vec file;
- * the kind is told from the content.  The first file is the reference. */
+ * the kind is told from the content (a file of none of these kinds is
+ * DS4REF_E_FORMAT, "not a golden, ds4 dump or official.vec").  The first
+ * file is the reference. */
 typedef struct ds4ref_diff_options {
     const char *case_id;       /* the case of an official.vec file (NULL: it must hold one) */
     int all_steps;             /* also compare the steps after the first divergence */
     int json;                  /* the report as one JSON object (else text) */
     int quiet;                 /* text report without the per-step lines */
     /* Thresholds; a negative value (or NAN) leaves one unchecked.  A
-     * threshold whose figure cannot be measured counts as violated. */
+     * threshold whose figure cannot be measured counts as violated.  With
+     * none at all (and no exact), min_top1 = 1 is checked: a divergence
+     * fails. */
     double max_dlogprob;       /* largest |dlogprob| over the common tokens */
-    double min_top1;           /* share of the reference's greedy tokens reproduced */
+    double min_top1;           /* share of the compared steps whose tokens agree */
     double min_top5_overlap;   /* mean top-5 overlap fraction */
     double min_top20_overlap;  /* mean top-20 overlap fraction */
     double max_kl;             /* largest per-step KL(reference || other) */
     int exact;                 /* require bit-identity in everything both record */
 } ds4ref_diff_options;
 
-/* No threshold, text report with the per-step lines. */
+/* No threshold given (so min_top1 = 1 applies), text report with the
+ * per-step lines. */
 void ds4ref_diff_options_init(ds4ref_diff_options *o);
 
 typedef struct ds4ref_diff_result {
@@ -383,7 +388,7 @@ typedef struct ds4ref_diff_result {
     uint32_t n_steps_a;        /* steps of the reference (golden) */
     uint32_t n_steps_b;        /* steps of the other file */
     uint32_t n_compared;       /* steps compared */
-    double top1;               /* share of the reference's tokens reproduced */
+    double top1;               /* share of the compared steps whose tokens agree (NAN: none) */
     double max_dlogprob;       /* NAN when no token is common to both sides */
     double max_kl;             /* NAN when no step has a KL */
 } ds4ref_diff_result;

@@ -20,7 +20,8 @@ status_is() {   # status_is WANT COMMAND...: stdout into $tmp/out.txt, stderr in
     "$@" > "$tmp/out.txt" 2> "$tmp/stderr"
     local got=$?
     [ "$got" -eq "$want" ] || { echo "  exit status $got, expected $want: $(cat "$tmp/stderr")"; return 1; }
-    [ "$(wc -l < "$tmp/stderr")" -ge 1 ] || [ "$want" -eq 0 ]
+    # An error (2 and up) says why on stderr; 1 is ds4ref-diff's verdict.
+    [ "$(wc -l < "$tmp/stderr")" -ge 1 ] || [ "$want" -le 1 ]
 }
 
 # Goldens: bit-identical whatever the threads and chunk size.
@@ -120,6 +121,16 @@ check "--nothink -sys \"\" renders BOS User ... Assistant </think>" \
 check "dump-logprobs agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/d.json" --min-top1 1 --max-dlogprob 1e-6
 check "vec case agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/v.vec" --min-top1 1 --max-dlogprob 1e-6
 check "the first 16 steps of a longer run are the same" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/a.jsonl" --all-steps --min-top1 1 --max-dlogprob 0
+# Verdicts as a user reads them: the README's thresholds against a 16-step
+# official.vec pass (top1 is over the compared steps); a divergence with no
+# threshold fails; a file of none of the three kinds says so.
+check "a 40-step golden against its 16-step vec: the README's thresholds pass" \
+    quiet ./ds4ref-diff "$tmp/a.jsonl" "$tmp/v.vec" --max-dlogprob 0.05 --min-top1 1.0
+check "a divergence without thresholds fails -> 1" status_is 1 ./ds4ref-diff \
+    vectors/tiny-ds4-qaton-capital.jsonl vectors/tiny-ds4-qatoff-capital.jsonl
+check "... and says why" grep -q '^  violated: --min-top1 1 (the default when no threshold is given)' "$tmp/out.txt"
+check "a file of none of the kinds -> 4, said so" status_is 4 ./ds4ref-diff "$tmp/a.jsonl" $model
+check "... said so" grep -q "tiny.gguf: not a golden, ds4 dump or official.vec" "$tmp/stderr"
 
 # Outputs are opened before the first token: a path that cannot be written
 # fails at once (nothing generated), naming the path the user gave.
