@@ -176,6 +176,10 @@ void ds4ref_session_free(ds4ref_session *s);
 /* Tokens evaluated so far (the next position). */
 uint32_t ds4ref_session_pos(const ds4ref_session *s);
 
+/* The session's context: the most positions it holds (its ctx option, or
+ * the default that replaced 0). */
+uint32_t ds4ref_session_ctx(const ds4ref_session *s);
+
 /* Append n tokens.  logits: NULL, or room for n rows of n_vocab floats that
  * receive the logits after each of them. */
 int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *logits,
@@ -258,6 +262,13 @@ typedef struct ds4ref_spec_stats {
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size);
 
 void ds4ref_generate_options_init(ds4ref_generate_options *o);
+
+/* How many of n_tokens a generation from a prompt of n_prompt tokens makes
+ * on this session: fewer when the context is too small (the last token
+ * generated is never evaluated, so n_prompt + n - 1 positions must fit),
+ * 0 when the prompt itself does not fit (ds4ref_generate refuses it).  For
+ * a program that wants to say so before it starts. */
+uint32_t ds4ref_generate_room(const ds4ref_session *s, size_t n_prompt, uint32_t n_tokens);
 
 /* Evaluate the prompt on the (reset) session and generate, calling fn after
  * each token.  Greedy by default; speculative with an MTP head and

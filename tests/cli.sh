@@ -192,6 +192,9 @@ check "malformed model -> 4" status_is 4 ./ds4ref -m "$tmp/bad.gguf" -p hi
 printf '1 2 999999' > "$tmp/badtok.txt"
 check "token id out of range -> 7" status_is 7 ./ds4ref -m $model --tokens-file "$tmp/badtok.txt" -n 1
 check "context too small for the prompt -> 7" status_is 7 ./ds4ref -m $model -p "Hello there" --ctx 3 -n 1
+check "... suggesting the --ctx that holds it" grep -q -- "give --ctx 28 or more" "$tmp/stderr"
+check "-n cut short by --ctx" status_is 0 ./ds4ref -m $model -p "Hello there" --ctx 40 -n 50 --ignore-eos
+check "... says so on stderr" grep -q -- "^ds4ref: -n 50 cut to 13 tokens: .* context of 40" "$tmp/stderr"
 check "--help -> 0" status_is 0 ./ds4ref --help
 
 [ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"

@@ -172,6 +172,15 @@ static void test_sessions(void **state) {
     assert_memory_equal(one, all + 29 * 512, sizeof(float) * 512);
     int32_t many[40] = {0};
     assert_int_equal(ds4ref_session_eval(s, many, 40, NULL, &e), DS4REF_E_RANGE);
+    /* The room a generation has: the last token is never evaluated. */
+    assert_int_equal(ds4ref_session_ctx(s), 64);
+    assert_int_equal(ds4ref_generate_room(s, 6, 100), 59);
+    assert_int_equal(ds4ref_generate_room(s, 6, 59), 59);
+    assert_int_equal(ds4ref_generate_room(s, 64, 5), 1);
+    assert_int_equal(ds4ref_generate_room(s, 65, 5), 0);
+    ds4ref_session_free(s);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &s, &e), 0);
+    assert_int_equal(ds4ref_session_ctx(s), 4096);   /* the tiny model's context */
     ds4ref_session_free(s);
     free(all);
     free(one);

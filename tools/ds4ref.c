@@ -451,6 +451,25 @@ static int write_logits(ds4ref_model *m, ds4ref_session *s, const ids *t, const 
     return rc;
 }
 
+/* Said before any work: a prompt the context cannot hold is refused with
+ * the --ctx that holds it, and a -n the context cuts short is said so.
+ * who names the row of a batch ("" alone). */
+static int check_room(const cli *c, const ds4ref_session *s, size_t n_prompt, const char *who,
+                      ds4ref_error *err) {
+    uint32_t ctx = ds4ref_session_ctx(s), want = (uint32_t)c->n_predict;
+    uint64_t need = n_prompt + (want ? want - 1 : 0);
+    if (n_prompt > ctx)
+        return set_err(err, DS4REF_E_RANGE, "%sthe prompt has %zu tokens, more than the context "
+                       "of %u: give --ctx %llu or more (the prompt and -n %u)", who, n_prompt,
+                       ctx, (unsigned long long)need, want);
+    uint32_t room = ds4ref_generate_room(s, n_prompt, want);
+    if (room < want)
+        fprintf(stderr, "ds4ref: %s-n %u cut to %u tokens: that is what a context of %u leaves "
+                "after the %zu-token prompt (--ctx %llu makes room for all)\n", who, want, room,
+                ctx, n_prompt, (unsigned long long)need);
+    return 0;
+}
+
 static int print_step(void *ud, const ds4ref_step *st) {
     view *v = ud;
     step_seen(&v->sp);
@@ -566,8 +585,11 @@ static int run_batch(const cli *c, ds4ref_model *m, char **lines, uint32_t n,
     batch_text *texts = calloc(n, sizeof(*texts));
     int rc = rows && prompts && pv && lens && texts ? 0 : set_err(err, DS4REF_E_NOMEM, "out of memory");
     for (uint32_t i = 0; !rc && i < n; i++) {
+        char who[32];
+        snprintf(who, sizeof(who), "prompt %u: ", i + 1);
         rc = chat_ids(c, m, lines[i], strlen(lines[i]), &prompts[i], err);
         if (!rc) rc = ds4ref_session_new(m, so, &rows[i], err);
+        if (!rc) rc = check_room(c, rows[i], prompts[i].n, who, err);
         pv[i] = prompts[i].v;
         lens[i] = prompts[i].n;
     }
@@ -635,7 +657,8 @@ static int run(const cli *c, ds4ref_error *err) {
               .term = isatty(STDOUT_FILENO), .sp = {.prompt_tokens = t.n, .rows = 1}};
     so.progress = progress;
     so.progress_ud = &v;
-    if ((rc = ds4ref_session_new(m, &so, &s, err))) goto done;
+    if ((rc = ds4ref_session_new(m, &so, &s, err)) || (rc = check_room(c, s, t.n, "", err)))
+        goto done;
     if (c->logits_out) {
         if ((rc = write_logits(m, s, &t, c->logits_out, err)) || !c->n_predict) goto done;
     }

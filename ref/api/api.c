@@ -276,6 +276,8 @@ void ds4ref_session_free(ds4ref_session *s) {
 
 uint32_t ds4ref_session_pos(const ds4ref_session *s) { return ds4_session_pos(&s->s); }
 
+uint32_t ds4ref_session_ctx(const ds4ref_session *s) { return s->s.kv.ctx; }
+
 int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *logits,
                         ds4ref_error *err) {
     ds4err e = {0};
@@ -330,6 +332,12 @@ void ds4ref_generate_options_init(ds4ref_generate_options *o) {
     o->top_k = 20;
     o->stop_at_eos = 1;
     o->seed = 1;
+}
+
+uint32_t ds4ref_generate_room(const ds4ref_session *s, size_t n_prompt, uint32_t n_tokens) {
+    bool clamped;
+    if (n_prompt > UINT32_MAX) return 0;
+    return ds4_gen_room(&s->s, (uint32_t)n_prompt, n_tokens, &clamped);
 }
 
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size) {

@@ -5,7 +5,11 @@
 #include <string.h>
 
 uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped) {
-    uint64_t free_pos = s->kv.ctx > n_prompt ? s->kv.ctx - n_prompt : 0;
+    if (n_prompt > s->kv.ctx) {   /* refused by ds4_gen_check_prompt */
+        *clamped = want > 0;
+        return 0;
+    }
+    uint64_t free_pos = s->kv.ctx - n_prompt;
     *clamped = (uint64_t)want > free_pos + 1;
     return *clamped ? (uint32_t)(free_pos + 1) : want;
 }

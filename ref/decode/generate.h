@@ -57,7 +57,8 @@ typedef struct ds4_gen_run {
 
 /* How many of `want` steps fit after a prompt of n_prompt tokens: the last
  * generated token is never evaluated, so want steps fit when
- * n_prompt + want - 1 <= ctx.  *clamped says whether room cut want. */
+ * n_prompt + want - 1 <= ctx; none when the prompt itself does not fit.
+ * *clamped says whether room cut want. */
 uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped);
 
 /* The checks a prompt must pass before anything is started: not empty,
