@@ -93,7 +93,10 @@ typedef struct ds4ref_model ds4ref_model;
 typedef struct ds4ref_model_options {
     const char *path;          /* base model GGUF */
     const char *mtp_path;      /* MTP head GGUF, or NULL */
-    int qat;                   /* 1: official FP8 KV / FP4 indexer simulation (default) */
+    /* 1: official FP8 KV / FP4 indexer simulation (default).  A model whose
+     * key_length - rope.dimension_count is not a multiple of the FP8 blocks
+     * of 64 runs with 0 only (DS4REF_E_UNSUPPORTED otherwise). */
+    int qat;
     uint32_t max_batch;        /* most tokens of one forward pass (default 256) */
 } ds4ref_model_options;
 
@@ -319,7 +322,8 @@ void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud);
  * tests, goldens and benchmarks without the real model.  The same options
  * give byte-identical files on every machine. */
 typedef struct ds4ref_synth_options {
-    const char *config;        /* "tiny" (default), "fullwidth" or "fulldepth" */
+    const char *config;        /* "tiny" (default), "tiny-k64" (QAT off only),
+                                  "fullwidth" or "fulldepth" */
     int f32;                   /* 1: every float tensor F32; 0: ds4's quant mix (default) */
     uint64_t seed;             /* default 1 */
     const char *vocab_from;    /* NULL, or a Hugging Face tokenizer.json[.xz] to embed */

@@ -164,6 +164,14 @@ done
 check "--vec-out with --tokens-file (no prompt text) -> 2" \
     status_is 2 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 4 --vec-out "$tmp/v2/z.vec"
 
+# A model the official code runs with QAT off only (heads of 64, RoPE on 16)
+# loads; QAT on is refused with the reason and the way out.
+./ds4ref-mkmodel --config tiny-k64 -o "$tmp/k64.gguf"
+check "a QAT-off-only model with QAT on -> 8" status_is 8 ./ds4ref -m "$tmp/k64.gguf" -p hi -n 4
+check "... saying why, and --qat off" grep -q "not a multiple of 64: run it with QAT off (--qat off)" "$tmp/stderr"
+check "... runs with --qat off (and its MTP head)" status_is 0 ./ds4ref -m "$tmp/k64.gguf" --qat off \
+    --mtp "$tmp/k64-mtp.gguf" -p hi -n 4 --ignore-eos
+
 # Errors: one line on stderr, distinct statuses.
 check "unknown option -> 2" status_is 2 ./ds4ref --bogus
 

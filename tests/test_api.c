@@ -73,6 +73,35 @@ static void test_open_errors(void **state) {
     assert_string_equal(ds4ref_status_name(DS4REF_E_RANGE), "DS4REF_E_RANGE");
 }
 
+/* A model of a shape that runs with QAT off only opens with it off; QAT on
+ * is refused with a message that says why and what to do. */
+static void test_qat_off_only(void **state) {
+    fixture *f = *state;
+    char *path = tu_path(f->dir, "k64.gguf");
+    ds4ref_synth_options so;
+    ds4ref_synth_options_init(&so);
+    so.config = "tiny-k64";
+    ds4ref_error e;
+    assert_int_equal(ds4ref_synth_write(&so, path, NULL, &e), 0);
+    ds4ref_model_options mo;
+    ds4ref_model_options_init(&mo);
+    mo.path = path;
+    ds4ref_model *m = NULL;
+    assert_int_equal(ds4ref_model_open(&mo, &m, &e), DS4REF_E_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(e.message, path));
+    assert_non_null(strstr(e.message, "not a multiple of 64"));
+    assert_non_null(strstr(e.message, "QAT off"));
+    mo.qat = 0;
+    assert_int_equal(ds4ref_model_open(&mo, &m, &e), 0);
+    ds4ref_model_info in;
+    ds4ref_model_get_info(m, &in);
+    assert_int_equal(in.head_dim, 64);
+    ds4ref_model_close(m);
+    remove(path);
+    free(path);
+}
+
 static void test_info_and_tokenizer(void **state) {
     fixture *f = *state;
     ds4ref_model_info in;
@@ -883,7 +912,8 @@ static void test_files(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_info_and_tokenizer),
+        cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_qat_off_only),
+        cmocka_unit_test(test_info_and_tokenizer),
         cmocka_unit_test(test_tensor),            cmocka_unit_test(test_sessions),
         cmocka_unit_test(test_generate),          cmocka_unit_test(test_progress),
         cmocka_unit_test(test_outputs_first),     cmocka_unit_test(test_taps),
