@@ -190,7 +190,9 @@ python-test: all
 mutants:
 	tools/mutants.sh $(BUILD)/mutants
 
-# make install PREFIX=/usr/local: header, libraries, binaries, pkg-config file.
+# make install PREFIX=/usr/local: header, libraries, the ds4ref programs,
+# pkg-config file.  ds4_test is not installed: it runs from the source tree
+# (vectors/, ../shared), and its name would be too generic in a bin/.
 PREFIX ?= /usr/local
 VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' base/version.h)
 .PHONY: install examples
@@ -200,7 +202,7 @@ install: all
 	install -m 644 $(BUILD)/libds4ref.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libds4ref.so $(DESTDIR)$(PREFIX)/lib/libds4ref.so.1
 	ln -sf libds4ref.so.1 $(DESTDIR)$(PREFIX)/lib/libds4ref.so
-	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(filter-out $(BINDIR)/ds4_test,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ds4ref.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ds4ref.pc
 

@@ -190,8 +190,9 @@ int ds4_afile_open(ds4_afile *f, const char *path, ds4err *err) {
     f->fd = mkostemp(f->tmp, O_CLOEXEC);
     if (f->fd < 0) {
         int e = errno;
-        ds4err_set(err, DS4_E_IO, "%s: cannot create temporary file %s: %s", path, f->tmp,
-                   strerror(e));
+        /* The temporary file's random name would only confuse: the
+         * target is what the user named, and its folder what is wrong. */
+        ds4err_set(err, DS4_E_IO, "%s: cannot be created: %s", path, strerror(e));
         afile_release(f);
         return -1;
     }

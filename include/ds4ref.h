@@ -93,7 +93,10 @@ typedef struct ds4ref_model ds4ref_model;
 typedef struct ds4ref_model_options {
     const char *path;          /* base model GGUF */
     const char *mtp_path;      /* MTP head GGUF, or NULL */
-    int qat;                   /* 1: official FP8 KV / FP4 indexer simulation (default) */
+    /* 1: official FP8 KV / FP4 indexer simulation (default).  A model whose
+     * key_length - rope.dimension_count is not a multiple of the FP8 blocks
+     * of 64 runs with 0 only (DS4REF_E_UNSUPPORTED otherwise). */
+    int qat;
     uint32_t max_batch;        /* most tokens of one forward pass (default 256) */
 } ds4ref_model_options;
 
@@ -159,8 +162,12 @@ typedef struct ds4ref_session ds4ref_session;
 typedef struct ds4ref_session_options {
     uint32_t ctx;              /* positions available (0: the model's, at most 32768) */
     uint32_t chunk;            /* tokens per forward pass (0: the model's max_batch) */
-    /* NULL, or called after every forward pass of a multi-pass evaluation
-     * (a long prompt) with the tokens done so far. */
+    /* NULL, or progress: in ds4ref_session_eval, called after every forward
+     * pass with the tokens done so far of the call's total; in
+     * ds4ref_generate (and per row in ds4ref_generate_batch), for the
+     * prompt only: with 0 of the prompt's length before its first pass,
+     * then after every pass with the prompt tokens done.  The decoding that
+     * follows the prompt reports nothing. */
     void (*progress)(void *ud, uint32_t done, uint32_t total);
     void *progress_ud;
 } ds4ref_session_options;
@@ -171,6 +178,10 @@ void ds4ref_session_free(ds4ref_session *s);
 
 /* Tokens evaluated so far (the next position). */
 uint32_t ds4ref_session_pos(const ds4ref_session *s);
+
+/* The session's context: the most positions it holds (its ctx option, or
+ * the default that replaced 0). */
+uint32_t ds4ref_session_ctx(const ds4ref_session *s);
 
 /* Append n tokens.  logits: NULL, or room for n rows of n_vocab floats that
  * receive the logits after each of them. */
@@ -221,12 +232,20 @@ typedef struct ds4ref_generate_options {
     double temperature;        /* 0: greedy */
     uint64_t seed;             /* sampling seed (temperature > 0) */
     uint32_t mtp_draft;        /* 0: no speculation; 1..16 with an MTP head */
-    const char *golden_path;   /* outputs, or NULL (greedy runs only) */
+    /* Outputs, or NULL (greedy runs only), each opened before the first
+     * token, so that one that cannot be written fails at once.  vec_path:
+     * an official.vec file to append a new case vec_id (NULL: "ds4ref") to;
+     * an id already there is an error.  The case names its prompt file:
+     * vec_prompt_path, or (NULL) "prompts/<vec_id>.txt"; and the prompt's
+     * text, when given, is written to the prompts folder beside the .vec
+     * file under that name, where ds4_test --logprob-vectors reads it (a
+     * file there with other bytes is an error). */
+    const char *golden_path;
     const char *dump_path;
     const char *vec_path;
     const char *vec_id;
     const char *vec_prompt_path;
-    const uint8_t *prompt_text;   /* recorded in the golden */
+    const uint8_t *prompt_text;   /* recorded in the golden, written beside a vec */
     size_t prompt_text_len;
     /* Set to non-zero asynchronously (e.g. by a SIGINT handler): generation
      * stops, outputs are written marked incomplete, DS4REF_E_INTERRUPTED. */
@@ -246,6 +265,13 @@ typedef struct ds4ref_spec_stats {
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size);
 
 void ds4ref_generate_options_init(ds4ref_generate_options *o);
+
+/* How many of n_tokens a generation from a prompt of n_prompt tokens makes
+ * on this session: fewer when the context is too small (the last token
+ * generated is never evaluated, so n_prompt + n - 1 positions must fit),
+ * 0 when the prompt itself does not fit (ds4ref_generate refuses it).  For
+ * a program that wants to say so before it starts. */
+uint32_t ds4ref_generate_room(const ds4ref_session *s, size_t n_prompt, uint32_t n_tokens);
 
 /* Evaluate the prompt on the (reset) session and generate, calling fn after
  * each token.  Greedy by default; speculative with an MTP head and
@@ -296,7 +322,8 @@ void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud);
  * tests, goldens and benchmarks without the real model.  The same options
  * give byte-identical files on every machine. */
 typedef struct ds4ref_synth_options {
-    const char *config;        /* "tiny" (default), "fullwidth" or "fulldepth" */
+    const char *config;        /* "tiny" (default), "tiny-k64" (QAT off only),
+                                  "fullwidth" or "fulldepth" */
     int f32;                   /* 1: every float tensor F32; 0: ds4's quant mix (default) */
     uint64_t seed;             /* default 1 */
     const char *vocab_from;    /* NULL, or a Hugging Face tokenizer.json[.xz] to embed */
@@ -344,23 +371,28 @@ int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_
 /* Comparing two token streams with log-probabilities, as ds4ref-diff does
  * (the figures are defined in docs/FORMATS.md, section 4).  Either file may
  * be a ds4ref golden, a ds4 --dump-logprobs JSON or an official.vec file;
- * the kind is told from the content.  The first file is the reference. */
+ * the kind is told from the content (a file of none of these kinds is
+ * DS4REF_E_FORMAT, "not a golden, ds4 dump or official.vec").  The first
+ * file is the reference. */
 typedef struct ds4ref_diff_options {
     const char *case_id;       /* the case of an official.vec file (NULL: it must hold one) */
     int all_steps;             /* also compare the steps after the first divergence */
     int json;                  /* the report as one JSON object (else text) */
     int quiet;                 /* text report without the per-step lines */
     /* Thresholds; a negative value (or NAN) leaves one unchecked.  A
-     * threshold whose figure cannot be measured counts as violated. */
+     * threshold whose figure cannot be measured counts as violated.  With
+     * none at all (and no exact), min_top1 = 1 is checked: a divergence
+     * fails. */
     double max_dlogprob;       /* largest |dlogprob| over the common tokens */
-    double min_top1;           /* share of the reference's greedy tokens reproduced */
+    double min_top1;           /* share of the compared steps whose tokens agree */
     double min_top5_overlap;   /* mean top-5 overlap fraction */
     double min_top20_overlap;  /* mean top-20 overlap fraction */
     double max_kl;             /* largest per-step KL(reference || other) */
     int exact;                 /* require bit-identity in everything both record */
 } ds4ref_diff_options;
 
-/* No threshold, text report with the per-step lines. */
+/* No threshold given (so min_top1 = 1 applies), text report with the
+ * per-step lines. */
 void ds4ref_diff_options_init(ds4ref_diff_options *o);
 
 typedef struct ds4ref_diff_result {
@@ -371,7 +403,7 @@ typedef struct ds4ref_diff_result {
     uint32_t n_steps_a;        /* steps of the reference (golden) */
     uint32_t n_steps_b;        /* steps of the other file */
     uint32_t n_compared;       /* steps compared */
-    double top1;               /* share of the reference's tokens reproduced */
+    double top1;               /* share of the compared steps whose tokens agree (NAN: none) */
     double max_dlogprob;       /* NAN when no token is common to both sides */
     double max_kl;             /* NAN when no step has a KL */
 } ds4ref_diff_result;

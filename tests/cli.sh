@@ -15,12 +15,13 @@ check() {   # check NAME CONDITION-COMMAND...
 
 quiet() { "$@" > /dev/null 2>&1; }
 
-status_is() {   # status_is WANT COMMAND...
+status_is() {   # status_is WANT COMMAND...: stdout into $tmp/out.txt, stderr into $tmp/stderr
     local want=$1; shift
-    "$@" > /dev/null 2> "$tmp/stderr"
+    "$@" > "$tmp/out.txt" 2> "$tmp/stderr"
     local got=$?
     [ "$got" -eq "$want" ] || { echo "  exit status $got, expected $want: $(cat "$tmp/stderr")"; return 1; }
-    [ "$(wc -l < "$tmp/stderr")" -ge 1 ] || [ "$want" -eq 0 ]
+    # An error (2 and up) says why on stderr; 1 is ds4ref-diff's verdict.
+    [ "$(wc -l < "$tmp/stderr")" -ge 1 ] || [ "$want" -le 1 ]
 }
 
 # Goldens: bit-identical whatever the threads and chunk size.
@@ -46,6 +47,37 @@ check "a batched row prints what the prompt alone prints" \
 ./ds4ref -m $model -p "Hello there" --temp 0.9 --seed 7 -n 20 --ignore-eos -t 1 --chunk 3 > "$tmp/t2.out"
 check "sampling is reproducible from its seed" cmp -s "$tmp/t1.out" "$tmp/t2.out"
 check "--temp > 0 refuses --golden-out" status_is 2 ./ds4ref -m $model -p hi --temp 1 --golden-out "$tmp/x"
+
+# On a terminal (a pseudo-terminal, through script(1)): the prompt's progress
+# and nothing else on stderr before the text, the line erased when the prompt
+# is done, the text made safe to show, and the speed line at the end.
+story=(-m $model -p "Tell me a story" -n 200 --ignore-eos --chunk 4)
+./ds4ref "${story[@]}" > "$tmp/raw.txt" 2> "$tmp/raw.err"
+check "the speed line ends a run" \
+    grep -q '^ds4ref: prefill: [0-9.]* t/s (32 tokens), generation: [0-9.]* t/s (200 tokens)$' "$tmp/raw.err"
+check "(the raw text holds ESC and invalid UTF-8)" \
+    bash -c 'grep -q $'"'"'\033'"'"' "$1" && ! iconv -f UTF-8 -t UTF-8 "$1" > /dev/null 2>&1' _ "$tmp/raw.txt"
+on_tty() {   # on_tty OUT ARGS...: ds4ref ARGS on a pseudo-terminal, all it shows into OUT
+    local out=$1; shift
+    script -q -c "$(printf '%q ' ./ds4ref "$@")" /dev/null < /dev/null > "$out"
+}
+for mtp in "" "--mtp models/tiny-mtp.gguf --mtp-draft 2"; do
+    # shellcheck disable=SC2086
+    on_tty "$tmp/tty.txt" "${story[@]}" $mtp
+    # What follows the erased progress line: the text, then the speed line.
+    LC_ALL=C awk 'BEGIN { RS = "\033\\[K" } NR == 2' "$tmp/tty.txt" > "$tmp/tty.text"
+    what="on a terminal${mtp:+ with --mtp}"
+    check "$what: progress counts the prompt only" \
+        test "$(grep -ao 'prefill: [0-9]*/[0-9]* tokens' "$tmp/tty.txt" | sort -u | tr '\n' ' ')" = \
+            "$(for i in 0 4 8 12 16 20 24 28; do echo "prefill: $i/32 tokens"; done | sort | tr '\n' ' ')"
+    check "$what: no progress line after the prompt" \
+        bash -c '! grep -aq "prefill: [0-9]*/" "$1"' _ "$tmp/tty.text"
+    check "$what: the text is all there" test "$(sed '/^ds4ref: prefill:/,$d' "$tmp/tty.text" |
+        LC_ALL=C tr -cd 'a-z0-9')" = "$(LC_ALL=C tr -cd 'a-z0-9' < "$tmp/raw.txt")"
+    check "$what: no escape byte in the text, all of it UTF-8" \
+        bash -c '! grep -aq $'"'"'\033'"'"' "$1" && iconv -f UTF-8 -t UTF-8 "$2" > /dev/null' \
+        _ "$tmp/tty.text" "$tmp/tty.txt"
+done
 
 # The OpenMP spin the programs set for themselves (tools/wait_policy.h), seen
 # in the environment of a running ds4ref; a user's own policy is kept.
@@ -89,15 +121,88 @@ check "--nothink -sys \"\" renders BOS User ... Assistant </think>" \
 check "dump-logprobs agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/d.json" --min-top1 1 --max-dlogprob 1e-6
 check "vec case agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/v.vec" --min-top1 1 --max-dlogprob 1e-6
 check "the first 16 steps of a longer run are the same" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/a.jsonl" --all-steps --min-top1 1 --max-dlogprob 0
+# Verdicts as a user reads them: the README's thresholds against a 16-step
+# official.vec pass (top1 is over the compared steps); a divergence with no
+# threshold fails; a file of none of the three kinds says so.
+check "a 40-step golden against its 16-step vec: the README's thresholds pass" \
+    quiet ./ds4ref-diff "$tmp/a.jsonl" "$tmp/v.vec" --max-dlogprob 0.05 --min-top1 1.0
+check "a divergence without thresholds fails -> 1" status_is 1 ./ds4ref-diff \
+    vectors/tiny-ds4-qaton-capital.jsonl vectors/tiny-ds4-qatoff-capital.jsonl
+check "... and says why" grep -q '^  violated: --min-top1 1 (the default when no threshold is given)' "$tmp/out.txt"
+check "a file of none of the kinds -> 4, said so" status_is 4 ./ds4ref-diff "$tmp/a.jsonl" $model
+check "... said so" grep -q "tiny.gguf: not a golden, ds4 dump or official.vec" "$tmp/stderr"
+
+# Outputs are opened before the first token: a path that cannot be written
+# fails at once (nothing generated), naming the path the user gave.
+for out in --golden-out --dump-logprobs --vec-out --logits-out; do
+    check "$out into a missing folder -> 3" \
+        status_is 3 ./ds4ref -m $model -p "Hello there" -n 8 $out "$tmp/missing/x"
+    check "$out: ... before the first token, naming the path" \
+        bash -c '[ ! -s "$1" ] && grep -q "^ds4ref: $2: cannot be created" "$3" && ! grep -q "\.tmp\." "$3"' \
+        _ "$tmp/out.txt" "$tmp/missing/x" "$tmp/stderr"
+done
+# A vec case: its id must be new to the file, and its prompt is written where
+# ds4_test --logprob-vectors finds it, whichever folder the .vec goes to.
+mkdir -p "$tmp/p" "$tmp/v1" "$tmp/v2"
+printf 'What is the capital of Italy?' > "$tmp/p/italy.txt"
+vec_run() { ./ds4ref -m $model -sys "" --nothink -n 16 --ignore-eos "$@" > "$tmp/out.txt"; }
+vec_run --prompt-file "$tmp/p/italy.txt" --vec-out "$tmp/v1/x.vec"
+cp "$tmp/v1/x.vec" "$tmp/v1/x.before"
+check "--vec-out with an id already there -> 2" \
+    status_is 2 vec_run --prompt-file "$tmp/p/italy.txt" --vec-out "$tmp/v1/x.vec"
+check "... said before the first token, the file unchanged" bash -c '[ ! -s "$1" ] &&
+    grep -q "case italy already exists" "$2" && cmp -s "$3" "$4"' \
+    _ "$tmp/out.txt" "$tmp/stderr" "$tmp/v1/x.vec" "$tmp/v1/x.before"
+check "--vec-out copies --prompt-file beside the .vec" cmp -s "$tmp/p/italy.txt" "$tmp/v1/prompts/italy.txt"
+vec_run -p "Hello there" --vec-id hello --vec-out "$tmp/v2/y.vec"
+check "--vec-out with -p records prompts/ID.txt" grep -q '^case hello [0-9]* 16 prompts/hello.txt$' "$tmp/v2/y.vec"
+check "... and writes it there" test "$(cat "$tmp/v2/prompts/hello.txt")" = "Hello there"
+for v in "$tmp/v1/x.vec" "$tmp/v2/y.vec"; do
+    check "ds4_test --logprob-vectors runs a .vec written elsewhere ($(basename "$v"))" \
+        quiet env DS4_TEST_MODEL=$model DS4_TEST_VECTOR_FILE="$v" ./ds4_test --logprob-vectors
+done
+check "--vec-out with --tokens-file (no prompt text) -> 2" \
+    status_is 2 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 4 --vec-out "$tmp/v2/z.vec"
+
+# A model the official code runs with QAT off only (heads of 64, RoPE on 16)
+# loads; QAT on is refused with the reason and the way out.
+./ds4ref-mkmodel --config tiny-k64 -o "$tmp/k64.gguf"
+check "a QAT-off-only model with QAT on -> 8" status_is 8 ./ds4ref -m "$tmp/k64.gguf" -p hi -n 4
+check "... saying why, and --qat off" grep -q "not a multiple of 64: run it with QAT off (--qat off)" "$tmp/stderr"
+check "... runs with --qat off (and its MTP head)" status_is 0 ./ds4ref -m "$tmp/k64.gguf" --qat off \
+    --mtp "$tmp/k64-mtp.gguf" -p hi -n 4 --ignore-eos
 
 # Errors: one line on stderr, distinct statuses.
 check "unknown option -> 2" status_is 2 ./ds4ref --bogus
+
+# Every program: --version, and an unknown option named as one wherever it
+# stands (last on the line too, where a value would be).
+declare -A valid=([ds4ref]="-m $model" [ds4ref-diff]="a.jsonl b.jsonl" [ds4ref-gguf]="info $model"
+                  [ds4ref-mkmodel]="--config tiny" [ds4ref-bench]="-m $model" [ds4_test]="--all")
+for prog in ds4ref ds4ref-diff ds4ref-gguf ds4ref-mkmodel ds4ref-bench ds4_test; do
+    check "$prog --version" grep -q "^$prog [0-9][0-9.]*" <(./$prog --version 2>&1)
+    # shellcheck disable=SC2086
+    check "$prog: a last unknown option -> 2" status_is 2 ./$prog ${valid[$prog]} --bogus
+    check "$prog: ... named as unknown" grep -q "unknown option.*--bogus" "$tmp/stderr"
+done
+status_is 2 ./ds4ref -p hi --ctx
+check "an option without its value says so" grep -q -- "--ctx needs a value" "$tmp/stderr"
+./ds4ref -m $model -p "Hello there" -n 12 --ignore-eos --prefill-chunk 2 --golden-out "$tmp/pc.jsonl" > /dev/null
+check "--prefill-chunk is --chunk" grep -q '"chunk":2,' "$tmp/pc.jsonl"
+# --mtp alone speculates one draft deep, as ds4 does.
+./ds4ref -m $model --mtp models/tiny-mtp.gguf -p "Hello there" -n 12 --ignore-eos --spec-report \
+    --golden-out "$tmp/m1.jsonl" > /dev/null 2> "$tmp/m1.err"
+check "--mtp without --mtp-draft drafts at depth 1" grep -q '"mtp_draft":1,' "$tmp/m1.jsonl"
+check "--mtp without --mtp-draft proposes drafts" grep -q 'proposed=[1-9]' "$tmp/m1.err"
 check "missing model -> 3" status_is 3 ./ds4ref -m "$tmp/none.gguf" -p hi
 printf 'GGUFxxxx' > "$tmp/bad.gguf"
 check "malformed model -> 4" status_is 4 ./ds4ref -m "$tmp/bad.gguf" -p hi
 printf '1 2 999999' > "$tmp/badtok.txt"
 check "token id out of range -> 7" status_is 7 ./ds4ref -m $model --tokens-file "$tmp/badtok.txt" -n 1
 check "context too small for the prompt -> 7" status_is 7 ./ds4ref -m $model -p "Hello there" --ctx 3 -n 1
+check "... suggesting the --ctx that holds it" grep -q -- "give --ctx 28 or more" "$tmp/stderr"
+check "-n cut short by --ctx" status_is 0 ./ds4ref -m $model -p "Hello there" --ctx 40 -n 50 --ignore-eos
+check "... says so on stderr" grep -q -- "^ds4ref: -n 50 cut to 13 tokens: .* context of 40" "$tmp/stderr"
 check "--help -> 0" status_is 0 ./ds4ref --help
 
 [ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/reslimit.h"
+#include "base/version.h"
 #include "ds4t.h"
 #include "../tools/wait_policy.h"
 
@@ -56,9 +57,15 @@ const char *ds4t_env(const char *name, const char *def) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ds4_test [--all | --list | TEST...]\n\ntests:\n");
+    fprintf(f, "usage: ds4_test [--all | --list | --version | TEST...]\n\ntests:\n");
     for (size_t i = 0; i < n_tests; i++) fprintf(f, "  %-22s %s\n", tests[i]->flag, tests[i]->help);
-    fprintf(f, "\nenvironment: DS4_TEST_MODEL, DS4_TEST_VECTOR_FILE, DS4_TEST_MTP\n");
+    fprintf(f, "\nenvironment:\n"
+               "  DS4_TEST_MODEL        the model (default ./ds4flash.gguf)\n"
+               "  DS4_TEST_VECTOR_FILE  the official.vec of --logprob-vectors (default\n"
+               "                        ../shared/vectors/official/official.vec); each case's\n"
+               "                        prompt is read from prompts/ beside it, else from the\n"
+               "                        path the case records\n"
+               "  DS4_TEST_MTP          the MTP head, with a real DS4_TEST_MODEL\n");
 }
 
 int main(int argc, char **argv) {
@@ -77,6 +84,10 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
+        if (!strcmp(argv[i], "--version")) {
+            printf("ds4_test %s\n", DS4REF_VERSION);
+            return 0;
+        }
         if (!strcmp(argv[i], "--list")) {
             for (size_t t = 0; t < n_tests; t++) puts(tests[t]->flag);
             return 0;
@@ -88,7 +99,7 @@ int main(int argc, char **argv) {
         size_t t = 0;
         while (t < n_tests && strcmp(argv[i], tests[t]->flag)) t++;
         if (t == n_tests) {
-            fprintf(stderr, "ds4_test: unknown test %s (see --list)\n", argv[i]);
+            fprintf(stderr, "ds4_test: unknown option or test %s (see --help)\n", argv[i]);
             return 2;
         }
         selected[t] = 1;

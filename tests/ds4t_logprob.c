@@ -10,7 +10,8 @@
  *   - |local logprob - official logprob| <= 4.0 (ds4's tolerance);
  * and the local greedy token is fed back (not teacher forcing, as ds4).
  * Prompt paths in the file are ds4's (tests/test-vectors/prompts/X.txt); the
- * file is looked up as prompts/X.txt next to the .vec file.  The case
+ * file is looked up as prompts/X.txt next to the .vec file (where ds4ref
+ * --vec-out puts it), then at the recorded path itself.  The case
  * long_memory_archive is skipped, as ds4 skips it (the hosted API and the
  * official graph disagree on it).  Self-skips when the model is absent. */
 #include <stdio.h>
@@ -29,11 +30,21 @@
 #define LOGPROB_TOLERANCE 4.0
 #define LOCAL_TOP_K 20
 
-static void prompt_path(const char *vec_path, const char *case_path, char *out, size_t cap) {
+/* The case's prompt: prompts/<its base name> beside the .vec file (ds4's
+ * layout, and where ds4ref --vec-out writes it), else the recorded path as
+ * it stands (ds4's test reads it from where it runs). */
+static int read_prompt(const char *vec_path, const char *case_path, char **text, size_t *len,
+                       ds4err *err) {
+    char beside[1024];
     const char *slash = strrchr(vec_path, '/'), *base = strrchr(case_path, '/');
     base = base ? base + 1 : case_path;
-    if (slash) snprintf(out, cap, "%.*s/prompts/%s", (int)(slash - vec_path), vec_path, base);
-    else snprintf(out, cap, "prompts/%s", base);
+    if (slash) snprintf(beside, sizeof(beside), "%.*s/prompts/%s", (int)(slash - vec_path), vec_path, base);
+    else snprintf(beside, sizeof(beside), "prompts/%s", base);
+    const size_t limit = (size_t)1 << 26;
+    if (access(beside, F_OK) == 0) return ds4_read_file(beside, limit, text, len, err);
+    if (access(case_path, F_OK) == 0) return ds4_read_file(case_path, limit, text, len, err);
+    return ds4err_set(err, DS4_E_IO, "prompt file not found: neither %s nor %s exists", beside,
+                      case_path);
 }
 
 static bool same_bytes(const ds4_buf *b, const ds4_lpv_tok *t) {
@@ -42,12 +53,10 @@ static bool same_bytes(const ds4_buf *b, const ds4_lpv_tok *t) {
 
 static void run_case(ds4_engine *e, const ds4_model *m, const ds4_lpv_case *c, const char *vec_path) {
     const ds4_tokenizer *tok = &m->tok;
-    char path[1024];
-    prompt_path(vec_path, c->prompt, path, sizeof(path));
     char *text;
     size_t len;
     ds4err err = {0};
-    if (ds4_read_file(path, (size_t)1 << 26, &text, &len, &err)) {
+    if (read_prompt(vec_path, c->prompt, &text, &len, &err)) {
         DS4T_CHECK(0, "case %s: %s", c->id, err.msg);
         return;
     }
@@ -126,7 +135,8 @@ static int run(void) {
     const ds4_tokenizer *tok;
     ds4_engine e;
     ds4_fwd_opts fo = {.qat = true};
-    if (ds4_model_tokenizer(&m, &tok, &err) || ds4_engine_init(&e, &m, &fo, 512, &err)) {
+    if (ds4_config_check_qat(&m.cfg, model, &err) || ds4_model_tokenizer(&m, &tok, &err) ||
+        ds4_engine_init(&e, &m, &fo, 512, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
     } else {
         for (uint32_t i = 0; i < f.n_cases; i++) {

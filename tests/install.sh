@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
-# make install into a scratch prefix, then build the example program from the
-# installed header and library through pkg-config, as a user of libds4ref
-# would, and run it on the default model.
+# The README's library recipe (section "Using ds4ref as a library"), run as
+# written, with HOME in a scratch folder and no LD_LIBRARY_PATH: make install
+# into $HOME/.local, build examples/compare_head.c through pkg-config, run it
+# on the default model.  Then what the installed tree must hold: the ds4ref
+# programs and not ds4_test, and a shared library that exports the public
+# API and nothing else.
 set -euo pipefail
-prefix=$(mktemp -d)
-trap 'rm -rf "$prefix"' EXIT
-make --no-print-directory -s install PREFIX="$prefix" > /dev/null
-export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-# In a sanitizer build (make asan / make ubsan) the library needs its runtime.
-cc=(cc)
+home=$(mktemp -d)
+trap 'rm -rf "$home" compare_head' EXIT
+# The first sh block of that section, taken from the README itself so the
+# two cannot drift apart.
+recipe=$(awk '/^## / { on = /^## Using ds4ref as a library/ } on && /^```sh$/ { body = 1; next }
+              body && /^```$/ { exit } body' README.md)
+[ -n "$recipe" ] || { echo "install: no recipe in README.md's library section"; exit 1; }
+# In a sanitizer build (make asan / make ubsan) the program needs the
+# sanitizer's runtime, as the library does: cc is the sanitizing compiler.
 case "${DS4REF_SANITIZER:-}" in
-    asan) cc=(clang -fsanitize=address) ;;
-    ubsan) cc=(clang -fsanitize=undefined) ;;
+    asan) cc() { clang -fsanitize=address "$@"; } && export -f cc ;;
+    ubsan) cc() { clang -fsanitize=undefined "$@"; } && export -f cc ;;
 esac
-# shellcheck disable=SC2046
-"${cc[@]}" -std=c11 -O2 -Wall -Wextra examples/compare_head.c $(pkg-config --cflags --libs ds4ref) \
-    -lm -o "$prefix/compare_head"
-LD_LIBRARY_PATH="$prefix/lib" "$prefix/compare_head" models/tiny.gguf "What is the capital of Italy?"
+# A shell of its own, where -e stops at the first failing line.
+if ! env -u LD_LIBRARY_PATH HOME="$home" bash -e -c "$recipe" > "$home/log" 2>&1; then
+    cat "$home/log"
+    echo "install: the README's recipe failed"
+    exit 1
+fi
+grep "max |dlogit|" "$home/log"
+prefix=$home/.local
 # The shared library exports the public API and nothing else.
 if nm -D --defined-only "$prefix/lib/libds4ref.so.1" | awk '$2 == "T" && $3 !~ /^ds4ref_/' | grep -q .; then
     echo "libds4ref.so exports symbols outside the public API"; exit 1
 fi
 test -x "$prefix/bin/ds4ref"
+if ls "$prefix/bin" | grep -v '^ds4ref' | grep -q .; then
+    echo "install: bin/ holds programs without the ds4ref name: $(ls "$prefix/bin" | tr '\n' ' ')"
+    exit 1
+fi
 echo "install: ok"

@@ -73,6 +73,35 @@ static void test_open_errors(void **state) {
     assert_string_equal(ds4ref_status_name(DS4REF_E_RANGE), "DS4REF_E_RANGE");
 }
 
+/* A model of a shape that runs with QAT off only opens with it off; QAT on
+ * is refused with a message that says why and what to do. */
+static void test_qat_off_only(void **state) {
+    fixture *f = *state;
+    char *path = tu_path(f->dir, "k64.gguf");
+    ds4ref_synth_options so;
+    ds4ref_synth_options_init(&so);
+    so.config = "tiny-k64";
+    ds4ref_error e;
+    assert_int_equal(ds4ref_synth_write(&so, path, NULL, &e), 0);
+    ds4ref_model_options mo;
+    ds4ref_model_options_init(&mo);
+    mo.path = path;
+    ds4ref_model *m = NULL;
+    assert_int_equal(ds4ref_model_open(&mo, &m, &e), DS4REF_E_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(e.message, path));
+    assert_non_null(strstr(e.message, "not a multiple of 64"));
+    assert_non_null(strstr(e.message, "QAT off"));
+    mo.qat = 0;
+    assert_int_equal(ds4ref_model_open(&mo, &m, &e), 0);
+    ds4ref_model_info in;
+    ds4ref_model_get_info(m, &in);
+    assert_int_equal(in.head_dim, 64);
+    ds4ref_model_close(m);
+    remove(path);
+    free(path);
+}
+
 static void test_info_and_tokenizer(void **state) {
     fixture *f = *state;
     ds4ref_model_info in;
@@ -172,6 +201,15 @@ static void test_sessions(void **state) {
     assert_memory_equal(one, all + 29 * 512, sizeof(float) * 512);
     int32_t many[40] = {0};
     assert_int_equal(ds4ref_session_eval(s, many, 40, NULL, &e), DS4REF_E_RANGE);
+    /* The room a generation has: the last token is never evaluated. */
+    assert_int_equal(ds4ref_session_ctx(s), 64);
+    assert_int_equal(ds4ref_generate_room(s, 6, 100), 59);
+    assert_int_equal(ds4ref_generate_room(s, 6, 59), 59);
+    assert_int_equal(ds4ref_generate_room(s, 64, 5), 1);
+    assert_int_equal(ds4ref_generate_room(s, 65, 5), 0);
+    ds4ref_session_free(s);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &s, &e), 0);
+    assert_int_equal(ds4ref_session_ctx(s), 4096);   /* the tiny model's context */
     ds4ref_session_free(s);
     free(all);
     free(one);
@@ -235,6 +273,110 @@ static void test_generate(void **state) {
     assert_int_equal(ds4ref_generate(s, prompt, 0, &go, NULL, NULL, &e), DS4REF_E_ARG);
     ds4ref_session_free(s);
     ds4ref_session_free(s2);
+}
+
+/* Progress belongs to the prompt: 0 of its length first, then its tokens
+ * done after each pass, never a decoding step or a verify batch. */
+typedef struct progress_log {
+    uint32_t done[32], total[32], n;
+} progress_log;
+
+static void log_progress(void *ud, uint32_t done, uint32_t total) {
+    progress_log *p = ud;
+    if (p->n < 32) {
+        p->done[p->n] = done;
+        p->total[p->n] = total;
+    }
+    p->n++;
+}
+
+static void test_progress(void **state) {
+    fixture *f = *state;
+    progress_log log = {0};
+    ds4ref_session_options so = {.ctx = 64, .chunk = 4, .progress = log_progress,
+                                 .progress_ud = &log};
+    ds4ref_session *s;
+    ds4ref_error e;
+    assert_int_equal(ds4ref_session_new(f->m, &so, &s, &e), 0);
+    int32_t prompt[10];
+    for (int i = 0; i < 10; i++) prompt[i] = 256 + i;
+    ds4ref_generate_options go;
+    ds4ref_generate_options_init(&go);
+    go.n_tokens = 12;
+    go.stop_at_eos = 0;
+    static const uint32_t want[4] = {0, 4, 8, 10};
+    for (uint32_t draft = 0; draft <= 2; draft += 2) {
+        memset(&log, 0, sizeof(log));
+        go.mtp_draft = draft;
+        assert_int_equal(ds4ref_generate(s, prompt, 10, &go, NULL, NULL, &e), 0);
+        assert_int_equal(log.n, 4);
+        for (uint32_t i = 0; i < 4; i++) {
+            assert_int_equal(log.done[i], want[i]);
+            assert_int_equal(log.total[i], 10);
+        }
+    }
+    /* The session's own evaluations report again afterwards. */
+    memset(&log, 0, sizeof(log));
+    assert_int_equal(ds4ref_session_eval(s, prompt, 3, NULL, &e), 0);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.done[0], 3);
+    assert_int_equal(log.total[0], 3);
+    ds4ref_session_free(s);
+}
+
+/* Outputs are opened before the first token: a path that cannot be written
+ * and a .vec case that is already there fail before any step.  A case's
+ * prompt goes to prompts/ beside the .vec file. */
+static void test_outputs_first(void **state) {
+    fixture *f = *state;
+    char *dir = tu_tmpdir();
+    char *vec = tu_path(dir, "x.vec"), *pdir = tu_path(dir, "prompts");
+    char *ptxt = tu_path(pdir, "t.txt"), *missing = tu_path(dir, "no/such/d.json");
+    ds4ref_session *s;
+    ds4ref_error e;
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &s, &e), 0);
+    int32_t prompt[6] = {256, 258, 72, 105, 259, 261};
+    ds4ref_generate_options go;
+    ds4ref_generate_options_init(&go);
+    go.n_tokens = 4;
+    go.stop_at_eos = 0;
+    go.dump_path = missing;
+    rec r = {0};
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), DS4REF_E_IO);
+    assert_int_equal(r.n, 0);
+    assert_non_null(strstr(e.message, missing));
+    go.dump_path = NULL;
+    go.vec_path = vec;
+    go.vec_id = "t";
+    go.prompt_text = (const uint8_t *)"hi";
+    go.prompt_text_len = 2;
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), 0);
+    assert_int_equal(r.n, 4);
+    char *data;
+    size_t len;
+    assert_int_equal(ds4ref_read_file(ptxt, &data, &len, &e), 0);
+    assert_true(len == 2 && !memcmp(data, "hi", 2));
+    ds4ref_free(data);
+    assert_int_equal(ds4ref_read_file(vec, &data, &len, &e), 0);
+    assert_non_null(strstr(data, "\ncase t 4096 4 prompts/t.txt\n"));
+    ds4ref_free(data);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), DS4REF_E_ARG);
+    assert_int_equal(r.n, 0);
+    assert_non_null(strstr(e.message, "case t already exists"));
+    /* No text and no prompt file: the case could name no prompt. */
+    go.vec_id = "u";
+    go.prompt_text = NULL;
+    assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &r, &e), DS4REF_E_ARG);
+    assert_int_equal(r.n, 0);
+    ds4ref_session_free(s);
+    remove(ptxt);
+    tu_rmdir(pdir);
+    remove(vec);
+    tu_rmdir(dir);
+    free(vec);
+    free(ptxt);
+    free(missing);
 }
 
 typedef struct taps {
@@ -770,9 +912,11 @@ static void test_files(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_info_and_tokenizer),
+        cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_qat_off_only),
+        cmocka_unit_test(test_info_and_tokenizer),
         cmocka_unit_test(test_tensor),            cmocka_unit_test(test_sessions),
-        cmocka_unit_test(test_generate),          cmocka_unit_test(test_taps),
+        cmocka_unit_test(test_generate),          cmocka_unit_test(test_progress),
+        cmocka_unit_test(test_outputs_first),     cmocka_unit_test(test_taps),
         cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
         cmocka_unit_test(test_files),             cmocka_unit_test(test_threads_grow),

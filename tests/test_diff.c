@@ -253,16 +253,22 @@ static void test_divergence(void **state) {
     assert_int_equal(r.first_divergence, 2);
     assert_int_equal(r.n_compared, 3);          /* 0, 1, and the divergent step */
     assert_int_equal(r.n_agree, 2);
-    assert_true(r.top1 == 0.5);
+    assert_true(r.top1 == 2.0 / 3);             /* over the compared steps */
     assert_true(r.steps[2].compared && !r.steps[2].token_equal);
     assert_false(r.steps[3].compared);
     assert_false(r.exact);
     ds4_diff_limits l;
     ds4_diff_limits_none(&l);
-    l.min_top1 = 0.5;
-    assert_int_equal(violations(&r, &l, NULL), 0);
+    /* No threshold at all: the divergence still fails the diff. */
+    assert_int_equal(violations(&r, &l, "--min-top1 1 (the default when no threshold is given): "
+                                        "got 0.666667"), 1);
     l.min_top1 = 0.6;
-    assert_int_equal(violations(&r, &l, "--min-top1 0.6: got 0.5"), 1);
+    assert_int_equal(violations(&r, &l, NULL), 0);
+    l.min_top1 = 0.7;
+    assert_int_equal(violations(&r, &l, "--min-top1 0.7: got 0.666667"), 1);
+    l.min_top1 = NAN;
+    l.max_kl = 1e9;   /* a threshold given: no default */
+    assert_int_equal(violations(&r, &l, NULL), 0);
     ds4_buf text = {0};
     ds4err err = {0};
     assert_int_equal(ds4_diff_format_text(&r, &a, &b, "A.jsonl", "B.jsonl", false, &text,
@@ -270,7 +276,7 @@ static void test_divergence(void **state) {
     assert_non_null(strstr(text.p, "divergence at step 2: A chose \"t10\"(10), B chose "
                                    "\"t11\"(11); later steps follow different prefixes"));
     assert_non_null(strstr(text.p, "summary: steps_a=4 steps_b=4 compared=3 token_agree=2 "
-                                   "top1=0.5 first_divergence=2"));
+                                   "top1=0.666667 first_divergence=2"));
     ds4_buf_free(&text);
     ds4_diff_report_free(&r);
 
@@ -280,14 +286,18 @@ static void test_divergence(void **state) {
     assert_true(r.top1 == 0.75);
     ds4_diff_report_free(&r);
 
-    /* B one step short, otherwise equal: 3 of A's 4 tokens reproduced. */
+    /* B one step short, otherwise equal (a 16-step official.vec against a
+     * longer golden, say): every compared token reproduced, the rest noted. */
     ds4_golden_free(&b);
     new_golden(&b, 4, NULL, 0);
     for (int i = 0; i < 3; i++) add_step(&b, 6, ids_a, lps_a, (uint8_t)i);
     ds4_golden_set_end(&b, DS4_STOP_INTERRUPTED);
     compute(&a, &b, false, &r);
     assert_int_equal(r.first_divergence, -1);
-    assert_true(r.top1 == 0.75);
+    assert_true(r.top1 == 1.0);
+    ds4_diff_limits_none(&l);
+    l.min_top1 = 1;
+    assert_int_equal(violations(&r, &l, NULL), 0);
     assert_false(r.exact);
     assert_non_null(strstr(r.notes.p, "B is incomplete (stop: interrupted)"));
     assert_non_null(strstr(r.notes.p, "A has 4 steps, B has 3"));
@@ -442,7 +452,9 @@ static void test_load_detects_kind(void **state) {
     golden_a(&a);
     ds4err err = {0};
     assert_int_equal(ds4_golden_write(&a, pg, &err), 0);
-    assert_int_equal(ds4_dump_write(&a, pd, &err), 0);
+    ds4_afile fd;
+    assert_int_equal(ds4_afile_open(&fd, pd, &err), 0);
+    assert_int_equal(ds4_dump_write(&a, &fd, &err), 0);
     ds4_lpv_append_opts o1 = {"one", "p", 3, false}, o2 = {"two", "p", 3, false};
     assert_int_equal(ds4_lpv_append(pv, &a, &o1, &err), 0);
 
@@ -477,6 +489,17 @@ static void test_load_detects_kind(void **state) {
     assert_int_not_equal(ds4_trace_load(pg, NULL, &g, &err), 0);
     assert_int_equal(err.code, DS4_E_FORMAT);
     assert_non_null(strstr(err.msg, "g.jsonl:3: logits_sha256"));
+
+    /* A file of none of the three kinds says so, whatever it starts with. */
+    static const char *const others[] = {"GGUF\x03\x00\x00\x00", "hello\n", "[1,2]\n",
+                                         "{\"foo\":1}\n", "# a comment\nstep 0 41 0\n"};
+    for (size_t k = 0; k < sizeof(others) / sizeof(others[0]); k++) {
+        assert_int_equal(ds4_write_file_atomic(pv, others[k], strlen(others[k]), &err), 0);
+        assert_int_not_equal(ds4_trace_load(pv, NULL, &g, &err), 0);
+        assert_int_equal(err.code, DS4_E_FORMAT);
+        if (!strstr(err.msg, "v.vec: not a golden, ds4 dump or official.vec (it begins"))
+            fail_msg("%s", err.msg);
+    }
 
     ds4_golden_free(&a);
     free(pg);

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "decode/session.h"
+#include "forward/forward.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "quant/formats.h"
@@ -241,8 +243,56 @@ static void test_non_finite_norm(void **state) {
     refused(*state, &c, "output_norm.weight: element 0 is not finite", NULL);
 }
 
+/* Heads of 64 with RoPE on 16 (the tiny-k64 config): llama.cpp and the
+ * official code with QAT off run it, so it loads, and evaluates the same
+ * bits in any chunking with QAT off; only QAT, whose FP8 blocks of 64 do
+ * not divide the 48 other dimensions, is refused, with the way out. */
+static void test_qat_off_only_shape(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny-k64", 1, true, &err);
+    if (!t) fail_msg("%s", err.msg);
+    assert_int_equal(t->m.cfg.head_dim, 64);
+    assert_int_equal(t->m.cfg.n_rot, 16);
+    assert_int_equal(ds4_config_check_qat(&t->m.cfg, t->path, &err), -1);
+    assert_int_equal(err.code, DS4_E_UNSUPPORTED);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, t->path));
+    assert_non_null(strstr(err.msg, "key_length 64 - rope.dimension_count 16 = 48"));
+    assert_non_null(strstr(err.msg, "--qat off"));
+
+    enum { N = 12 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 256 + 7 * i;
+    uint32_t V = t->m.cfg.n_vocab;
+    float *lg[2] = {malloc(sizeof(float) * N * V), malloc(sizeof(float) * N * V)};
+    ds4_fwd_opts fo = {.qat = false};
+    for (int k = 0; k < 2; k++) {
+        ds4_engine e;
+        ds4_session s;
+        ds4_session_opts so = {.ctx = 64, .chunk = k ? 1 : N};
+        if (ds4_engine_init(&e, &t->m, &fo, N, &err) || ds4_session_init(&s, &e, &so, &err) ||
+            ds4_session_eval(&s, ids, N, lg[k], NULL, &err))
+            fail_msg("%s", err.msg);
+        ds4_session_free(&s);
+        ds4_engine_free(&e);
+    }
+    for (uint64_t i = 0; i < (uint64_t)N * V; i++) assert_true(isfinite(lg[0][i]));
+    assert_memory_equal(lg[0], lg[1], sizeof(float) * N * V);
+    free(lg[0]);
+    free(lg[1]);
+    tu_model_free(t);
+
+    /* The tiny model's 128 - 64 is whole blocks. */
+    t = tu_model_new("tiny", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    assert_int_equal(ds4_config_check_qat(&t->m.cfg, t->path, &err), 0);
+    tu_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qat_off_only_shape),
         cmocka_unit_test(test_missing_tensor),
         cmocka_unit_test(test_indexer_underscore_spelling),
         cmocka_unit_test(test_optional_router_bias),

@@ -36,6 +36,7 @@
 #include <omp.h>
 #include <sys/resource.h>
 
+#include "base/version.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "forward/forward.h"
@@ -87,7 +88,8 @@ static void usage(FILE *f) {
             "  --kernel-rows N      rows of the --kernels matrices (default 4096; 256\n"
             "                       keeps them in L2: compute without memory)\n"
             "  --no-header          omit the CSV header\n"
-            "  --csv FILE           write the CSV there instead of stdout\n");
+            "  --csv FILE           write the CSV there instead of stdout\n"
+            "  -h, --help, --version\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out) {
@@ -133,6 +135,10 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--version")) {
+            printf("ds4ref-bench %s (kernels %s)\n", DS4REF_VERSION, ds4_dot_kernels());
             exit(0);
         }
         if (!strcmp(a, "--layers")) { c->layers = 1; continue; }

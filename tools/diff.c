@@ -34,8 +34,8 @@ static const char usage[] =
     "  --all-steps            compare every common step, also after a divergence\n"
     "                         (for an OTHER teacher-forced on GOLDEN's tokens)\n"
     "  --max-dlogprob X       fail if some |dlogprob| exceeds X\n"
-    "  --min-top1 F           fail if OTHER reproduces less than the fraction F of\n"
-    "                         GOLDEN's greedy tokens (0..1)\n"
+    "  --min-top1 F           fail if OTHER chose GOLDEN's greedy token at less than\n"
+    "                         the fraction F of the compared steps (0..1)\n"
     "  --min-top5-overlap F   fail if the mean top-5 overlap fraction is below F\n"
     "  --min-top20-overlap F  the same for top-20\n"
     "  --max-kl X             fail if the KL of some step exceeds X\n"
@@ -45,9 +45,12 @@ static const char usage[] =
     "  --json                 print the report as one JSON object\n"
     "  -q, --quiet            omit the per-step lines\n"
     "  -h, --help             this text\n"
+    "  --version              the version\n"
     "\n"
     "A threshold whose figure cannot be measured (say, KL against a file with one\n"
     "alternative per step) counts as violated.  Differing prompts always fail.\n"
+    "Without any threshold, --min-top1 1 applies: a divergence fails.  Figures\n"
+    "cover the compared steps; steps only one file has are noted, not counted.\n"
     "\n"
     "exit status: 0 within the thresholds, 1 a threshold violated, 2 usage error,\n"
     "3 I/O error, 4 malformed input, 6 out of memory.\n";
@@ -67,7 +70,7 @@ static int parse_num(const char *arg, double lo, double hi, double *out) {
     return 0;
 }
 
-/* 0 when parsed, -1 for --help, else an exit status. */
+/* 0 when parsed, -1 for --help, -2 for --version, else an exit status. */
 static int parse_args(int argc, char **argv, const char **golden, const char **other,
                       ds4ref_diff_options *o) {
     ds4ref_diff_options_init(o);
@@ -96,6 +99,7 @@ static int parse_args(int argc, char **argv, const char **golden, const char **o
         }
         if (matched) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return -1;
+        if (!strcmp(a, "--version")) return -2;
         if (!strcmp(a, "--case")) {
             if (i + 1 >= argc) return fail_usage("missing value after", a);
             o->case_id = argv[++i];
@@ -127,10 +131,9 @@ int main(int argc, char **argv) {
     const char *golden = NULL, *other = NULL;
     ds4ref_diff_options o;
     int rc = parse_args(argc, argv, &golden, &other, &o);
-    if (rc < 0) {
-        fputs(usage, stdout);
-        return 0;
-    }
+    if (rc == -1) fputs(usage, stdout);
+    if (rc == -2) printf("ds4ref-diff %s\n", ds4ref_version());
+    if (rc < 0) return 0;
     if (rc) return rc;
     ds4ref_error err = {0};
     ds4ref_diff_result r;

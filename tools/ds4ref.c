@@ -13,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ds4ref.h"
 
+#include "options.h"
+#include "termtext.h"
 #include "wait_policy.h"
 
 typedef struct cli {
@@ -27,7 +30,7 @@ typedef struct cli {
     long n_predict;
     double temp;
     uint32_t ctx, chunk;
-    int threads;
+    uint32_t threads;
     bool qat;
     const char *logits_out, *golden_out, *dump_logprobs, *vec_out, *vec_id;
     uint32_t top_k;
@@ -56,9 +59,9 @@ static void usage(FILE *f) {
             "model:\n"
             "  -m, --model FILE        GGUF model (default ./ds4flash.gguf, else the\n"
             "                          synthetic default model built by make)\n"
-            "  --mtp FILE              MTP draft head GGUF\n"
-            "  --mtp-draft N           speculative decoding with N drafts per cycle (1..16);\n"
-            "                          the output is bit-identical to plain decoding\n"
+            "  --mtp FILE              MTP draft head GGUF: speculative decoding\n"
+            "  --mtp-draft N           drafts per cycle with --mtp (1..16, default 1); the\n"
+            "                          output is bit-identical to plain decoding\n"
             "  --spec-report           print the draft acceptance line at the end\n"
             "prompt (one of):\n"
             "  -p, --prompt TEXT       user message, rendered with the chat template\n"
@@ -75,7 +78,7 @@ static void usage(FILE *f) {
             "  --ignore-eos            do not stop at the end-of-sentence token\n"
             "  -c, --ctx N             context size (default: the model's, at most 32768)\n"
             "  --chunk N               tokens per forward pass (default 256; never\n"
-            "                          changes the numbers)\n"
+            "                          changes the numbers); also --prefill-chunk N\n"
             "  -t, --threads N         OpenMP threads (never changes the numbers)\n"
             "  --qat on|off            official FP8 KV / FP4 indexer simulation (default on)\n"
             "outputs:\n"
@@ -94,6 +97,34 @@ static void usage(FILE *f) {
 
 /* ---- argument parsing ---- */
 
+enum opt_id {
+    O_HELP, O_VERSION, O_THINK, O_NOTHINK, O_THINK_MAX, O_DUMP_TOKENS, O_IGNORE_EOS,
+    O_SPEC_REPORT, O_MODEL, O_MTP, O_MTP_DRAFT, O_PROMPT, O_PROMPT_FILE, O_TOKENS_FILE,
+    O_SYSTEM, O_LOGITS_OUT, O_GOLDEN_OUT, O_DUMP_LOGPROBS, O_VEC_OUT, O_VEC_ID,
+    O_TOKENIZE_FILE, O_BATCH_PROMPTS, O_SEED, O_TOKENS, O_CTX, O_CHUNK, O_THREADS, O_TOP_K,
+    O_TEMP, O_QAT
+};
+
+static const ds4ref_option options[] = {
+    {"-h", O_HELP, false}, {"--help", O_HELP, false}, {"--version", O_VERSION, false},
+    {"--think", O_THINK, false}, {"--nothink", O_NOTHINK, false},
+    {"--think-max", O_THINK_MAX, false}, {"--dump-tokens", O_DUMP_TOKENS, false},
+    {"--ignore-eos", O_IGNORE_EOS, false}, {"--spec-report", O_SPEC_REPORT, false},
+    {"-m", O_MODEL, true}, {"--model", O_MODEL, true}, {"--mtp", O_MTP, true},
+    {"--mtp-draft", O_MTP_DRAFT, true}, {"-p", O_PROMPT, true}, {"--prompt", O_PROMPT, true},
+    {"--prompt-file", O_PROMPT_FILE, true}, {"--tokens-file", O_TOKENS_FILE, true},
+    {"-sys", O_SYSTEM, true}, {"--system", O_SYSTEM, true},
+    {"--logits-out", O_LOGITS_OUT, true}, {"--golden-out", O_GOLDEN_OUT, true},
+    {"--dump-logprobs", O_DUMP_LOGPROBS, true}, {"--vec-out", O_VEC_OUT, true},
+    {"--vec-id", O_VEC_ID, true}, {"--tokenize-file", O_TOKENIZE_FILE, true},
+    {"--batch-prompts", O_BATCH_PROMPTS, true}, {"--seed", O_SEED, true},
+    {"-n", O_TOKENS, true}, {"--tokens", O_TOKENS, true}, {"-c", O_CTX, true},
+    {"--ctx", O_CTX, true}, {"--chunk", O_CHUNK, true},
+    {"--prefill-chunk", O_CHUNK, true},   /* ds4's name */
+    {"-t", O_THREADS, true}, {"--threads", O_THREADS, true},
+    {"--logprobs-top-k", O_TOP_K, true}, {"--temp", O_TEMP, true}, {"--qat", O_QAT, true},
+};
+
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
     char *end;
     errno = 0;
@@ -106,6 +137,72 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
     return 0;
 }
 
+static int parse_u32(const char *flag, const char *v, long lo, long hi, uint32_t *out) {
+    long x;
+    if (parse_long(flag, v, lo, hi, &x)) return -1;
+    *out = (uint32_t)x;
+    return 0;
+}
+
+/* One option into c (v: its value, for those that take one); -1 after a
+ * message when the value is bad. */
+static int apply_option(cli *c, int id, const char *a, const char *v) {
+    char *end;
+    switch ((enum opt_id)id) {
+    case O_HELP:
+        usage(stdout);
+        exit(0);
+    case O_VERSION:
+        printf("ds4ref %s (kernels %s; this machine runs: %s)\n", ds4ref_version(),
+               ds4ref_kernels(), ds4ref_kernels_available());
+        exit(0);
+    case O_THINK: c->nothink = false; c->think_max = false; return 0;
+    case O_NOTHINK: c->nothink = true; return 0;
+    case O_THINK_MAX: c->think_max = true; c->nothink = false; return 0;
+    case O_DUMP_TOKENS: c->dump_tokens = true; return 0;
+    case O_IGNORE_EOS: c->no_stop_eos = true; return 0;
+    case O_SPEC_REPORT: c->spec_report = true; return 0;
+    case O_MODEL: c->model = v; return 0;
+    case O_MTP: c->mtp = v; return 0;
+    case O_MTP_DRAFT: return parse_u32(a, v, 1, 16, &c->mtp_draft);
+    case O_PROMPT: c->prompt = v; return 0;
+    case O_PROMPT_FILE: c->prompt_file = v; return 0;
+    case O_TOKENS_FILE: c->tokens_file = v; return 0;
+    case O_SYSTEM: c->system = v; return 0;
+    case O_LOGITS_OUT: c->logits_out = v; return 0;
+    case O_GOLDEN_OUT: c->golden_out = v; return 0;
+    case O_DUMP_LOGPROBS: c->dump_logprobs = v; return 0;
+    case O_VEC_OUT: c->vec_out = v; return 0;
+    case O_VEC_ID: c->vec_id = v; return 0;
+    case O_TOKENIZE_FILE: c->tokenize_file = v; return 0;
+    case O_BATCH_PROMPTS: c->batch_prompts = v; return 0;
+    case O_SEED:
+        errno = 0;
+        c->seed = strtoull(v, &end, 10);
+        if (*v && *v != '-' && !*end && !errno) return 0;
+        fprintf(stderr, "ds4ref: --seed expects a non-negative integer, got '%s'\n", v);
+        return -1;
+    case O_TOKENS: return parse_long(a, v, 0, INT_MAX, &c->n_predict);
+    case O_CTX: return parse_u32(a, v, 1, INT_MAX, &c->ctx);
+    case O_CHUNK: return parse_u32(a, v, 1, 65536, &c->chunk);
+    case O_THREADS: return parse_u32(a, v, 1, 4096, &c->threads);
+    case O_TOP_K: return parse_u32(a, v, 1, 1024, &c->top_k);
+    case O_TEMP:
+        c->temp = strtod(v, &end);
+        if (*v && !*end && c->temp >= 0 && c->temp <= 100) return 0;
+        fprintf(stderr, "ds4ref: --temp expects a number in [0, 100], got '%s'\n", v);
+        return -1;
+    case O_QAT:
+        if (!strcmp(v, "on") || !strcmp(v, "off")) {
+            c->qat = !strcmp(v, "on");
+            return 0;
+        }
+        fprintf(stderr, "ds4ref: --qat expects on or off, got '%s'\n", v);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, cli *c) {
     memset(c, 0, sizeof(*c));
     c->n_predict = 128;
@@ -114,85 +211,10 @@ static int parse_args(int argc, char **argv, cli *c) {
     c->top_k = 20;
     c->seed = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--version")) {
-            printf("ds4ref %s (kernels %s; this machine runs: %s)\n", ds4ref_version(),
-                   ds4ref_kernels(), ds4ref_kernels_available());
-            exit(0);
-        }
-        if (!strcmp(a, "--think")) { c->nothink = false; c->think_max = false; continue; }
-        if (!strcmp(a, "--nothink")) { c->nothink = true; continue; }
-        if (!strcmp(a, "--think-max")) { c->think_max = true; c->nothink = false; continue; }
-        if (!strcmp(a, "--dump-tokens")) { c->dump_tokens = true; continue; }
-        if (!strcmp(a, "--ignore-eos")) { c->no_stop_eos = true; continue; }
-        if (!strcmp(a, "--spec-report")) { c->spec_report = true; continue; }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "ds4ref: %s needs a value (see --help)\n", a);
-            return -1;
-        }
-        const char *v = argv[++i];
-        long x;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model = v;
-        else if (!strcmp(a, "--mtp")) c->mtp = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) c->prompt = v;
-        else if (!strcmp(a, "--prompt-file")) c->prompt_file = v;
-        else if (!strcmp(a, "--tokens-file")) c->tokens_file = v;
-        else if (!strcmp(a, "-sys") || !strcmp(a, "--system")) c->system = v;
-        else if (!strcmp(a, "--logits-out")) c->logits_out = v;
-        else if (!strcmp(a, "--golden-out")) c->golden_out = v;
-        else if (!strcmp(a, "--dump-logprobs")) c->dump_logprobs = v;
-        else if (!strcmp(a, "--vec-out")) c->vec_out = v;
-        else if (!strcmp(a, "--vec-id")) c->vec_id = v;
-        else if (!strcmp(a, "--tokenize-file")) c->tokenize_file = v;
-        else if (!strcmp(a, "--batch-prompts")) c->batch_prompts = v;
-        else if (!strcmp(a, "--mtp-draft")) {
-            if (parse_long(a, v, 1, 16, &x)) return -1;
-            c->mtp_draft = (uint32_t)x;
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            c->seed = strtoull(v, &end, 10);
-            if (!*v || *end || errno) {
-                fprintf(stderr, "ds4ref: --seed expects a non-negative integer, got '%s'\n", v);
-                return -1;
-            }
-        }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--tokens")) {
-            if (parse_long(a, v, 0, INT_MAX, &c->n_predict)) return -1;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-            if (parse_long(a, v, 1, INT_MAX, &x)) return -1;
-            c->ctx = (uint32_t)x;
-        } else if (!strcmp(a, "--chunk")) {
-            if (parse_long(a, v, 1, 65536, &x)) return -1;
-            c->chunk = (uint32_t)x;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (parse_long(a, v, 1, 4096, &x)) return -1;
-            c->threads = (int)x;
-        } else if (!strcmp(a, "--logprobs-top-k")) {
-            if (parse_long(a, v, 1, 1024, &x)) return -1;
-            c->top_k = (uint32_t)x;
-        } else if (!strcmp(a, "--temp")) {
-            char *end;
-            c->temp = strtod(v, &end);
-            if (!*v || *end || !(c->temp >= 0 && c->temp <= 100)) {
-                fprintf(stderr, "ds4ref: --temp expects a number in [0, 100], got '%s'\n", v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--qat")) {
-            if (!strcmp(v, "on")) c->qat = true;
-            else if (!strcmp(v, "off")) c->qat = false;
-            else {
-                fprintf(stderr, "ds4ref: --qat expects on or off, got '%s'\n", v);
-                return -1;
-            }
-        } else {
-            fprintf(stderr, "ds4ref: unknown option %s (see --help)\n", a);
-            return -1;
-        }
+        const char *a = argv[i], *v;
+        int id = ds4ref_option_next("ds4ref", options, sizeof(options) / sizeof(options[0]),
+                                    argc, argv, &i, &v);
+        if (id < 0 || apply_option(c, id, a, v)) return -1;
     }
     int sources = !!c->prompt + !!c->prompt_file + !!c->tokens_file + !!c->batch_prompts;
     if (sources > 1) {
@@ -204,6 +226,8 @@ static int parse_args(int argc, char **argv, cli *c) {
         fprintf(stderr, "ds4ref: --mtp-draft needs the MTP head: --mtp FILE\n");
         return -1;
     }
+    /* As in ds4: the MTP head drafts one token per cycle unless told more. */
+    if (c->mtp && !c->mtp_draft) c->mtp_draft = 1;
     if (c->temp > 0 && (c->golden_out || c->dump_logprobs || c->vec_out)) {
         fprintf(stderr, "ds4ref: goldens, dumps and vec cases record greedy decoding: use --temp 0\n");
         return -1;
@@ -343,10 +367,70 @@ static int dump_tokens(ds4ref_model *m, const ids *t, ds4ref_error *err) {
     return 0;
 }
 
+/* ---- what the user sees while it runs ---- */
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The end-of-run speed line: when the prompts' evaluation began, when the
+ * first and the last token came. */
+typedef struct speed {
+    double prefill_start, first, last;
+    uint64_t prompt_tokens;
+    uint32_t steps, rows;
+} speed;
+
+/* A run's terminal side: the prompt's progress line, the generated text
+ * (through the terminal filter when stdout is one) and its speed. */
+typedef struct view {
+    bool show_progress;        /* stderr is a terminal and the prompt takes several passes */
+    bool term;                 /* stdout is a terminal */
+    ds4ref_termtext text;
+    speed sp;
+} view;
+
+/* Progress is the prompt's (the library reports nothing while decoding);
+ * the line is erased when the prompt is done, so the text starts clean. */
 static void progress(void *ud, uint32_t done, uint32_t total) {
-    (void)ud;
-    fprintf(stderr, "\rprefill: %u/%u tokens", done, total);
-    if (done == total) fprintf(stderr, "\n");
+    view *v = ud;
+    if (done == 0) v->sp.prefill_start = now_sec();
+    if (!v->show_progress) return;
+    if (done < total) fprintf(stderr, "\rprefill: %u/%u tokens", done, total);
+    else fputs("\r\033[K", stderr);
+}
+
+static void step_seen(speed *sp) {
+    double t = now_sec();
+    if (!sp->steps++) sp->first = t;
+    sp->last = t;
+}
+
+/* "ds4ref: prefill: X t/s (P tokens), generation: Y t/s (N tokens)", as ds4
+ * and llama-cli end a run.  A row's first token comes out of its prompt's
+ * evaluation; generation counts the tokens decoded after it. */
+static void print_speed(const speed *sp) {
+    if (!sp->steps) return;
+    double pre = sp->first - sp->prefill_start, gen = sp->last - sp->first;
+    uint32_t decoded = sp->steps > sp->rows ? sp->steps - sp->rows : 0;
+    char a[32] = "-", b[32] = "-";
+    if (pre > 0) snprintf(a, sizeof(a), "%.2f", (double)sp->prompt_tokens / pre);
+    if (decoded && gen > 0) snprintf(b, sizeof(b), "%.2f", decoded / gen);
+    fprintf(stderr, "ds4ref: prefill: %s t/s (%llu tokens), generation: %s t/s (%u tokens)\n", a,
+            (unsigned long long)sp->prompt_tokens, b, sp->steps);
+}
+
+/* Generated bytes: raw into a file or a pipe, filtered on a terminal. */
+static void put_text(view *v, const uint8_t *bytes, size_t n) {
+    if (v->term) ds4ref_termtext_put(&v->text, bytes, n, stdout);
+    else fwrite(bytes, 1, n, stdout);
+}
+
+static void end_text(view *v) {
+    if (v->term) ds4ref_termtext_end(&v->text, stdout);
+    printf("\n");
 }
 
 static int write_logits(ds4ref_model *m, ds4ref_session *s, const ids *t, const char *path,
@@ -367,9 +451,29 @@ static int write_logits(ds4ref_model *m, ds4ref_session *s, const ids *t, const 
     return rc;
 }
 
+/* Said before any work: a prompt the context cannot hold is refused with
+ * the --ctx that holds it, and a -n the context cuts short is said so.
+ * who names the row of a batch ("" alone). */
+static int check_room(const cli *c, const ds4ref_session *s, size_t n_prompt, const char *who,
+                      ds4ref_error *err) {
+    uint32_t ctx = ds4ref_session_ctx(s), want = (uint32_t)c->n_predict;
+    uint64_t need = n_prompt + (want ? want - 1 : 0);
+    if (n_prompt > ctx)
+        return set_err(err, DS4REF_E_RANGE, "%sthe prompt has %zu tokens, more than the context "
+                       "of %u: give --ctx %llu or more (the prompt and -n %u)", who, n_prompt,
+                       ctx, (unsigned long long)need, want);
+    uint32_t room = ds4ref_generate_room(s, n_prompt, want);
+    if (room < want)
+        fprintf(stderr, "ds4ref: %s-n %u cut to %u tokens: that is what a context of %u leaves "
+                "after the %zu-token prompt (--ctx %llu makes room for all)\n", who, want, room,
+                ctx, n_prompt, (unsigned long long)need);
+    return 0;
+}
+
 static int print_step(void *ud, const ds4ref_step *st) {
-    (void)ud;
-    fwrite(st->bytes, 1, st->n_bytes, stdout);
+    view *v = ud;
+    step_seen(&v->sp);
+    put_text(v, st->bytes, st->n_bytes);
     fflush(stdout);
     return 0;
 }
@@ -399,7 +503,7 @@ static void gen_options(const cli *c, ds4ref_generate_options *o, ds4ref_spec_st
 }
 
 static int generate(const cli *c, ds4ref_session *s, const ids *t, const char *text,
-                    size_t text_len, ds4ref_error *err) {
+                    size_t text_len, view *v, ds4ref_error *err) {
     char vec_id[96];
     snprintf(vec_id, sizeof(vec_id), "%s", c->vec_id ? c->vec_id
                                           : c->prompt_file ? base_name(c->prompt_file) : "ds4ref");
@@ -412,12 +516,13 @@ static int generate(const cli *c, ds4ref_session *s, const ids *t, const char *t
     o.dump_path = c->dump_logprobs;
     o.vec_path = c->vec_out;
     o.vec_id = vec_id;
-    o.vec_prompt_path = c->prompt_file ? c->prompt_file : "prompt.txt";
+    o.vec_prompt_path = c->prompt_file;
     o.prompt_text = (const uint8_t *)text;
     o.prompt_text_len = text_len;
-    int rc = ds4ref_generate(s, t->v, t->n, &o, print_step, NULL, err);
-    printf("\n");
+    int rc = ds4ref_generate(s, t->v, t->n, &o, print_step, v, err);
+    if (v->sp.steps) end_text(v);
     print_report(c, &st);
+    print_speed(&v->sp);
     return rc;
 }
 
@@ -428,8 +533,15 @@ typedef struct batch_text {
     size_t len, cap;
 } batch_text;
 
+typedef struct batch_out {
+    batch_text *rows;
+    speed sp;
+} batch_out;
+
 static int collect_row(void *ud, uint32_t row, const ds4ref_step *st) {
-    batch_text *t = (batch_text *)ud + row;
+    batch_out *b = ud;
+    batch_text *t = &b->rows[row];
+    step_seen(&b->sp);
     if (t->len + st->n_bytes > t->cap) {
         size_t cap = 2 * (t->len + st->n_bytes) + 64;
         char *np = realloc(t->p, cap);
@@ -473,19 +585,29 @@ static int run_batch(const cli *c, ds4ref_model *m, char **lines, uint32_t n,
     batch_text *texts = calloc(n, sizeof(*texts));
     int rc = rows && prompts && pv && lens && texts ? 0 : set_err(err, DS4REF_E_NOMEM, "out of memory");
     for (uint32_t i = 0; !rc && i < n; i++) {
+        char who[32];
+        snprintf(who, sizeof(who), "prompt %u: ", i + 1);
         rc = chat_ids(c, m, lines[i], strlen(lines[i]), &prompts[i], err);
         if (!rc) rc = ds4ref_session_new(m, so, &rows[i], err);
+        if (!rc) rc = check_room(c, rows[i], prompts[i].n, who, err);
         pv[i] = prompts[i].v;
         lens[i] = prompts[i].n;
     }
     ds4ref_spec_stats st = {0};
     ds4ref_generate_options o;
     gen_options(c, &o, &st);
-    if (!rc) rc = ds4ref_generate_batch(rows, pv, lens, n, &o, collect_row, texts, err);
-    for (uint32_t i = 0; !rc && i < n; i++)
-        printf("--- prompt %u: %s\n%.*s\n", i + 1, lines[i], (int)texts[i].len,
-               texts[i].p ? texts[i].p : "");
+    batch_out out = {texts, {.rows = n}};
+    for (uint32_t i = 0; i < n; i++) out.sp.prompt_tokens += lens[i];
+    out.sp.prefill_start = now_sec();
+    if (!rc) rc = ds4ref_generate_batch(rows, pv, lens, n, &o, collect_row, &out, err);
+    view v = {.term = isatty(STDOUT_FILENO)};
+    for (uint32_t i = 0; !rc && i < n; i++) {
+        printf("--- prompt %u: %s\n", i + 1, lines[i]);
+        put_text(&v, (const uint8_t *)texts[i].p, texts[i].len);
+        end_text(&v);
+    }
     if (!rc) print_report(c, &st);
+    if (!rc) print_speed(&out.sp);
     for (uint32_t i = 0; rows && i < n; i++) {
         ds4ref_session_free(rows[i]);
         ds4ref_free(prompts[i].v);
@@ -531,12 +653,16 @@ static int run(const cli *c, ds4ref_error *err) {
         rc = dump_tokens(m, &t, err);
         goto done;
     }
-    if (isatty(2) && t.n > c->chunk) so.progress = progress;
-    if ((rc = ds4ref_session_new(m, &so, &s, err))) goto done;
+    view v = {.show_progress = isatty(STDERR_FILENO) && t.n > c->chunk,
+              .term = isatty(STDOUT_FILENO), .sp = {.prompt_tokens = t.n, .rows = 1}};
+    so.progress = progress;
+    so.progress_ud = &v;
+    if ((rc = ds4ref_session_new(m, &so, &s, err)) || (rc = check_room(c, s, t.n, "", err)))
+        goto done;
     if (c->logits_out) {
         if ((rc = write_logits(m, s, &t, c->logits_out, err)) || !c->n_predict) goto done;
     }
-    rc = generate(c, s, &t, text, text_len, err);
+    rc = generate(c, s, &t, text, text_len, &v, err);
 done:
     ds4ref_session_free(s);
     ds4ref_model_close(m);
@@ -551,7 +677,7 @@ int main(int argc, char **argv) {
     ds4ref_wait_policy(argv);
     cli c;
     if (parse_args(argc, argv, &c)) return DS4REF_E_ARG;
-    if (c.threads) ds4ref_set_threads(c.threads);
+    if (c.threads) ds4ref_set_threads((int)c.threads);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigint;

@@ -22,12 +22,26 @@ static const char usage[] =
     "         first and last elements) and the tensor table (name, type, shape in\n"
     "         ggml order with ne0 contiguous, file offset, bytes).\n"
     "dequant  writes every element of TENSOR, in GGUF element order, as\n"
-    "         little-endian float32 to stdout (not to a terminal).\n";
+    "         little-endian float32 to stdout (not to a terminal).\n"
+    "\n"
+    "  -h, --help, --version\n";
 
 int main(int argc, char **argv) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage, stdout);
-        return 0;
+    /* The commands take files and tensor names; every other word that starts
+     * with '-' is an option, and only these two exist. */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("ds4ref-gguf %s\n", ds4ref_version());
+            return 0;
+        }
+        if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "ds4ref-gguf: unknown option %s (see --help)\n", argv[i]);
+            return DS4REF_E_ARG;
+        }
     }
     ds4ref_error err = {0};
     /* A file truncated while it is read ends with one line, not "Bus error". */

@@ -8,6 +8,8 @@
 
 #include "ds4ref.h"
 
+#include "options.h"
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ds4ref-mkmodel --config NAME [--seed N] [--types f32|ds4]\n"
@@ -17,15 +19,25 @@ static void usage(FILE *f) {
             "the matching MTP head to FILE with -mtp.gguf in place of .gguf.\n"
             "Same options and seed give byte-identical files.\n"
             "\n"
-            "  --config NAME   tiny (4 layers: ratios 0,0,4,128), fullwidth (the real\n"
-            "                  per-layer dimensions, 3 layers, 16 experts) or fulldepth\n"
+            "  --config NAME   tiny (4 layers: ratios 0,0,4,128), tiny-k64 (tiny with heads\n"
+            "                  of 64, RoPE on 16: runs with --qat off only), fullwidth (the\n"
+            "                  real per-layer dimensions, 3 layers, 16 experts) or fulldepth\n"
             "                  (the same with the real 43 layers and their ratios, ~13 GB)\n"
             "  --types T       f32: every float tensor F32; ds4 (default): ds4's\n"
             "                  published mix (Q8_0 / F16 / IQ2_XXS / Q2_K / F32 / I32)\n"
             "  --seed N        random seed (default 1)\n"
             "  --vocab-from F  embed a Hugging Face byte-level BPE vocabulary\n"
-            "  --no-mtp        do not write the MTP file\n");
+            "  --no-mtp        do not write the MTP file\n"
+            "  -h, --help, --version\n");
 }
+
+enum opt_id { O_HELP, O_VERSION, O_NO_MTP, O_CONFIG, O_SEED, O_TYPES, O_VOCAB_FROM, O_OUT };
+
+static const ds4ref_option options[] = {
+    {"-h", O_HELP, false}, {"--help", O_HELP, false}, {"--version", O_VERSION, false},
+    {"--no-mtp", O_NO_MTP, false}, {"--config", O_CONFIG, true}, {"--seed", O_SEED, true},
+    {"--types", O_TYPES, true}, {"--vocab-from", O_VOCAB_FROM, true}, {"-o", O_OUT, true},
+};
 
 int main(int argc, char **argv) {
     ds4ref_synth_options o;
@@ -34,41 +46,45 @@ int main(int argc, char **argv) {
     const char *out = NULL;
     int mtp = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *v;
+        char *end;
+        switch (ds4ref_option_next("ds4ref-mkmodel", options, sizeof(options) / sizeof(options[0]),
+                                   argc, argv, &i, &v)) {
+        case -1:
+            return DS4REF_E_ARG;
+        case O_HELP:
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--no-mtp")) {
+        case O_VERSION:
+            printf("ds4ref-mkmodel %s\n", ds4ref_version());
+            return 0;
+        case O_NO_MTP:
             mtp = 0;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "ds4ref-mkmodel: %s needs a value (see --help)\n", a);
-            return DS4REF_E_ARG;
-        }
-        i++;
-        if (!strcmp(a, "--config")) o.config = v;
-        else if (!strcmp(a, "--seed")) {
-            char *end;
+            break;
+        case O_CONFIG:
+            o.config = v;
+            break;
+        case O_SEED:
             errno = 0;
             o.seed = strtoull(v, &end, 10);
             if (*end || !*v || *v == '-' || errno) {
                 fprintf(stderr, "ds4ref-mkmodel: --seed expects a decimal integer, got '%s'\n", v);
                 return DS4REF_E_ARG;
             }
-        } else if (!strcmp(a, "--types")) {
-            if (!strcmp(v, "f32")) o.f32 = 1;
-            else if (!strcmp(v, "ds4")) o.f32 = 0;
-            else {
+            break;
+        case O_TYPES:
+            if (strcmp(v, "f32") && strcmp(v, "ds4")) {
                 fprintf(stderr, "ds4ref-mkmodel: --types expects f32 or ds4, got '%s'\n", v);
                 return DS4REF_E_ARG;
             }
-        } else if (!strcmp(a, "--vocab-from")) o.vocab_from = v;
-        else if (!strcmp(a, "-o")) out = v;
-        else {
-            fprintf(stderr, "ds4ref-mkmodel: unknown option %s (see --help)\n", a);
-            return DS4REF_E_ARG;
+            o.f32 = !strcmp(v, "f32");
+            break;
+        case O_VOCAB_FROM:
+            o.vocab_from = v;
+            break;
+        case O_OUT:
+            out = v;
+            break;
         }
     }
     if (!o.config || !out) {

@@ -116,7 +116,8 @@ def diff(golden, other, *, case=None, all_steps=False, json=False, quiet=False,
     `ds4ref-diff GOLDEN OTHER` does (docs/FORMATS.md, section 4).  Either
     file may be a ds4ref golden, a ds4 --dump-logprobs JSON or an
     official.vec (case: which of its cases).  The thresholds are those of
-    ds4ref-diff; None leaves one unchecked.  A violated threshold is a
+    ds4ref-diff; None leaves one unchecked, and with none at all (and not
+    exact) min_top1=1 applies, so a divergence fails.  A violated threshold is a
     result (passed False), not an error; errors are files that cannot be
     read or parsed."""
     lib = _lib.lib()

@@ -80,8 +80,10 @@ def test_diff_passes_on_the_same_stream_and_reports_a_divergence():
     d = ds4ref.diff(on, off, exact=True, max_dlogprob=0)
     assert not d.passed and d.violations == 2 and not d.exact
     assert "result: FAIL" in d.report and d.report.count("  violated: ") == 2
+    # No threshold asked for: --min-top1 1 applies, and the streams diverge.
     j = ds4ref.diff(on, off, json=True)
-    assert j.passed and j.violations == 0    # no threshold asked for
+    assert not j.passed and j.violations == 1 and j.first_divergence is not None
+    assert j.top1 == (j.first_divergence) / (j.first_divergence + 1)
     report = json.loads(j.report)
     assert isinstance(report, dict) and j.max_dlogprob > 0 and j.n_steps_b == 160
 

@@ -105,7 +105,8 @@ int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_
         return api_fail(err, &e);
     }
     ds4_fwd_opts fo = {.qat = o->qat != 0};
-    if ((o->mtp_path && ds4_model_load_mtp(&m->m, o->mtp_path, &e)) ||
+    if ((fo.qat && ds4_config_check_qat(&m->m.cfg, o->path, &e)) ||
+        (o->mtp_path && ds4_model_load_mtp(&m->m, o->mtp_path, &e)) ||
         ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e)) {
         ds4_model_close(&m->m);
         free(m);
@@ -276,6 +277,8 @@ void ds4ref_session_free(ds4ref_session *s) {
 
 uint32_t ds4ref_session_pos(const ds4ref_session *s) { return ds4_session_pos(&s->s); }
 
+uint32_t ds4ref_session_ctx(const ds4ref_session *s) { return s->s.kv.ctx; }
+
 int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *logits,
                         ds4ref_error *err) {
     ds4err e = {0};
@@ -330,6 +333,12 @@ void ds4ref_generate_options_init(ds4ref_generate_options *o) {
     o->top_k = 20;
     o->stop_at_eos = 1;
     o->seed = 1;
+}
+
+uint32_t ds4ref_generate_room(const ds4ref_session *s, size_t n_prompt, uint32_t n_tokens) {
+    bool clamped;
+    if (n_prompt > UINT32_MAX) return 0;
+    return ds4_gen_room(&s->s, (uint32_t)n_prompt, n_tokens, &clamped);
 }
 
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size) {
@@ -412,8 +421,7 @@ static int generate_recorded(ds4ref_session *s, const int32_t *prompt, uint32_t 
     ds4_run_opts ro = {
         .n_steps = gr->n_steps, .top_k = gr->top_k, .stop_at_eos = gr->stop_at_eos,
         .golden_path = o->golden_path, .dump_path = o->dump_path, .vec_path = o->vec_path,
-        .vec_id = o->vec_id ? o->vec_id : "ds4ref",
-        .vec_prompt_path = o->vec_prompt_path ? o->vec_prompt_path : "prompt.txt",
+        .vec_id = o->vec_id, .vec_prompt_path = o->vec_prompt_path,
         .prompt_text = o->prompt_text, .prompt_text_len = o->prompt_text_len,
         .on_step = bridge_step, .step_ud = b, .stop = o->stop, .spec = gr->spec, .stats = st,
     };

@@ -5,7 +5,11 @@
 #include <string.h>
 
 uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped) {
-    uint64_t free_pos = s->kv.ctx > n_prompt ? s->kv.ctx - n_prompt : 0;
+    if (n_prompt > s->kv.ctx) {   /* refused by ds4_gen_check_prompt */
+        *clamped = want > 0;
+        return 0;
+    }
+    uint64_t free_pos = s->kv.ctx - n_prompt;
     *clamped = (uint64_t)want > free_pos + 1;
     return *clamped ? (uint32_t)(free_pos + 1) : want;
 }
@@ -22,6 +26,52 @@ int ds4_gen_check_prompt(const ds4_session *s, const int32_t *prompt, uint32_t n
             return ds4err_set(err, DS4_E_RANGE, "prompt token %u is %d, outside the vocabulary [0, %u)",
                               i, prompt[i], V);
     return 0;
+}
+
+/* A row's progress through its prompt, whatever passes and windows the
+ * prefill splits it into: the session's own hook sees each evaluation
+ * alone, so it is swapped for this one while the prompt is evaluated, and
+ * is silent while decoding, whose passes are a token or a verify batch. */
+typedef struct prompt_progress {
+    const ds4_session *s;
+    ds4_progress_fn fn;
+    void *ud;
+    uint32_t n_prompt;
+} prompt_progress;
+
+static void on_prompt_pass(void *ud, uint32_t done, uint32_t total) {
+    (void)done;
+    (void)total;
+    const prompt_progress *p = ud;
+    p->fn(p->ud, ds4_session_pos(p->s), p->n_prompt);   /* the prompt starts at 0 */
+}
+
+/* The prompt's progress on rows that have a hook: 0 of n first, then after
+ * every pass. */
+static void progress_attach(ds4_session *const *rows, const uint32_t *n_prompt, uint32_t n_rows,
+                            prompt_progress *pp) {
+    for (uint32_t i = 0; i < n_rows; i++) {
+        ds4_session *s = rows[i];
+        pp[i] = (prompt_progress){s, s->progress, s->progress_ud, n_prompt[i]};
+        if (!s->progress) continue;
+        s->progress(s->progress_ud, 0, n_prompt[i]);
+        s->progress = on_prompt_pass;
+        s->progress_ud = &pp[i];
+    }
+}
+
+/* No progress while decoding. */
+static void progress_detach(ds4_session *const *rows, uint32_t n_rows) {
+    for (uint32_t i = 0; i < n_rows; i++) rows[i]->progress = NULL;
+}
+
+/* The caller's hooks back, for its own later evaluations. */
+static void progress_restore(ds4_session *const *rows, uint32_t n_rows,
+                             const prompt_progress *pp) {
+    for (uint32_t i = 0; i < n_rows; i++) {
+        rows[i]->progress = pp[i].fn;
+        rows[i]->progress_ud = pp[i].ud;
+    }
 }
 
 /* One row's view of the run, for the per-step callback. */
@@ -64,8 +114,9 @@ int ds4_gen_rows(ds4_session *const *rows, const int32_t *const *prompts,
     ds4_spec_row *sr = calloc(n_rows, sizeof(*sr));
     row_hook *hooks = calloc(n_rows, sizeof(*hooks));
     bool *clamped = calloc(n_rows, sizeof(*clamped));
+    prompt_progress *pp = calloc(n_rows, sizeof(*pp));
     int rc = -1;
-    if (!sr || !hooks || !clamped) {
+    if (!sr || !hooks || !clamped || !pp) {
         ds4err_set(err, DS4_E_NOMEM, "out of memory generating %u rows", n_rows);
         goto out;
     }
@@ -85,9 +136,12 @@ int ds4_gen_rows(ds4_session *const *rows, const int32_t *const *prompts,
      * when go.n_steps is. */
     ds4_gen_opts go = {.n_steps = o->n_steps, .top_k = o->top_k, .eos = o->eos,
                        .stop_at_eos = o->stop_at_eos};
-    if (ds4_spec_prefill(sc->drafter, rows, prompts, n_prompt, n_rows, err) ||
-        ds4_spec_generate(sc, &go, sr, n_rows, o->stats, err))
-        goto out;
+    progress_attach(rows, n_prompt, n_rows, pp);
+    int failed = ds4_spec_prefill(sc->drafter, rows, prompts, n_prompt, n_rows, err);
+    progress_detach(rows, n_rows);
+    if (!failed) failed = ds4_spec_generate(sc, &go, sr, n_rows, o->stats, err);
+    progress_restore(rows, n_rows, pp);
+    if (failed) goto out;
     for (uint32_t i = 0; i < n_rows; i++) {
         if (done) done[i] = sr[i].n_done;
         if (end) end[i] = row_end(o, &sr[i], &hooks[i], clamped[i]);
@@ -102,5 +156,6 @@ out:
     free(sr);
     free(hooks);
     free(clamped);
+    free(pp);
     return rc;
 }

@@ -5,7 +5,11 @@
  * A run starts each session over, evaluates its prompt (shown to the
  * drafter, if any), and generates at most n_steps tokens -- fewer when the
  * context leaves less room (ds4_gen_room), at EOS, or when asked to stop --
- * greedy, speculative or sampled as the spec settings say.  Several rows
+ * greedy, speculative or sampled as the spec settings say.  A session's
+ * progress hook reports the prompt only: 0 of n_prompt before its first
+ * pass, then the prompt tokens done after every pass (across the windows
+ * the prefill may split it into); it is silent while decoding and back in
+ * place afterwards.  Several rows
  * run together share every forward pass (each row its own session, prompt
  * and positions), with the same records each would get alone. */
 #ifndef DS4_RUN_H
@@ -53,7 +57,8 @@ typedef struct ds4_gen_run {
 
 /* How many of `want` steps fit after a prompt of n_prompt tokens: the last
  * generated token is never evaluated, so want steps fit when
- * n_prompt + want - 1 <= ctx.  *clamped says whether room cut want. */
+ * n_prompt + want - 1 <= ctx; none when the prompt itself does not fit.
+ * *clamped says whether room cut want. */
 uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped);
 
 /* The checks a prompt must pass before anything is started: not empty,

@@ -72,7 +72,6 @@ static int config_validate(const ds4_config *c, const char *p, ds4err *err) {
         check(err, p, c->n_head >= 1 && c->n_head <= 1024, "attention.head_count must be in [1, 1024]") ||
         check(err, p, c->n_rot >= 2 && c->n_rot % 2 == 0 && c->n_rot <= 256, "rope.dimension_count must be even, in [2, 256]") ||
         check(err, p, c->head_dim > c->n_rot && c->head_dim <= 4096, "key_length must exceed rope.dimension_count (and be <= 4096)") ||
-        check(err, p, (c->head_dim - c->n_rot) % 64 == 0, "key_length - rope.dimension_count must be a multiple of 64 (FP8 KV blocks)") ||
         check(err, p, c->q_lora >= 1 && c->q_lora <= 65536, "attention.q_lora_rank must be in [1, 65536]") ||
         check(err, p, c->o_groups >= 1 && c->n_head % c->o_groups == 0, "attention.head_count must be a multiple of output_group_count") ||
         check(err, p, c->o_lora >= 1 && c->o_lora <= 65536, "attention.output_lora_rank must be in [1, 65536]") ||
@@ -103,6 +102,20 @@ static int config_validate(const ds4_config *c, const char *p, ds4err *err) {
          check(err, p, c->idx_topk >= 1, "attention.indexer.top_k must be >= 1")))
         return -1;
     return 0;
+}
+
+/* The official QAT simulation rounds the non-RoPE part of each KV row to FP8
+ * in blocks of 64 (act_quant(kv[..., :-rd], 64)), which the official code
+ * asserts divides it.  A model where it does not runs with QAT off, in the
+ * official code as here; nothing else depends on it. */
+int ds4_config_check_qat(const ds4_config *c, const char *path, ds4err *err) {
+    uint32_t nope = c->head_dim - c->n_rot;
+    if (nope % 64 == 0) return 0;
+    return ds4err_set(err, DS4_E_UNSUPPORTED,
+                      "%s: QAT simulates the official FP8 KV cache in blocks of 64, and this "
+                      "model's key_length %u - rope.dimension_count %u = %u is not a multiple "
+                      "of 64: run it with QAT off (--qat off), as the official code does",
+                      path, c->head_dim, c->n_rot, nope);
 }
 
 int ds4_config_load(ds4_config *c, const gguf_file *g, ds4err *err) {

@@ -132,6 +132,12 @@ typedef struct ds4_model {
 int ds4_config_load(ds4_config *cfg, const gguf_file *g, ds4err *err);
 void ds4_config_free(ds4_config *cfg);
 
+/* Whether the official FP8 KV / FP4 indexer simulation (QAT on) applies to
+ * this model: its FP8 blocks of 64 must divide key_length -
+ * rope.dimension_count.  DS4_E_UNSUPPORTED, naming path and suggesting QAT
+ * off, when they do not; such a model loads and runs with QAT off. */
+int ds4_config_check_qat(const ds4_config *cfg, const char *path, ds4err *err);
+
 /* Open a base model file: metadata, every tensor bound and checked. */
 int ds4_model_open(ds4_model *m, const char *path, ds4err *err);
 

@@ -21,7 +21,7 @@
 #include "quant/gguf_write.h"
 #include "text/tokenizer.h"
 
-const char *const ds4_synth_configs[] = {"tiny", "fullwidth", "fulldepth", NULL};
+const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "fullwidth", "fulldepth", NULL};
 
 /* ---------------------------------------------------------------------------
  * Configurations
@@ -40,6 +40,9 @@ typedef struct synth_cfg {
  * window (16) and indexer top-k (4) are small so that both are exercised by
  * sequences of a few dozen tokens; 32 indexer heads keep exact ties out of
  * the indexer (a score is exactly 0 when every head's q.k is negative).
+ * tiny-k64: tiny with heads of 64 and RoPE on 16 of them, a shape the
+ * official code runs with QAT off only (its FP8 blocks of 64 do not divide
+ * the 48 non-RoPE dimensions): ds4ref loads it and refuses QAT on.
  * fullwidth: DeepSeek V4 Flash's real per-layer dimensions and vocabulary
  * size, with 3 layers and 16 experts: for benchmarks.
  * fulldepth: the same with all 43 layers, their ratio pattern (window-only
@@ -48,6 +51,8 @@ typedef struct synth_cfg {
  * (about 13 GB): the real model's per-token cost, measured end to end. */
 static const synth_cfg configs[] = {
     {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
+     {0, 0, 4, 128}},
+    {"tiny-k64", 4, 256, 512, 4, 64, 16, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
      {0, 0, 4, 128}},
     {"fullwidth", 3, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 1, 128, 64, 128,
      512, 65536, {0, 4, 128}},
@@ -450,7 +455,7 @@ done:
 int ds4_synth_write(const ds4_synth_opts *o, const char *path, const char *mtp_path,
                     ds4err *err) {
     const synth_cfg *s = find_cfg(o->config);
-    if (!s) return ds4err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny or fullwidth)",
+    if (!s) return ds4err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, fullwidth or fulldepth)",
                               o->config);
     ds4_synth_vocab v;
     if (o->vocab_from ? ds4_synth_vocab_hf(&v, o->vocab_from, err)

@@ -285,7 +285,7 @@ int ds4_diff_compute(const ds4_golden *a, const ds4_golden *b, const ds4_diff_op
             r->n_kl++;
         }
     }
-    r->top1 = r->n_a ? (double)r->n_agree / r->n_a : 1.0;
+    r->top1 = r->n_compared ? (double)r->n_agree / r->n_compared : NAN;
     r->top5 = n_top[DS4_DIFF_TOP5] ? sum_top[DS4_DIFF_TOP5] / n_top[DS4_DIFF_TOP5] : NAN;
     r->top20 = n_top[DS4_DIFF_TOP20] ? sum_top[DS4_DIFF_TOP20] / n_top[DS4_DIFF_TOP20] : NAN;
     r->mean_dlp = r->n_pairs ? sum_dlp / (double)r->n_pairs : NAN;
@@ -328,24 +328,37 @@ static void violation(ds4_buf *why, uint32_t *n, const char *fmt, ...) {
     (*n)++;
 }
 
-/* figure must be <= limit (upper) or >= limit (lower); NAN figure = unmeasured. */
-static void bound(ds4_buf *why, uint32_t *n, const char *flag, double limit, double figure,
-                  bool upper) {
+/* figure must be <= limit (upper) or >= limit (lower); NAN figure = unmeasured.
+ * note follows the limit in the message. */
+static void bound(ds4_buf *why, uint32_t *n, const char *flag, double limit, const char *note,
+                  double figure, bool upper) {
     if (isnan(limit)) return;
     if (isnan(figure))
-        violation(why, n, "%s %g: nothing to measure it on", flag, limit);
+        violation(why, n, "%s %g%s: nothing to measure it on", flag, limit, note);
     else if (upper ? figure > limit : figure < limit)
-        violation(why, n, "%s %g: got %.6g", flag, limit, figure);
+        violation(why, n, "%s %g%s: got %.6g", flag, limit, note, figure);
+}
+
+static bool no_limits(const ds4_diff_limits *l) {
+    return isnan(l->max_dlogprob) && isnan(l->min_top1) && isnan(l->min_top5) &&
+           isnan(l->min_top20) && isnan(l->max_kl) && !l->exact;
 }
 
 uint32_t ds4_diff_check(const ds4_diff_report *r, const ds4_diff_limits *l, ds4_buf *why) {
     uint32_t n = 0;
     if (r->prompt_differs) violation(why, &n, "prompts differ: the streams are not comparable");
-    bound(why, &n, "--max-dlogprob", l->max_dlogprob, r->max_dlp, true);
-    bound(why, &n, "--min-top1", l->min_top1, r->top1, false);
-    bound(why, &n, "--min-top5-overlap", l->min_top5, r->top5, false);
-    bound(why, &n, "--min-top20-overlap", l->min_top20, r->top20, false);
-    bound(why, &n, "--max-kl", l->max_kl, r->max_kl, true);
+    /* Asked for no threshold, the verdict answers the first question of a
+     * diff: did OTHER choose every token the reference chose? */
+    if (no_limits(l)) {
+        bound(why, &n, "--min-top1", 1, " (the default when no threshold is given)", r->top1,
+              false);
+        return n;
+    }
+    bound(why, &n, "--max-dlogprob", l->max_dlogprob, "", r->max_dlp, true);
+    bound(why, &n, "--min-top1", l->min_top1, "", r->top1, false);
+    bound(why, &n, "--min-top5-overlap", l->min_top5, "", r->top5, false);
+    bound(why, &n, "--min-top20-overlap", l->min_top20, "", r->top20, false);
+    bound(why, &n, "--max-kl", l->max_kl, "", r->max_kl, true);
     if (l->exact && !r->exact) {
         if (r->first_inexact >= 0)
             violation(why, &n, "--exact: step %" PRId64 " differs (%s)", r->first_inexact,
@@ -438,17 +451,19 @@ int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds
                      "(--all-steps compares them anyway)");
         ds4_buf_puts(out, "\n");
     }
-    char t5[16], t20[16], mx[16], mn[16], kmax[16], kmean[16];
+    char t1[16], t5[16], t20[16], mx[16], mn[16], kmax[16], kmean[16];
+    snprintf(t1, sizeof(t1), "-");
+    if (!isnan(r->top1)) snprintf(t1, sizeof(t1), "%.6g", r->top1);
     fig(t5, sizeof(t5), !isnan(r->top5), r->top5);
     fig(t20, sizeof(t20), !isnan(r->top20), r->top20);
     fig(mx, sizeof(mx), r->n_pairs > 0, r->max_dlp);
     fig(mn, sizeof(mn), r->n_pairs > 0, r->mean_dlp);
     fig(kmax, sizeof(kmax), r->n_kl > 0, r->max_kl);
     fig(kmean, sizeof(kmean), r->n_kl > 0, r->mean_kl);
-    puts_fmt(out, "summary: steps_a=%u steps_b=%u compared=%u token_agree=%u top1=%.6g "
+    puts_fmt(out, "summary: steps_a=%u steps_b=%u compared=%u token_agree=%u top1=%s "
              "first_divergence=%" PRId64 " top5=%s top20=%s max_dlogprob=%s mean_dlogprob=%s "
              "max_kl=%s mean_kl=%s exact=%s",
-             r->n_a, r->n_b, r->n_compared, r->n_agree, r->top1, r->first_divergence, t5, t20,
+             r->n_a, r->n_b, r->n_compared, r->n_agree, t1, r->first_divergence, t5, t20,
              mx, mn, kmax, kmean, r->exact ? "yes" : "no");
     if (r->first_inexact >= 0) puts_fmt(out, " first_inexact=%" PRId64, r->first_inexact);
     ds4_buf_puts(out, "\n");
@@ -602,19 +617,59 @@ static bool first_line_has_format(const char *buf, size_t len) {
     return yes;
 }
 
+/* Does the JSON in buf look like a ds4 dump: an object with its "source" or
+ * "steps" key?  (Whether it is a valid one is the dump reader's to say.) */
+static bool json_is_dump(const char *buf, size_t len) {
+    ds4_json_doc *doc;
+    ds4err e;
+    if (ds4_json_parse(buf, len, "", &doc, &e)) return true;   /* the reader says where */
+    const ds4_json *root = ds4_json_root(doc);
+    bool yes = root->type == DS4_JSON_OBJECT &&
+               (ds4_json_get(root, "source") || ds4_json_get(root, "steps"));
+    ds4_json_free(doc);
+    return yes;
+}
+
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* Does buf look like an official.vec file: is its first line that is
+ * neither blank nor a comment a case record?  (A file of comments alone is
+ * one without cases.) */
+static bool text_is_vec(const char *buf, size_t len) {
+    for (size_t i = 0; i < len;) {
+        while (i < len && is_blank(buf[i])) i++;
+        if (i == len) break;
+        if (buf[i] != '#')
+            return len - i > 5 && !memcmp(buf + i, "case", 4) && (buf[i + 4] == ' ' || buf[i + 4] == '\t');
+        const char *nl = memchr(buf + i, '\n', len - i);
+        i = nl ? (size_t)(nl - buf) + 1 : len;
+    }
+    return true;
+}
+
+static int not_any_kind(const char *path, const char *buf, size_t len, ds4err *err) {
+    char start[64];
+    ds4_bytes_show((const uint8_t *)buf, len < 16 ? (uint32_t)len : 16, start, 24);
+    return ds4err_set(err, DS4_E_FORMAT, "%s: not a golden, ds4 dump or official.vec (it begins "
+                      "\"%s\")", path, start);
+}
+
 int ds4_trace_load(const char *path, const char *case_id, ds4_golden *g, ds4err *err) {
     char *buf;
     size_t len;
     ds4_golden_init(g, DS4_TRACE_GOLDEN);
     if (ds4_read_file(path, DS4_GOLDEN_MAX_FILE, &buf, &len, err)) return -1;
     size_t i = 0;
-    while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n')) i++;
+    while (i < len && is_blank(buf[i])) i++;
     int rc;
-    if (i < len && buf[i] == '{')
-        rc = first_line_has_format(buf, len) ? ds4_golden_parse(buf, len, path, g, err)
-                                             : ds4_dump_parse(buf, len, path, g, err);
-    else
+    if (i < len && buf[i] == '{' && first_line_has_format(buf, len))
+        rc = ds4_golden_parse(buf, len, path, g, err);
+    else if (i < len && buf[i] == '{' && json_is_dump(buf, len))
+        rc = ds4_dump_parse(buf, len, path, g, err);
+    else if (text_is_vec(buf, len))
         rc = load_vec(buf, len, path, case_id, g, err);
+    else
+        rc = not_any_kind(path, buf, len, err);
     free(buf);
     return rc;
 }

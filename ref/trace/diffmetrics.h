@@ -30,8 +30,10 @@
  * teacher-forced on A's tokens).
  *
  * Summary:
- *   top1       = steps with equal tokens among the compared ones / steps of A
- *                (1 when A has none): the share of A's stream B reproduced;
+ *   top1       = steps with equal tokens / steps compared (NAN when none
+ *                was): the share of the compared steps where B chose A's
+ *                token.  Steps only one side has (a 16-step official.vec
+ *                against a longer golden) are noted, not counted;
  *   top5/top20 = mean over compared steps (with avail > 0) of overlap/avail;
  *   max/mean |dlogprob| over all common tokens of all compared steps;
  *   max/mean KL over compared steps where it is defined;
@@ -103,7 +105,9 @@ void ds4_diff_limits_none(ds4_diff_limits *l);
 
 /* Number of violations, each appended to *why as one line "--flag X: got Y".
  * A prompt mismatch is always a violation (nothing else is comparable
- * then); a limit whose figure could not be measured is violated too. */
+ * then); a limit whose figure could not be measured is violated too.  With
+ * no limit at all, min_top1 = 1 is checked (the line says it is the
+ * default): a diff without thresholds still fails on a divergence. */
 uint32_t ds4_diff_check(const ds4_diff_report *r, const ds4_diff_limits *l, ds4_buf *why);
 
 /* Human-readable report: the two sources, notes, one line per step (none

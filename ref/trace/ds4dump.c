@@ -78,11 +78,12 @@ int ds4_dump_format(const ds4_golden *g, ds4_buf *out, ds4err *err) {
     return out->failed ? ds4err_set(err, DS4_E_NOMEM, "out of memory formatting a dump") : 0;
 }
 
-int ds4_dump_write(const ds4_golden *g, const char *path, ds4err *err) {
+int ds4_dump_write(const ds4_golden *g, ds4_afile *dst, ds4err *err) {
     ds4_buf b = {0};
     int rc = ds4_dump_format(g, &b, err);
-    if (rc == 0) rc = ds4_write_file_atomic(path, b.p, b.len, err);
-    else ds4err_prefix(err, "%s", path);
+    if (rc == 0) rc = ds4_afile_write(dst, b.p, b.len, err);
+    if (rc == 0) rc = ds4_afile_commit(dst, err);
+    else ds4_afile_abort(dst);
     ds4_buf_free(&b);
     return rc;
 }

@@ -28,13 +28,16 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/fileio.h"
 #include "trace/golden.h"
 
 #define DS4_DUMP_SOURCE "ds4ref"
 
 /* Needs ids and logits (a ds4ref golden, or a dump read back). */
 int ds4_dump_format(const ds4_golden *g, ds4_buf *out, ds4err *err);
-int ds4_dump_write(const ds4_golden *g, const char *path, ds4err *err);
+/* Into a writer the caller opened on the target beforehand (so that a path
+ * that cannot be written failed then): committed, or aborted on failure. */
+int ds4_dump_write(const ds4_golden *g, ds4_afile *dst, ds4err *err);
 
 /* Reads into a DS4_TRACE_DUMP golden: ids, bytes, f32 logits and logprobs of
  * every listed token, prompt token count, ctx, top_k.  Keys other than the

@@ -1,10 +1,14 @@
 #include "trace/goldenrun.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/fileio.h"
 #include "base/version.h"
 #include "model/modelid.h"
 #include "trace/ds4dump.h"
@@ -119,14 +123,107 @@ static void free_header_ids(ds4_golden_header *h) {
     if (h->has_mtp) ds4_modelid_free(&h->mtp);
 }
 
-static int write_extras(const ds4_golden *g, const ds4_run_opts *o, ds4err *err) {
-    if (o->dump_path && ds4_dump_write(g, o->dump_path, err)) return -1;
-    if (o->vec_path) {
-        ds4_lpv_append_opts vo = {.id = o->vec_id, .prompt_path = o->vec_prompt_path,
-                                  .max_top = 5, .replace = true};
-        if (ds4_lpv_append(o->vec_path, g, &vo, err)) return -1;
+/* The outputs besides the golden: the ds4 dump, the official.vec case and
+ * the prompt file beside it.  They are opened (and the .vec file checked)
+ * before the first token, so that a path that cannot be written, or a case
+ * that is already there, fails at once rather than after hours of
+ * generation; they are written when the run ends. */
+typedef struct extras {
+    ds4_afile dump, vec, prompt;   /* zeroed when not written */
+    bool write_prompt;
+    ds4_lpv_append_opts vo;
+    char *recorded;                /* the case's prompt path, when made here */
+} extras;
+
+static void extras_abort(extras *x) {
+    ds4_afile_abort(&x->dump);
+    ds4_afile_abort(&x->vec);
+    ds4_afile_abort(&x->prompt);
+    free(x->recorded);
+    x->recorded = NULL;
+}
+
+/* "<the vec file's folder>/prompts/<name>", malloc'd. */
+static char *beside_vec(const char *vec_path, const char *name) {
+    const char *slash = strrchr(vec_path, '/');
+    int dir = slash ? (int)(slash - vec_path) : 1;
+    const char *at = slash ? vec_path : ".";
+    size_t n = (size_t)dir + strlen(name) + sizeof("/prompts/");
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%.*s/prompts/%s", dir, at, name);
+    return p;
+}
+
+/* ds4's test reads a case's prompt from the prompts folder beside the .vec
+ * file (by the recorded path's base name): the prompt's text goes there,
+ * unless that file already holds it. */
+static int prompt_open(const ds4_run_opts *o, extras *x, ds4err *err) {
+    const char *name = strrchr(x->vo.prompt_path, '/');
+    char *target = beside_vec(o->vec_path, name ? name + 1 : x->vo.prompt_path);
+    if (!target) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    char *have = NULL;
+    size_t have_len;
+    int rc = 0;
+    if (access(target, F_OK) == 0) {
+        rc = ds4_read_file(target, DS4_GOLDEN_MAX_FILE, &have, &have_len, err);
+        if (rc == 0 && (have_len != o->prompt_text_len ||
+                        memcmp(have, o->prompt_text, have_len)))
+            rc = ds4err_set(err, DS4_E_ARG, "%s: holds another prompt; the case's prompt goes "
+                            "there (ds4's test reads it beside the .vec file): choose another "
+                            "case id or folder", target);
+    } else {
+        char *dir = beside_vec(o->vec_path, "");
+        if (!dir || (mkdir(dir, 0755) && errno != EEXIST))
+            rc = ds4err_set(err, dir ? DS4_E_IO : DS4_E_NOMEM, "%s: %s", dir ? dir : target,
+                            dir ? strerror(errno) : "out of memory");
+        free(dir);
+        if (rc == 0) rc = ds4_afile_open(&x->prompt, target, err);
+        x->write_prompt = rc == 0;
     }
-    return 0;
+    free(have);
+    free(target);
+    return rc;
+}
+
+/* The case's settings, the file's checks, its writer, then the prompt's. */
+static int vec_open(const ds4_run_opts *o, extras *x, ds4err *err) {
+    const char *id = o->vec_id ? o->vec_id : "ds4ref";
+    const char *recorded = o->vec_prompt_path;
+    if (!recorded && !o->prompt_text)
+        return ds4err_set(err, DS4_E_ARG, "%s: an official.vec case names its prompt's file, "
+                          "and this run has neither the file nor the prompt's text",
+                          o->vec_path);
+    if (!recorded) {
+        size_t n = strlen(id) + sizeof("prompts/.txt");
+        if (!(x->recorded = malloc(n))) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
+        snprintf(x->recorded, n, "prompts/%s.txt", id);
+        recorded = x->recorded;
+    }
+    x->vo = (ds4_lpv_append_opts){.id = id, .prompt_path = recorded, .max_top = 5};
+    if (ds4_lpv_append_check(o->vec_path, &x->vo, err) ||
+        ds4_afile_open(&x->vec, o->vec_path, err))
+        return -1;
+    return o->prompt_text ? prompt_open(o, x, err) : 0;
+}
+
+static int extras_open(const ds4_run_opts *o, extras *x, ds4err *err) {
+    memset(x, 0, sizeof(*x));
+    int rc = o->dump_path ? ds4_afile_open(&x->dump, o->dump_path, err) : 0;
+    if (rc == 0 && o->vec_path) rc = vec_open(o, x, err);
+    if (rc) extras_abort(x);
+    return rc;
+}
+
+/* Write them from the golden; the prompt file before the case that names it. */
+static int extras_write(extras *x, const ds4_golden *g, const ds4_run_opts *o, ds4err *err) {
+    int rc = o->dump_path ? ds4_dump_write(g, &x->dump, err) : 0;
+    if (rc == 0 && x->write_prompt) {
+        rc = ds4_afile_write(&x->prompt, o->prompt_text, o->prompt_text_len, err);
+        if (rc == 0) rc = ds4_afile_commit(&x->prompt, err);
+    }
+    if (rc == 0 && o->vec_path) rc = ds4_lpv_append_to(&x->vec, o->vec_path, g, &x->vo, err);
+    extras_abort(x);   /* what is left after a failure */
+    return rc;
 }
 
 /* The golden's stop reason for how the run ended. */
@@ -155,13 +252,18 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
     if (o->spec && o->spec->temp > 0)
         return ds4err_set(err, DS4_E_ARG, "goldens, dumps and vec cases record greedy decoding: "
                                           "use --temp 0");
+    extras x;
+    if (extras_open(o, &x, err)) return -1;
     ds4_golden_header h;
     ds4_golden_writer *w = NULL;
     int rc = fill_header(s, prompt, n_prompt, o, &h, err);
     h.settings.mtp_draft = o->spec && o->spec->drafter ? o->spec->n_draft : 0;
     if (rc == 0) rc = ds4_golden_writer_open(&w, o->golden_path, &h, err);
     free_header_ids(&h);
-    if (rc) return -1;
+    if (rc) {
+        extras_abort(&x);
+        return -1;
+    }
     run_ctx r = {tok, o, w, err, false};
     ds4_gen_run gr = {.n_steps = o->n_steps, .top_k = o->top_k,
                       .eos = tok ? ds4_tok_special(tok, DS4_SPECIAL_EOS) : -1,
@@ -175,7 +277,8 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
      * run leaves a golden marked incomplete, never a truncated file. */
     ds4err ferr = {0};
     rc = ds4_golden_writer_finish(w, stop, &ferr);
-    if (!rc) rc = write_extras(ds4_golden_writer_golden(w), o, &ferr);
+    if (!rc) rc = extras_write(&x, ds4_golden_writer_golden(w), o, &ferr);
+    else extras_abort(&x);
     if (rc && stop != DS4_STOP_ERROR) *err = ferr;
     if (!rc && out) rc = copy_golden(ds4_golden_writer_golden(w), out, err);
     ds4_golden_writer_free(w);

@@ -24,9 +24,14 @@ typedef struct ds4_run_opts {
     bool stop_at_eos;
     const char *golden_path;      /* NULL: keep the golden in memory only */
     const char *dump_path;        /* ds4 --dump-logprobs JSON, or NULL */
-    const char *vec_path;         /* official.vec to append a case to, or NULL */
-    const char *vec_id;
-    const char *vec_prompt_path;  /* the prompt path written into the case */
+    /* official.vec to append a case to, or NULL.  The case must be new to
+     * the file.  Its prompt path is vec_prompt_path, or (NULL) "prompts/
+     * <id>.txt"; the prompt's text, when given, is written to the prompts
+     * folder beside the .vec file under that base name, where ds4's test
+     * looks (a file there with other bytes is an error). */
+    const char *vec_path;
+    const char *vec_id;           /* NULL: "ds4ref" */
+    const char *vec_prompt_path;
     const uint8_t *prompt_text;   /* recorded in the golden when not NULL */
     size_t prompt_text_len;
     /* Called with each step's full record; non-zero stops generation (the
@@ -52,8 +57,8 @@ int ds4_golden_step_of(const ds4_gen_step *gs, ds4_tok_bytes_fn fn, void *ud,
                        ds4_golden_step *out, ds4err *err);
 
 /* Run the prompt on a fresh session (decode/run.h) and record every step.
- * tok may be NULL (token bytes are then empty).  Bad input is refused before
- * any output file is started.  On success *out (if not NULL) holds the
+ * tok may be NULL (token bytes are then empty).  Bad input is refused, and
+ * every output opened (a .vec file checked), before the first token.  On success *out (if not NULL) holds the
  * golden (caller frees with ds4_golden_free). */
 int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
                    uint32_t n_prompt, const ds4_run_opts *o, ds4_golden *out, ds4err *err);

@@ -300,14 +300,20 @@ static int check_tok(const ds4_golden_tok *t, uint32_t step, const char *what, d
     return 0;
 }
 
-int ds4_lpv_format_case(const ds4_golden *g, const ds4_lpv_append_opts *o, ds4_buf *out,
-                        ds4err *err) {
+/* The case's id and prompt path as the format allows them. */
+static int check_opts(const ds4_lpv_append_opts *o, ds4err *err) {
     if (!o->id || !printable_word(o->id, DS4_LPV_MAX_ID) || o->id[0] == '#')
         return ds4err_set(err, DS4_E_ARG, "vector case id must be 1..%d printable characters "
                           "without spaces, not starting with '#'", DS4_LPV_MAX_ID);
     if (!o->prompt_path || !printable_word(o->prompt_path, DS4_LPV_MAX_PATH))
         return ds4err_set(err, DS4_E_ARG, "vector prompt path must be 1..%d characters without "
                           "spaces", DS4_LPV_MAX_PATH);
+    return 0;
+}
+
+int ds4_lpv_format_case(const ds4_golden *g, const ds4_lpv_append_opts *o, ds4_buf *out,
+                        ds4err *err) {
+    if (check_opts(o, err)) return -1;
     if (g->h.settings.ctx < 1 || g->h.settings.ctx > INT32_MAX)
         return ds4err_set(err, DS4_E_ARG, "vector case needs a ctx in 1..%d, golden has %u",
                           INT32_MAX, g->h.settings.ctx);
@@ -349,55 +355,95 @@ static const char new_file_header[] =
     "# top <token-hex> <official-logprob>\n"
     "\n";
 
-int ds4_lpv_append(const char *path, const ds4_golden *g, const ds4_lpv_append_opts *o,
-                   ds4err *err) {
-    ds4_buf item = {0}, out = {0};
-    char *old = NULL;
-    size_t old_len = 0;
-    ds4_lpv_file f = {0};
-    int rc = ds4_lpv_format_case(g, o, &item, err);
-    if (rc) goto done;
+/* The file at path as it stands (*old NULL when there is none yet), parsed,
+ * and the case of o's id in it (NULL: none), refused unless o->replace. */
+static int read_existing(const char *path, const ds4_lpv_append_opts *o, char **old,
+                         size_t *old_len, ds4_lpv_file *f, const ds4_lpv_case **same,
+                         ds4err *err) {
+    *old = NULL;
+    *old_len = 0;
+    *same = NULL;
+    memset(f, 0, sizeof(*f));
     if (access(path, F_OK) == 0) {
-        rc = ds4_read_file(path, DS4_LPV_MAX_FILE, &old, &old_len, err);
-        if (rc == 0) rc = ds4_lpv_parse(old, old_len, path, &f, err);
-        if (rc) goto done;
+        if (ds4_read_file(path, DS4_LPV_MAX_FILE, old, old_len, err) ||
+            ds4_lpv_parse(*old, *old_len, path, f, err))
+            return -1;
     } else if (errno != ENOENT) {
-        rc = ds4err_set(err, DS4_E_IO, "%s: %s", path, strerror(errno));
-        goto done;
+        return ds4err_set(err, DS4_E_IO, "%s: %s", path, strerror(errno));
     }
-    const ds4_lpv_case *same = ds4_lpv_find(&f, o->id);
-    if (same && !o->replace) {
-        rc = ds4err_set(err, DS4_E_ARG, "%s: case %s already exists (line %u)", path, o->id,
-                        same->line);
-        goto done;
-    }
+    *same = ds4_lpv_find(f, o->id);
+    if (*same && !o->replace)
+        return ds4err_set(err, DS4_E_ARG, "%s: case %s already exists (line %u)", path, o->id,
+                          (*same)->line);
+    return 0;
+}
+
+int ds4_lpv_append_check(const char *path, const ds4_lpv_append_opts *o, ds4err *err) {
+    char *old = NULL;
+    size_t old_len;
+    ds4_lpv_file f = {0};
+    const ds4_lpv_case *same;
+    int rc = check_opts(o, err);
+    if (rc == 0) rc = read_existing(path, o, &old, &old_len, &f, &same, err);
+    ds4_lpv_free(&f);
+    free(old);
+    return rc;
+}
+
+/* The whole new file: what path holds now with the case added or swapped. */
+static int appended(const char *path, const ds4_golden *g, const ds4_lpv_append_opts *o,
+                    ds4_buf *out, ds4err *err) {
+    ds4_buf item = {0};
+    char *old = NULL;
+    size_t old_len;
+    ds4_lpv_file f = {0};
+    const ds4_lpv_case *same;
+    int rc = ds4_lpv_format_case(g, o, &item, err);
+    if (rc == 0) rc = read_existing(path, o, &old, &old_len, &f, &same, err);
+    if (rc) goto done;
     if (same) {
         /* Swap the old case's lines for the new ones, keeping everything
          * around them (comments, blank lines, other cases) as it was. */
-        ds4_buf_put(&out, old, same->begin);
-        ds4_buf_put(&out, item.p, item.len);
-        ds4_buf_put(&out, old + same->end, old_len - same->end);
+        ds4_buf_put(out, old, same->begin);
+        ds4_buf_put(out, item.p, item.len);
+        ds4_buf_put(out, old + same->end, old_len - same->end);
     } else if (!old) {
-        ds4_buf_puts(&out, new_file_header);
-        ds4_buf_put(&out, item.p, item.len);
+        ds4_buf_puts(out, new_file_header);
+        ds4_buf_put(out, item.p, item.len);
     } else {
-        ds4_buf_put(&out, old, old_len);
-        if (old_len && old[old_len - 1] != '\n') ds4_buf_puts(&out, "\n");
-        if (out.len && !(out.len >= 2 && out.p[out.len - 2] == '\n')) ds4_buf_puts(&out, "\n");
-        ds4_buf_put(&out, item.p, item.len);
+        ds4_buf_put(out, old, old_len);
+        if (old_len && old[old_len - 1] != '\n') ds4_buf_puts(out, "\n");
+        if (out->len && !(out->len >= 2 && out->p[out->len - 2] == '\n')) ds4_buf_puts(out, "\n");
+        ds4_buf_put(out, item.p, item.len);
     }
-    if (out.failed) {
+    if (out->failed) {
         rc = ds4err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
         goto done;
     }
     /* What goes to disk must read back: never write a file ds4 would choke on. */
     ds4_lpv_free(&f);
-    rc = ds4_lpv_parse(out.p, out.len, path, &f, err);
-    if (rc == 0) rc = ds4_write_file_atomic(path, out.p, out.len, err);
+    rc = ds4_lpv_parse(out->p, out->len, path, &f, err);
 done:
     ds4_lpv_free(&f);
     ds4_buf_free(&item);
-    ds4_buf_free(&out);
     free(old);
     return rc;
+}
+
+int ds4_lpv_append_to(ds4_afile *dst, const char *path, const ds4_golden *g,
+                      const ds4_lpv_append_opts *o, ds4err *err) {
+    ds4_buf out = {0};
+    int rc = appended(path, g, o, &out, err);
+    if (rc == 0) rc = ds4_afile_write(dst, out.p, out.len, err);
+    if (rc == 0) rc = ds4_afile_commit(dst, err);
+    else ds4_afile_abort(dst);
+    ds4_buf_free(&out);
+    return rc;
+}
+
+int ds4_lpv_append(const char *path, const ds4_golden *g, const ds4_lpv_append_opts *o,
+                   ds4err *err) {
+    ds4_afile dst;
+    if (ds4_afile_open(&dst, path, err)) return -1;
+    return ds4_lpv_append_to(&dst, path, g, o, err);
 }

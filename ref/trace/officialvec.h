@@ -33,6 +33,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/fileio.h"
 #include "trace/golden.h"
 
 #define DS4_LPV_MAX_LINE 2047
@@ -104,5 +105,17 @@ int ds4_lpv_format_case(const ds4_golden *g, const ds4_lpv_append_opts *o, ds4_b
  * with the same id is an error unless o->replace, which swaps it in place. */
 int ds4_lpv_append(const char *path, const ds4_golden *g, const ds4_lpv_append_opts *o,
                    ds4err *err);
+
+/* The checks ds4_lpv_append makes before it writes, for a caller that will
+ * append after hours of generation and wants to fail first: the id and
+ * prompt path are valid, the file at path (if any) parses, and it holds no
+ * case of that id (unless o->replace). */
+int ds4_lpv_append_check(const char *path, const ds4_lpv_append_opts *o, ds4err *err);
+
+/* ds4_lpv_append through a writer the caller opened on path beforehand (so
+ * that a path that cannot be written failed then); the file is read again
+ * now, and dst is committed, or aborted on failure. */
+int ds4_lpv_append_to(ds4_afile *dst, const char *path, const ds4_golden *g,
+                      const ds4_lpv_append_opts *o, ds4err *err);
 
 #endif
