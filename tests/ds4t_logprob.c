@@ -135,7 +135,7 @@ static int run(void) {
     const ds4_tokenizer *tok;
     ds4_engine e;
     ds4_fwd_opts fo = {.qat = true};
-    if (ds4_config_check_qat(&m.cfg, model, &err) || ds4_model_tokenizer(&m, &tok, &err) ||
+    if (ds4_model_tokenizer(&m, &tok, &err) ||
         ds4_engine_init(&e, &m, &fo, 512, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
     } else {

@@ -105,8 +105,7 @@ int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_
         return api_fail(err, &e);
     }
     ds4_fwd_opts fo = {.qat = o->qat != 0};
-    if ((fo.qat && ds4_config_check_qat(&m->m.cfg, o->path, &e)) ||
-        (o->mtp_path && ds4_model_load_mtp(&m->m, o->mtp_path, &e)) ||
+    if ((o->mtp_path && ds4_model_load_mtp(&m->m, o->mtp_path, &e)) ||
         ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e)) {
         ds4_model_close(&m->m);
         free(m);

@@ -112,7 +112,7 @@ static void prepare_q_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
         float *kvr = s->kvrow + (uint64_t)t * hd;
         ds4_rms_norm(kvr, L->kv_norm.v, hd, c->rms_eps, kvr);
         ds4_rope_rotate(kvr + nope, cs, c->n_rot / 2, false);
-        /* nope is a multiple of 64 (checked when the model was loaded). */
+        /* nope is a multiple of 64 (ds4_engine_init checks it with QAT on). */
         if (e->opts.qat) ds4_qat_fp8_e4m3(kvr, nope, NULL);
         memcpy(ds4_kv_raw_row(tk->kv, il, tk->pos), kvr, sizeof(float) * hd);
     }

@@ -114,6 +114,7 @@ int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
     e->m = m;
     e->opts = *opts;
     e->cap = max_batch ? max_batch : 1;
+    if (opts->qat && ds4_config_check_qat(c, m->file.path, err)) return -1;
     ds4_yarn yarn = {c->yarn_factor, c->yarn_orig_ctx, c->yarn_beta_fast, c->yarn_beta_slow};
     if (ds4_rope_init(&e->rope_dense, c->n_rot, c->rope_base, NULL, err) ||
         ds4_rope_init(&e->rope_comp, c->n_rot, c->compress_rope_base, c->yarn ? &yarn : NULL, err))
