@@ -27,11 +27,14 @@ const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "fullwidth", "fulld
  * Configurations
  * ------------------------------------------------------------------------- */
 
+/* The most layers a configuration has (fulldepth has the real 43). */
+#define SYNTH_MAX_LAYER 64
+
 typedef struct synth_cfg {
     const char *name;
     uint32_t n_layer, n_embd, n_vocab, n_head, head_dim, n_rot, q_lora, o_lora, o_groups;
     uint32_t n_expert, n_used, n_ff, n_hash, swa, idx_head, idx_dim, idx_topk, ctx;
-    uint32_t ratios[64];
+    uint32_t ratios[SYNTH_MAX_LAYER];
 } synth_cfg;
 
 /* tiny: 4 layers covering window-only (hash-routed), ratio 4 with the indexer
@@ -318,7 +321,7 @@ static void cfg_to_config(const synth_cfg *s, ds4_config *c, uint32_t n_vocab) {
 
 static int write_metadata(gguf_writer *w, const synth_cfg *s, const ds4_config *c,
                           const char *name, bool mtp) {
-    float clamp[8];
+    float clamp[SYNTH_MAX_LAYER];
     for (uint32_t l = 0; l < s->n_layer; l++) clamp[l] = 10.0f;
     int rc = 0;
     rc |= gguf_w_str(w, "general.architecture", "deepseek4");
