@@ -34,7 +34,7 @@ if has fulldepth; then make --no-print-directory -s models/fulldepth.gguf >&2; f
     fi
     if has compare; then
         echo "== ds4ref vs llama.cpp, models/fullwidth.gguf"
-        REPS=${REPS:-3} bench/compare.sh models/fullwidth.gguf "$lib" "${threads[@]}"
+        OUT= REPS=${REPS:-3} bench/compare.sh models/fullwidth.gguf "$lib" "${threads[@]}"
     fi
     if has long; then
         echo "== long context: 8192-token prompt on models/fullwidth.gguf, $top threads"
