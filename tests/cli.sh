@@ -84,12 +84,14 @@ done
 env_of_run() {   # env_of_run VAR=VALUE...: ds4ref's environment while it runs
     rm -f "$tmp/pid"
     sh -c 'echo $$ > "$0"; exec env -u GOMP_SPINCOUNT -u KMP_BLOCKTIME -u OMP_WAIT_POLICY "$@"' \
-        "$tmp/pid" "$@" ./ds4ref -m $model -p "Hello there" -n 100000 --ignore-eos -c 4096 \
-        > /dev/null 2>&1 &
+        "$tmp/pid" "$@" ./ds4ref -m $model -t 2 -p "Hello there" -n 100000 --ignore-eos \
+        -c 4096 > /dev/null 2>&1 &
+    # The environment is read once OpenMP's second thread exists: that is
+    # after main() began, so after the one re-execution, if there is one.
     local i pid
-    for i in $(seq 50); do
+    for i in $(seq 100); do
         pid=$(cat "$tmp/pid" 2> /dev/null)
-        [ -n "$pid" ] && [ "$(readlink /proc/"$pid"/exe)" = "$PWD/ds4ref" ] && break
+        [ -n "$pid" ] && [ "$(ls /proc/"$pid"/task 2> /dev/null | wc -l)" -ge 2 ] && break
         sleep 0.1
     done
     tr '\0' '\n' < /proc/"$pid"/environ 2> /dev/null
