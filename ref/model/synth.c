@@ -21,7 +21,8 @@
 #include "quant/gguf_write.h"
 #include "text/tokenizer.h"
 
-const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "fullwidth", "fulldepth", NULL};
+const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "tiny-spec", "fullwidth", "fulldepth",
+                                         NULL};
 
 /* ---------------------------------------------------------------------------
  * Configurations
@@ -30,11 +31,20 @@ const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "fullwidth", "fulld
 /* The most layers a configuration has (fulldepth has the real 43). */
 #define SYNTH_MAX_LAYER 64
 
+/* How a configuration departs from the plain random weights, to make a
+ * model whose MTP head drafts what the trunk will decode (tiny-spec). */
+typedef struct synth_drafty {
+    double branch;         /* the spread of every branch's output projection, times this */
+    double mtp_h;          /* the spread of the MTP's h_proj, times this */
+    double head;           /* the spread of output.weight (the logits), times this */
+} synth_drafty;
+
 typedef struct synth_cfg {
     const char *name;
     uint32_t n_layer, n_embd, n_vocab, n_head, head_dim, n_rot, q_lora, o_lora, o_groups;
     uint32_t n_expert, n_used, n_ff, n_hash, swa, idx_head, idx_dim, idx_topk, ctx;
     uint32_t ratios[SYNTH_MAX_LAYER];
+    const synth_drafty *drafty;   /* NULL: plain random weights */
 } synth_cfg;
 
 /* tiny: 4 layers covering window-only (hash-routed), ratio 4 with the indexer
@@ -43,6 +53,15 @@ typedef struct synth_cfg {
  * window (16) and indexer top-k (4) are small so that both are exercised by
  * sequences of a few dozen tokens; 32 indexer heads keep exact ties out of
  * the indexer (a score is exactly 0 when every head's q.k is negative).
+ * tiny-spec: tiny whose MTP head mostly drafts what the trunk decodes, so
+ * that speculative decoding accepts deep drafts (ds4ref-conform's default
+ * model; with plain random weights the MTP head is unrelated to its trunk
+ * and about 2% of drafts are accepted).  Every branch's output projection is
+ * damped, so a token's own embedding dominates the residual stream and the
+ * next greedy token is mostly a function of the current one, with the
+ * context still deciding the close calls; norms are exactly 1, the MTP's
+ * e_proj is the identity and its h_proj is damped, so the MTP block maps the
+ * embedding of the token it is given through the same head.
  * tiny-k64: tiny with heads of 64 and RoPE on 16 of them, a shape the
  * official code runs with QAT off only (its FP8 blocks of 64 do not divide
  * the 48 non-RoPE dimensions): ds4ref loads it and refuses QAT on.
@@ -54,15 +73,17 @@ typedef struct synth_cfg {
  * (about 13 GB): the real model's per-token cost, measured end to end. */
 static const synth_cfg configs[] = {
     {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}},
+     {0, 0, 4, 128}, NULL},
     {"tiny-k64", 4, 256, 512, 4, 64, 16, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}},
+     {0, 0, 4, 128}, NULL},
+    {"tiny-spec", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
+     {0, 0, 4, 128}, &(const synth_drafty){.branch = 0.02, .mtp_h = 0.1, .head = 4}},
     {"fullwidth", 3, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 1, 128, 64, 128,
-     512, 65536, {0, 4, 128}},
+     512, 65536, {0, 4, 128}, NULL},
     {"fulldepth", 43, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 3, 128, 64, 128,
      512, 65536, {0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,
                   4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4,
-                  128, 4, 128, 4}},
+                  128, 4, 128, 4}, NULL},
 };
 
 static const synth_cfg *find_cfg(const char *name) {
@@ -260,9 +281,42 @@ static uint32_t tensor_type(const ds4_synth_opts *o, const ds4_tensor_spec *s, b
     return s->ds4_type;
 }
 
+/* A square identity matrix of n rows in `type` (Q8_0: 64 x 2^-6, exact). */
+static int fill_identity(uint32_t type, uint8_t *data, uint64_t n) {
+    uint64_t row = ds4_row_bytes(type, n);
+    memset(data, 0, row * n);
+    for (uint64_t i = 0; i < n; i++) {
+        uint8_t *p = data + i * row;
+        if (type == DS4_TYPE_F32) {
+            float one = 1.0f;
+            memcpy(p + 4 * i, &one, 4);
+        } else if (type == DS4_TYPE_F16) {
+            put_f16(p + 2 * i, 1.0f);
+        } else if (type == DS4_TYPE_Q8_0) {
+            uint8_t *b = p + (i / 32) * 34;
+            put_f16(b, 1.0f / 64);
+            b[2 + i % 32] = 64;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The spread of tensor `name` in a configuration that drafts (synth_drafty). */
+static void drafty_params(const synth_drafty *dr, const ds4_tensor_spec *s, const char *name,
+                          double *sd) {
+    if (s->init == DS4_I_NORM) *sd = 0;
+    if (!strcmp(s->name, "attn_output_b.weight") || !strcmp(s->name, "ffn_down_exps.weight") ||
+        !strcmp(s->name, "ffn_down_shexp.weight"))
+        *sd *= dr->branch;
+    if (!strcmp(name, "mtp.0.h_proj.weight")) *sd *= dr->mtp_h;
+    if (!strcmp(name, "output.weight")) *sd *= dr->head;
+}
+
 static int add_tensor(gguf_writer *w, synth_buf *keepbuf, const ds4_synth_opts *o,
-                      const ds4_config *c, uint32_t ratio, const ds4_tensor_spec *s,
-                      const char *prefix, bool mtp, ds4err *err) {
+                      const synth_cfg *sc, const ds4_config *c, uint32_t ratio,
+                      const ds4_tensor_spec *s, const char *prefix, bool mtp, ds4err *err) {
     char name[256];
     snprintf(name, sizeof(name), "%s%s", prefix, s->name);
     uint64_t ne[3] = {1, 1, 1}, n = 1;
@@ -280,9 +334,14 @@ static int add_tensor(gguf_writer *w, synth_buf *keepbuf, const ds4_synth_opts *
     rng r = rng_for(o->seed, name);
     if (type == DS4_TYPE_I32) {
         fill_tid2eid((int32_t *)(void *)data, c->n_vocab, c->n_expert_used, c->n_expert, &r);
+    } else if (sc->drafty && !strcmp(name, "mtp.0.e_proj.weight")) {
+        if (fill_identity(type, data, ne[0]))
+            return ds4err_set(err, DS4_E_ARG, "tensor %s: no identity in %s", name,
+                              ds4_type_name(type));
     } else {
         double mean, sd;
         init_params(s, ne[0], &mean, &sd);
+        if (sc->drafty) drafty_params(sc->drafty, s, name, &sd);
         fill_values(type, data, n, mean, sd, &r);
     }
     if (gguf_w_tensor(w, name, type, s->n_dims, ne, data, bytes))
@@ -413,14 +472,14 @@ static int write_base(const ds4_synth_opts *o, const synth_cfg *s, const ds4_con
         goto done;
     }
     for (uint32_t i = 0; i < ds4_n_global_specs; i++)
-        if (add_tensor(w, &kb, o, c, 0, &ds4_global_specs[i], "", false, err)) goto done;
+        if (add_tensor(w, &kb, o, s, c, 0, &ds4_global_specs[i], "", false, err)) goto done;
     for (uint32_t l = 0; l < c->n_layer; l++) {
         char prefix[32];
         snprintf(prefix, sizeof(prefix), "blk.%u.", l);
         for (uint32_t i = 0; i < ds4_n_layer_specs; i++) {
             const ds4_tensor_spec *sp = &ds4_layer_specs[i];
             if (!ds4_spec_applies(sp, s->ratios[l], l < c->n_hash_layer)) continue;
-            if (add_tensor(w, &kb, o, c, s->ratios[l], sp, prefix, false, err)) goto done;
+            if (add_tensor(w, &kb, o, s, c, s->ratios[l], sp, prefix, false, err)) goto done;
         }
     }
     rc = gguf_writer_save(w, path, err);
@@ -442,11 +501,11 @@ static int write_mtp(const ds4_synth_opts *o, const synth_cfg *s, const ds4_conf
         goto done;
     }
     for (uint32_t i = 0; i < ds4_n_mtp_specs; i++)
-        if (add_tensor(w, &kb, o, c, 0, &ds4_mtp_specs[i], "mtp.0.", true, err)) goto done;
+        if (add_tensor(w, &kb, o, s, c, 0, &ds4_mtp_specs[i], "mtp.0.", true, err)) goto done;
     for (uint32_t i = 0; i < ds4_n_layer_specs; i++) {
         const ds4_tensor_spec *sp = &ds4_layer_specs[i];
         if (!ds4_spec_applies(sp, 0, false)) continue;
-        if (add_tensor(w, &kb, o, c, 0, sp, "mtp.0.", true, err)) goto done;
+        if (add_tensor(w, &kb, o, s, c, 0, sp, "mtp.0.", true, err)) goto done;
     }
     rc = gguf_writer_save(w, path, err);
 done:
@@ -458,7 +517,7 @@ done:
 int ds4_synth_write(const ds4_synth_opts *o, const char *path, const char *mtp_path,
                     ds4err *err) {
     const synth_cfg *s = find_cfg(o->config);
-    if (!s) return ds4err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, fullwidth or fulldepth)",
+    if (!s) return ds4err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, tiny-spec, fullwidth or fulldepth)",
                               o->config);
     ds4_synth_vocab v;
     if (o->vocab_from ? ds4_synth_vocab_hf(&v, o->vocab_from, err)

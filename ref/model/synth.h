@@ -16,7 +16,8 @@
 #include "model/model.h"
 
 typedef struct ds4_synth_opts {
-    const char *config;       /* "tiny", "tiny-k64", "fullwidth", "fulldepth" (ds4_synth_configs) */
+    const char *config;       /* "tiny", "tiny-k64", "tiny-spec", "fullwidth", "fulldepth"
+                                 (ds4_synth_configs) */
     bool f32;                 /* every float tensor F32 (else ds4's quant mix) */
     uint64_t seed;
     const char *vocab_from;   /* NULL, or a Hugging Face tokenizer.json[.xz] */
