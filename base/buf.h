@@ -16,6 +16,9 @@ typedef struct ds4_buf {
 
 int ds4_buf_put(ds4_buf *b, const void *data, size_t n);
 int ds4_buf_puts(ds4_buf *b, const char *s);
+int ds4_buf_putc(ds4_buf *b, char c);
+/* printf-style append, of any length. */
+int ds4_buf_printf(ds4_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ds4_buf_free(ds4_buf *b);
 
 #endif

@@ -314,3 +314,25 @@ int ds4_write_file_atomic(const char *path, const void *data, size_t n, ds4err *
     }
     return ds4_afile_commit(&f, err);
 }
+
+int ds4_make_dirs(const char *path, ds4err *err) {
+    size_t n = strlen(path);
+    char *p = malloc(n + 1);
+    if (!p) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    memcpy(p, path, n + 1);
+    int rc = 0;
+    /* Each prefix that ends before a '/', then the whole path. */
+    for (size_t i = 1; rc == 0 && i <= n; i++) {
+        if (i < n && p[i] != '/') continue;
+        char keep = p[i];
+        p[i] = '\0';
+        struct stat st;
+        if (mkdir(p, 0755) && errno != EEXIST)
+            rc = ds4err_set(err, DS4_E_IO, "%s: cannot create the folder: %s", p, strerror(errno));
+        else if (stat(p, &st) || !S_ISDIR(st.st_mode))
+            rc = ds4err_set(err, DS4_E_IO, "%s: not a folder", p);
+        p[i] = keep;
+    }
+    free(p);
+    return rc;
+}

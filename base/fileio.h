@@ -70,6 +70,10 @@ int ds4_afile_commit(ds4_afile *f, ds4err *err);
 /* Remove the temporary file and release the writer (no-op when closed). */
 void ds4_afile_abort(ds4_afile *f);
 
+/* Create the folder path and the folders above it that are missing (mode
+ * 0755); an existing folder is fine. */
+int ds4_make_dirs(const char *path, ds4err *err);
+
 /* One-shot: write data[0..n) to path atomically. */
 int ds4_write_file_atomic(const char *path, const void *data, size_t n, ds4err *err);
 

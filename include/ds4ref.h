@@ -208,6 +208,14 @@ typedef struct ds4ref_logprob {
 int ds4ref_session_top_logprobs(ds4ref_session *s, uint32_t pos, uint32_t k,
                                 ds4ref_logprob *out, uint32_t *n, ds4ref_error *err);
 
+/* The k most likely tokens of a logits vector of the model's vocabulary, by
+ * logit, ties to the lowest id, with logprobs computed as ds4ref computes
+ * them (log-softmax in double with its own exp and log): for a backend
+ * that wants ds4ref's figures for logits it computed itself.  *n = number
+ * written (min(k, non-NaN logits)). */
+int ds4ref_top_logprobs(const ds4ref_model *m, const float *logits, uint32_t k,
+                        ds4ref_logprob *out, uint32_t *n, ds4ref_error *err);
+
 /* -------------------------------------------------------------- generation */
 
 typedef struct ds4ref_step {
@@ -259,9 +267,10 @@ typedef struct ds4ref_spec_stats {
     uint64_t iters;            /* cycles that verified at least one draft */
     uint64_t proposed;         /* drafts verified */
     uint64_t accepted;         /* drafts accepted */
+    uint64_t deepest;          /* the most drafts one cycle of one row accepted */
 } ds4ref_spec_stats;
 
-/* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y". */
+/* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y deepest=D". */
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size);
 
 void ds4ref_generate_options_init(ds4ref_generate_options *o);
@@ -283,8 +292,10 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
 /* Several prompts decoded together: rows[i] (sessions of one model) gets
  * prompts[i]; every forward pass carries tokens of every row, each row at its
  * own positions, and each row's stream is bit-identical to decoding it alone.
- * Row r samples with seed o->seed + r.  fn gets the row index; outputs
- * (golden, dump, vec) are not written in this mode. */
+ * Row r samples with seed o->seed + r.  fn gets the row index.  A golden or
+ * a dump is written per row, to golden_path.ROW and dump_path.ROW (ROW = 0,
+ * 1, ...; a batch of one row writes golden_path itself); official.vec
+ * cases are appended by single runs only (DS4REF_E_ARG with several rows). */
 typedef int (*ds4ref_row_step_fn)(void *ud, uint32_t row, const ds4ref_step *step);
 
 int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *prompts,
@@ -323,6 +334,7 @@ void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud);
  * give byte-identical files on every machine. */
 typedef struct ds4ref_synth_options {
     const char *config;        /* "tiny" (default), "tiny-k64" (QAT off only),
+                                  "tiny-spec" (its MTP head drafts what it decodes),
                                   "fullwidth" or "fulldepth" */
     int f32;                   /* 1: every float tensor F32; 0: ds4's quant mix (default) */
     uint64_t seed;             /* default 1 */

@@ -580,7 +580,13 @@ static void test_batched_rows(void **state) {
             run_free(&r);
             ds4_session_free(&s[i]);
         }
-        if (kind == SCRIPT) assert_true(stats.accepted > 0 && stats.accepted < stats.proposed);
+        if (kind == SCRIPT) {
+            assert_true(stats.accepted > 0 && stats.accepted < stats.proposed);
+            /* The deepest accept is a whole cycle's worth at most, and some
+             * cycle accepts more than one draft whenever the depth allows. */
+            assert_true(stats.deepest >= 1 && stats.deepest <= depth);
+            if (depth > 1) assert_true(stats.deepest > 1);
+        }
         ds4_drafter_free(d);
         ds4_engine_free(&e);
     }
@@ -596,12 +602,14 @@ static void test_batched_rows(void **state) {
 static void test_report(void **state) {
     (void)state;
     char line[160];
-    ds4_spec_stats st = {.passes = 6, .iters = 4, .proposed = 10, .accepted = 7};
+    ds4_spec_stats st = {.passes = 6, .iters = 4, .proposed = 10, .accepted = 7, .deepest = 3};
     ds4_spec_report(&st, line, sizeof(line));
-    assert_string_equal(line, "mtp accept: iters=4 proposed=10 accepted=7 rate=70.0% per_iter=1.75");
+    assert_string_equal(line, "mtp accept: iters=4 proposed=10 accepted=7 rate=70.0% per_iter=1.75 "
+                              "deepest=3");
     ds4_spec_stats none = {0};
     ds4_spec_report(&none, line, sizeof(line));
-    assert_string_equal(line, "mtp accept: iters=0 proposed=0 accepted=0 rate=0.0% per_iter=0.00");
+    assert_string_equal(line, "mtp accept: iters=0 proposed=0 accepted=0 rate=0.0% per_iter=0.00 "
+                              "deepest=0");
 }
 
 /* ---- sampling ---- */

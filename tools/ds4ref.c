@@ -40,7 +40,7 @@ typedef struct cli {
     uint32_t mtp_draft;
     bool spec_report;
     uint64_t seed;
-    const char *batch_prompts;
+    const char *batch_prompts, *batch_tokens;
 } cli;
 
 static volatile sig_atomic_t interrupted;
@@ -75,6 +75,9 @@ static void usage(FILE *f) {
             "  --temp T                0 = greedy (default; ties to the lowest id)\n"
             "  --seed S                sampling seed for --temp > 0 (default 1)\n"
             "  --batch-prompts FILE    decode every line of FILE as a prompt, together\n"
+            "  --batch-tokens FILE     the same with token ids (a prompt's ids on a line);\n"
+            "                          --golden-out F / --dump-logprobs F write F.ROW\n"
+            "                          for each row (ROW = 0, 1, ...)\n"
             "  --ignore-eos            do not stop at the end-of-sentence token\n"
             "  -c, --ctx N             context size (default: the model's, at most 32768)\n"
             "  --chunk N               tokens per forward pass (default 256; never\n"
@@ -101,7 +104,7 @@ enum opt_id {
     O_HELP, O_VERSION, O_THINK, O_NOTHINK, O_THINK_MAX, O_DUMP_TOKENS, O_IGNORE_EOS,
     O_SPEC_REPORT, O_MODEL, O_MTP, O_MTP_DRAFT, O_PROMPT, O_PROMPT_FILE, O_TOKENS_FILE,
     O_SYSTEM, O_LOGITS_OUT, O_GOLDEN_OUT, O_DUMP_LOGPROBS, O_VEC_OUT, O_VEC_ID,
-    O_TOKENIZE_FILE, O_BATCH_PROMPTS, O_SEED, O_TOKENS, O_CTX, O_CHUNK, O_THREADS, O_TOP_K,
+    O_TOKENIZE_FILE, O_BATCH_PROMPTS, O_BATCH_TOKENS, O_SEED, O_TOKENS, O_CTX, O_CHUNK, O_THREADS, O_TOP_K,
     O_TEMP, O_QAT
 };
 
@@ -117,7 +120,8 @@ static const ds4ref_option options[] = {
     {"--logits-out", O_LOGITS_OUT, true}, {"--golden-out", O_GOLDEN_OUT, true},
     {"--dump-logprobs", O_DUMP_LOGPROBS, true}, {"--vec-out", O_VEC_OUT, true},
     {"--vec-id", O_VEC_ID, true}, {"--tokenize-file", O_TOKENIZE_FILE, true},
-    {"--batch-prompts", O_BATCH_PROMPTS, true}, {"--seed", O_SEED, true},
+    {"--batch-prompts", O_BATCH_PROMPTS, true}, {"--batch-tokens", O_BATCH_TOKENS, true},
+    {"--seed", O_SEED, true},
     {"-n", O_TOKENS, true}, {"--tokens", O_TOKENS, true}, {"-c", O_CTX, true},
     {"--ctx", O_CTX, true}, {"--chunk", O_CHUNK, true},
     {"--prefill-chunk", O_CHUNK, true},   /* ds4's name */
@@ -176,6 +180,7 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_VEC_ID: c->vec_id = v; return 0;
     case O_TOKENIZE_FILE: c->tokenize_file = v; return 0;
     case O_BATCH_PROMPTS: c->batch_prompts = v; return 0;
+    case O_BATCH_TOKENS: c->batch_tokens = v; return 0;
     case O_SEED:
         errno = 0;
         c->seed = strtoull(v, &end, 10);
@@ -216,10 +221,11 @@ static int parse_args(int argc, char **argv, cli *c) {
                                     argc, argv, &i, &v);
         if (id < 0 || apply_option(c, id, a, v)) return -1;
     }
-    int sources = !!c->prompt + !!c->prompt_file + !!c->tokens_file + !!c->batch_prompts;
+    int sources = !!c->prompt + !!c->prompt_file + !!c->tokens_file + !!c->batch_prompts +
+                  !!c->batch_tokens;
     if (sources > 1) {
         fprintf(stderr, "ds4ref: specify only one prompt source (-p, --prompt-file, --tokens-file, "
-                        "--batch-prompts)\n");
+                        "--batch-prompts, --batch-tokens)\n");
         return -1;
     }
     if (c->mtp_draft && !c->mtp) {
@@ -232,8 +238,9 @@ static int parse_args(int argc, char **argv, cli *c) {
         fprintf(stderr, "ds4ref: goldens, dumps and vec cases record greedy decoding: use --temp 0\n");
         return -1;
     }
-    if (c->batch_prompts && (c->golden_out || c->dump_logprobs || c->vec_out || c->logits_out)) {
-        fprintf(stderr, "ds4ref: --batch-prompts prints text only; record goldens one prompt at a time\n");
+    if ((c->batch_prompts || c->batch_tokens) && (c->vec_out || c->logits_out)) {
+        fprintf(stderr, "ds4ref: a batch writes goldens and dumps (one per row); --vec-out and "
+                        "--logits-out take one prompt at a time\n");
         return -1;
     }
     return 0;
@@ -288,26 +295,34 @@ typedef struct ids {
     size_t n;
 } ids;
 
-static int read_tokens_file(const char *path, ids *out, ds4ref_error *err) {
-    char *buf;
-    size_t len;
-    if (ds4ref_read_file(path, &buf, &len, err)) return err->code;
-    out->v = malloc(sizeof(int32_t) * (len / 2 + 1));
+/* Whitespace-separated decimal ids of text[from, to) of the file path (the
+ * offsets name the place of an error). */
+static int parse_ids(const char *path, const char *text, size_t from, size_t to, ids *out,
+                     ds4ref_error *err) {
+    out->v = malloc(sizeof(int32_t) * ((to - from) / 2 + 1));
     out->n = 0;
     int rc = out->v ? 0 : set_err(err, DS4REF_E_NOMEM, "out of memory");
-    for (char *p = buf, *end = buf + len; !rc && p < end;) {
+    for (const char *p = text + from, *end = text + to; !rc && p < end;) {
         while (p < end && strchr(" \n\t\r", *p)) p++;
         if (p == end) break;
-        char *q = p;
+        const char *q = p;
         long v = 0;
         while (q < end && *q >= '0' && *q <= '9' && v <= INT32_MAX) v = v * 10 + (*q++ - '0');
         if (q == p || v > INT32_MAX || (q < end && !strchr(" \n\t\r", *q)))
             rc = set_err(err, DS4REF_E_FORMAT, "%s: byte %ld: expected a decimal token id", path,
-                         (long)(p - buf));
+                         (long)(p - text));
         else
             out->v[out->n++] = (int32_t)v;
         p = q;
     }
+    return rc;
+}
+
+static int read_tokens_file(const char *path, ids *out, ds4ref_error *err) {
+    char *buf;
+    size_t len;
+    if (ds4ref_read_file(path, &buf, &len, err)) return err->code;
+    int rc = parse_ids(path, buf, 0, len, out, err);
     ds4ref_free(buf);
     return rc;
 }
@@ -526,8 +541,9 @@ static int generate(const cli *c, ds4ref_session *s, const ids *t, const char *t
     return rc;
 }
 
-/* --batch-prompts: one prompt per line, decoded together (each row its own
- * session and positions); every row's text is printed at the end. */
+/* --batch-prompts / --batch-tokens: one prompt per line, decoded together
+ * (each row its own session and positions); every row's text is printed at
+ * the end, and each row's golden and dump go to PATH.ROW. */
 typedef struct batch_text {
     char *p;
     size_t len, cap;
@@ -554,7 +570,8 @@ static int collect_row(void *ud, uint32_t row, const ds4ref_step *st) {
     return interrupted != 0;
 }
 
-/* The prompt lines of a batch file (non-empty lines, no newline). */
+/* The prompt lines of a batch file (non-empty lines, no newline, in place
+ * in *buf). */
 static int read_batch(const char *path, char **buf, char ***lines, uint32_t *n,
                       ds4ref_error *err) {
     size_t len;
@@ -576,7 +593,15 @@ static int read_batch(const char *path, char **buf, char ***lines, uint32_t *n,
     return 0;
 }
 
-static int run_batch(const cli *c, ds4ref_model *m, char **lines, uint32_t n,
+/* Row i's prompt: line i rendered as a chat, or its token ids. */
+static int batch_row(const cli *c, ds4ref_model *m, const char *buf, const char *line, ids *out,
+                     ds4ref_error *err) {
+    if (!c->batch_tokens) return chat_ids(c, m, line, strlen(line), out, err);
+    size_t at = (size_t)(line - buf);
+    return parse_ids(c->batch_tokens, buf, at, at + strlen(line), out, err);
+}
+
+static int run_batch(const cli *c, ds4ref_model *m, const char *buf, char **lines, uint32_t n,
                      const ds4ref_session_options *so, ds4ref_error *err) {
     ds4ref_session **rows = calloc(n, sizeof(*rows));
     ids *prompts = calloc(n, sizeof(*prompts));
@@ -587,7 +612,7 @@ static int run_batch(const cli *c, ds4ref_model *m, char **lines, uint32_t n,
     for (uint32_t i = 0; !rc && i < n; i++) {
         char who[32];
         snprintf(who, sizeof(who), "prompt %u: ", i + 1);
-        rc = chat_ids(c, m, lines[i], strlen(lines[i]), &prompts[i], err);
+        rc = batch_row(c, m, buf, lines[i], &prompts[i], err);
         if (!rc) rc = ds4ref_session_new(m, so, &rows[i], err);
         if (!rc) rc = check_room(c, rows[i], prompts[i].n, who, err);
         pv[i] = prompts[i].v;
@@ -596,13 +621,16 @@ static int run_batch(const cli *c, ds4ref_model *m, char **lines, uint32_t n,
     ds4ref_spec_stats st = {0};
     ds4ref_generate_options o;
     gen_options(c, &o, &st);
+    o.golden_path = c->golden_out;
+    o.dump_path = c->dump_logprobs;
     batch_out out = {texts, {.rows = n}};
     for (uint32_t i = 0; i < n; i++) out.sp.prompt_tokens += lens[i];
     out.sp.prefill_start = now_sec();
     if (!rc) rc = ds4ref_generate_batch(rows, pv, lens, n, &o, collect_row, &out, err);
     view v = {.term = isatty(STDOUT_FILENO)};
     for (uint32_t i = 0; !rc && i < n; i++) {
-        printf("--- prompt %u: %s\n", i + 1, lines[i]);
+        if (c->batch_tokens) printf("--- row %u\n", i);
+        else printf("--- prompt %u: %s\n", i + 1, lines[i]);
         put_text(&v, (const uint8_t *)texts[i].p, texts[i].len);
         end_text(&v);
     }
@@ -630,8 +658,8 @@ static int run(const cli *c, ds4ref_error *err) {
     ds4ref_model *m = NULL;
     ds4ref_session *s = NULL;
     int rc;
-    if (c->batch_prompts && (rc = read_batch(c->batch_prompts, &batch_buf, &lines, &rows, err)))
-        goto done;
+    const char *batch_file = c->batch_prompts ? c->batch_prompts : c->batch_tokens;
+    if (batch_file && (rc = read_batch(batch_file, &batch_buf, &lines, &rows, err))) goto done;
     ds4ref_model_options mo;
     ds4ref_model_options_init(&mo);
     mo.path = pick_model(c, model_buf, sizeof(model_buf));
@@ -644,8 +672,8 @@ static int run(const cli *c, ds4ref_error *err) {
         goto done;
     }
     ds4ref_session_options so = {.ctx = c->ctx, .chunk = c->chunk};
-    if (c->batch_prompts) {
-        rc = run_batch(c, m, lines, rows, &so, err);
+    if (batch_file) {
+        rc = run_batch(c, m, batch_buf, lines, rows, &so, err);
         goto done;
     }
     if ((rc = build_prompt(c, m, &t, &text, &text_len, err))) goto done;

@@ -99,7 +99,7 @@ StepFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Step))
 
 
 class SpecStats(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in ("passes", "iters", "proposed", "accepted")]
+    _fields_ = [(name, ctypes.c_uint64) for name in ("passes", "iters", "proposed", "accepted", "deepest")]
 
 
 class GenerateOptions(ctypes.Structure):

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/apierr.h"
+#include "api/apimodel.h"
 #include "base/reslimit.h"
 #include "base/version.h"
 #include "decode/generate.h"
@@ -24,17 +25,6 @@
 #include "text/chat.h"
 #include "trace/goldenrun.h"
 
-struct ds4ref_model {
-    ds4_model m;
-    ds4_engine e;
-    ds4ref_tap_fn tap;
-    void *tap_ud;
-};
-
-struct ds4ref_session {
-    ds4ref_model *model;
-    ds4_session s;
-};
 
 /* ------------------------------------------------------------------ errors */
 
@@ -324,6 +314,25 @@ int ds4ref_session_top_logprobs(ds4ref_session *s, uint32_t pos, uint32_t k,
     return rc;
 }
 
+int ds4ref_top_logprobs(const ds4ref_model *m, const float *logits, uint32_t k,
+                        ds4ref_logprob *out, uint32_t *n, ds4ref_error *err) {
+    uint32_t V = m->m.cfg.n_vocab;
+    if (k > V) k = V;
+    int32_t *ids = malloc(sizeof(int32_t) * (k ? k : 1));
+    double *lp = malloc(sizeof(double) * (k ? k : 1));
+    if (!ids || !lp) {
+        free(ids);
+        free(lp);
+        return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    }
+    *n = ds4_top_k(logits, V, k, ids, lp);
+    for (uint32_t i = 0; i < *n; i++) out[i] = (ds4ref_logprob){ids[i], logits[ids[i]], lp[i]};
+    free(ids);
+    free(lp);
+    api_ok(err);
+    return 0;
+}
+
 /* -------------------------------------------------------------- generation */
 
 void ds4ref_generate_options_init(ds4ref_generate_options *o) {
@@ -341,7 +350,7 @@ uint32_t ds4ref_generate_room(const ds4ref_session *s, size_t n_prompt, uint32_t
 }
 
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size) {
-    ds4_spec_stats in = {st->passes, st->iters, st->proposed, st->accepted};
+    ds4_spec_stats in = {st->passes, st->iters, st->proposed, st->accepted, st->deepest};
     ds4_spec_report(&in, buf, size);
 }
 
@@ -351,6 +360,7 @@ typedef struct step_bridge {
     ds4ref_step_fn fn;          /* one row */
     ds4ref_row_step_fn row_fn;  /* rows */
     void *ud;
+    uint32_t row;               /* the row a golden runner's steps belong to */
 } step_bridge;
 
 static int bridge_row_step(void *ud, uint32_t row, uint32_t index, const ds4_gen_step *st) {
@@ -375,7 +385,7 @@ static int bridge_row_step(void *ud, uint32_t row, uint32_t index, const ds4_gen
 }
 
 static int bridge_step(void *ud, uint32_t index, const ds4_gen_step *st) {
-    return bridge_row_step(ud, 0, index, st);
+    return bridge_row_step(ud, ((step_bridge *)ud)->row, index, st);
 }
 
 /* The speculation settings of a call: a drafter over the model's MTP head
@@ -398,6 +408,7 @@ static void stats_out(const ds4_spec_stats *in, ds4ref_spec_stats *out) {
     out->iters += in->iters;
     out->proposed += in->proposed;
     out->accepted += in->accepted;
+    if (in->deepest > out->deepest) out->deepest = in->deepest;
 }
 
 /* The generation settings of a call (the drafter, if any, is the
@@ -428,6 +439,52 @@ static int generate_recorded(ds4ref_session *s, const int32_t *prompt, uint32_t 
     return ds4_run_golden(&s->s, tok, prompt, n_prompt, &ro, NULL, e);
 }
 
+/* "path.ROW", malloc'd (NULL path: NULL, and *ok stays as it was). */
+static char *row_path(const char *path, uint32_t row, bool *ok) {
+    if (!path) return NULL;
+    size_t n = strlen(path) + 12;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s.%u", path, row);
+    else *ok = false;
+    return p;
+}
+
+/* Several rows recorded, each into its own outputs: PATH.ROW for every
+ * row of more than one. */
+static int generate_recorded_rows(ds4_session *const *ss, const int32_t *const *prompts,
+                                  const uint32_t *lens, uint32_t n, const ds4ref_model *m,
+                                  const ds4ref_generate_options *o, const ds4_gen_run *gr,
+                                  ds4ref_row_step_fn fn, void *ud, ds4_spec_stats *st,
+                                  ds4err *e) {
+    if (n > 1 && o->vec_path)
+        return ds4err_set(e, DS4_E_ARG, "official.vec cases are written one prompt at a time");
+    ds4_run_opts *ro = calloc(n, sizeof(*ro));
+    step_bridge *b = calloc(n, sizeof(*b));
+    char **paths = calloc(2 * (size_t)n, sizeof(char *));
+    bool ok = ro && b && paths;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        b[i] = (step_bridge){m, NULL, fn, ud, i};
+        paths[2 * i] = n > 1 ? row_path(o->golden_path, i, &ok) : NULL;
+        paths[2 * i + 1] = n > 1 ? row_path(o->dump_path, i, &ok) : NULL;
+        ro[i] = (ds4_run_opts){
+            .n_steps = gr->n_steps, .top_k = gr->top_k, .stop_at_eos = gr->stop_at_eos,
+            .golden_path = n > 1 ? paths[2 * i] : o->golden_path,
+            .dump_path = n > 1 ? paths[2 * i + 1] : o->dump_path,
+            .vec_path = o->vec_path, .vec_id = o->vec_id, .vec_prompt_path = o->vec_prompt_path,
+            .prompt_text = o->prompt_text, .prompt_text_len = o->prompt_text_len,
+            .on_step = bridge_step, .step_ud = &b[i], .stop = o->stop, .spec = gr->spec,
+            .stats = st};
+    }
+    const ds4_tokenizer *tok = m->m.has_tok ? &m->m.tok : NULL;
+    int rc = ok ? ds4_run_goldens(ss, tok, prompts, lens, n, ro, NULL, e)
+                : ds4err_set(e, DS4_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; paths && i < 2 * n; i++) free(paths[i]);
+    free(paths);
+    free(b);
+    free(ro);
+    return rc;
+}
+
 int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
                     const ds4ref_generate_options *o, ds4ref_step_fn fn, void *ud,
                     ds4ref_error *err) {
@@ -442,7 +499,7 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
     ds4_spec_cfg sc;
     ds4_gen_run gr;
     if (gen_setup(s->model, o, 1, s->s.kv.ctx, s->s.kv.chunk, &sc, &gr, &e)) return api_fail(err, &e);
-    step_bridge b = {s->model, fn, NULL, ud};
+    step_bridge b = {s->model, fn, NULL, ud, 0};
     ds4_spec_stats st = {0};
     gr.cb = bridge_row_step;
     gr.ud = &b;
@@ -487,7 +544,7 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
     if (gen_setup(m, o, n, max_ctx, max_chunk, &sc, &gr, &e)) return api_fail(err, &e);
     ds4_session **ss = calloc(n, sizeof(*ss));
     uint32_t *lens = calloc(n, sizeof(*lens));
-    step_bridge b = {m, NULL, fn, ud};
+    step_bridge b = {m, NULL, fn, ud, 0};
     ds4_spec_stats st = {0};
     int rc = -1;
     if (!ss || !lens) {
@@ -500,7 +557,11 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
         gr.cb = bridge_row_step;
         gr.ud = &b;
         gr.stats = &st;
-        rc = ds4_gen_rows(ss, prompts, lens, n, &gr, NULL, NULL, &e);
+        if (o->golden_path || o->dump_path || o->vec_path)
+            rc = generate_recorded_rows(ss, prompts, lens, n, m, o, &gr, fn, ud, &st, &e);
+        else
+            rc = ds4_gen_rows(ss, prompts, lens, n, &gr, NULL, NULL, &e);
+        if (!rc && o->stop && *o->stop) rc = ds4err_set(&e, DS4_E_INTERRUPTED, "interrupted");
         stats_out(&st, o->stats);
     }
     if (sc.drafter) ds4_drafter_free(sc.drafter);

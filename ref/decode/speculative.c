@@ -364,6 +364,7 @@ static int commit_row(loop *L, uint32_t i, ds4_spec_stats *stats, ds4err *err) {
     for (k = 1; k <= w->n; k++) {
         if (!accept(L, i, k, &next)) break;
         stats->accepted++;
+        if (k > stats->deepest) stats->deepest = k;
         if (record(L, w, row_logits(L, i, k - 1), w->toks[k], err) < 0) return -1;
         if ((ends = ends_after(L, w, w->toks[k]))) break;
         kept = k + 1;
@@ -487,7 +488,7 @@ int ds4_spec_generate(const ds4_spec_cfg *sc, const ds4_gen_opts *go, ds4_spec_r
 void ds4_spec_report(const ds4_spec_stats *st, char *buf, size_t size) {
     double rate = st->proposed ? 100.0 * (double)st->accepted / (double)st->proposed : 0.0;
     double per = st->iters ? (double)st->accepted / (double)st->iters : 0.0;
-    snprintf(buf, size, "mtp accept: iters=%llu proposed=%llu accepted=%llu rate=%.1f%% per_iter=%.2f",
-             (unsigned long long)st->iters, (unsigned long long)st->proposed,
-             (unsigned long long)st->accepted, rate, per);
+    snprintf(buf, size, "mtp accept: iters=%llu proposed=%llu accepted=%llu rate=%.1f%% per_iter=%.2f "
+             "deepest=%llu", (unsigned long long)st->iters, (unsigned long long)st->proposed,
+             (unsigned long long)st->accepted, rate, per, (unsigned long long)st->deepest);
 }

@@ -115,6 +115,7 @@ typedef struct ds4_spec_stats {
     uint64_t iters;        /* cycles that verified at least one draft */
     uint64_t proposed;     /* drafts verified */
     uint64_t accepted;     /* drafts accepted by the verifier */
+    uint64_t deepest;      /* the most drafts one cycle of one row accepted */
 } ds4_spec_stats;
 
 /* Evaluate each row's prompt (appended to its session) and show it to the
@@ -136,8 +137,8 @@ int ds4_spec_prefill(ds4_drafter *d, ds4_session *const *rows, const int32_t *co
 int ds4_spec_generate(const ds4_spec_cfg *sc, const ds4_gen_opts *go, ds4_spec_row *rows,
                       uint32_t n_rows, ds4_spec_stats *stats, ds4err *err);
 
-/* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y", Y being
- * accepted drafts per iteration. */
+/* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y deepest=D",
+ * Y being accepted drafts per iteration and D the most one cycle accepted. */
 void ds4_spec_report(const ds4_spec_stats *st, char *buf, size_t size);
 
 /* The rejection rule for one draft d drawn from q: accept with probability

@@ -84,7 +84,7 @@ static int record_step(run_ctx *r, const ds4_gen_step *gs) {
 }
 
 static int on_step(void *ud, uint32_t row, uint32_t step, const ds4_gen_step *st) {
-    run_ctx *r = ud;
+    run_ctx *r = (run_ctx *)ud + row;
     if (record_step(r, st)) {
         r->failed = true;
         return 1;
@@ -246,44 +246,86 @@ static int copy_golden(const ds4_golden *g, ds4_golden *out, ds4err *err) {
     return rc;
 }
 
-int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
-                   uint32_t n_prompt, const ds4_run_opts *o, ds4_golden *out, ds4err *err) {
-    if (ds4_gen_check_prompt(s, prompt, n_prompt, err)) return -1;
-    if (o->spec && o->spec->temp > 0)
+/* One row's golden writer and extra outputs, opened before the first token. */
+static int row_open(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
+                    uint32_t n_prompt, const ds4_run_opts *o, const ds4_run_opts *first,
+                    run_ctx *r, extras *x, ds4err *err) {
+    if (ds4_gen_check_prompt(s, prompt, n_prompt, err) || extras_open(o, x, err)) return -1;
+    ds4_golden_header h;
+    int rc = fill_header(s, prompt, n_prompt, o, &h, err);
+    h.settings.mtp_draft = first->spec && first->spec->drafter ? first->spec->n_draft : 0;
+    if (rc == 0) rc = ds4_golden_writer_open(&r->w, o->golden_path, &h, err);
+    free_header_ids(&h);
+    if (rc) extras_abort(x);
+    *r = (run_ctx){tok, o, r->w, err, false};
+    return rc;
+}
+
+/* One row's outputs written (or abandoned) the way the row ended. */
+static int row_finish(run_ctx *r, extras *x, ds4_stop stop, ds4_golden *out, ds4err *err) {
+    ds4err ferr = {0};
+    int rc = ds4_golden_writer_finish(r->w, stop, &ferr);
+    if (!rc) rc = extras_write(x, ds4_golden_writer_golden(r->w), r->o, &ferr);
+    else extras_abort(x);
+    if (rc && stop != DS4_STOP_ERROR) *err = ferr;
+    if (!rc && out) rc = copy_golden(ds4_golden_writer_golden(r->w), out, err);
+    ds4_golden_writer_free(r->w);
+    return rc;
+}
+
+int ds4_run_goldens(ds4_session *const *rows, const ds4_tokenizer *tok,
+                    const int32_t *const *prompts, const uint32_t *n_prompt, uint32_t n_rows,
+                    const ds4_run_opts *o, ds4_golden *out, ds4err *err) {
+    const ds4_run_opts *first = &o[0];
+    if (first->spec && first->spec->temp > 0)
         return ds4err_set(err, DS4_E_ARG, "goldens, dumps and vec cases record greedy decoding: "
                                           "use --temp 0");
-    extras x;
-    if (extras_open(o, &x, err)) return -1;
-    ds4_golden_header h;
-    ds4_golden_writer *w = NULL;
-    int rc = fill_header(s, prompt, n_prompt, o, &h, err);
-    h.settings.mtp_draft = o->spec && o->spec->drafter ? o->spec->n_draft : 0;
-    if (rc == 0) rc = ds4_golden_writer_open(&w, o->golden_path, &h, err);
-    free_header_ids(&h);
+    for (uint32_t i = 0; n_rows > 1 && i < n_rows; i++)
+        if (o[i].vec_path)
+            return ds4err_set(err, DS4_E_ARG, "official.vec cases are written one prompt at a time");
+    run_ctx *r = calloc(n_rows, sizeof(*r));
+    extras *x = calloc(n_rows, sizeof(*x));
+    ds4_gen_end *end = calloc(n_rows, sizeof(*end));
+    uint32_t opened = 0;
+    int rc = r && x && end ? 0 : ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    while (rc == 0 && opened < n_rows) {
+        rc = row_open(rows[opened], tok, prompts[opened], n_prompt[opened], &o[opened], first,
+                      &r[opened], &x[opened], err);
+        if (rc == 0) opened++;
+    }
     if (rc) {
-        extras_abort(&x);
+        for (uint32_t i = 0; i < opened; i++) {
+            extras_abort(&x[i]);
+            ds4_golden_writer_free(r[i].w);
+        }
+        free(r);
+        free(x);
+        free(end);
         return -1;
     }
-    run_ctx r = {tok, o, w, err, false};
-    ds4_gen_run gr = {.n_steps = o->n_steps, .top_k = o->top_k,
+    ds4_gen_run gr = {.n_steps = first->n_steps, .top_k = first->top_k,
                       .eos = tok ? ds4_tok_special(tok, DS4_SPECIAL_EOS) : -1,
-                      .stop_at_eos = o->stop_at_eos, .spec = o->spec, .stop = o->stop,
-                      .cb = on_step, .ud = &r, .stats = o->stats};
-    ds4_gen_end end;
-    ds4_stop stop = DS4_STOP_ERROR;
-    if (!ds4_gen_rows(&s, &prompt, &n_prompt, 1, &gr, NULL, &end, err) && !r.failed)
-        stop = stop_of(end);
+                      .stop_at_eos = first->stop_at_eos, .spec = first->spec,
+                      .stop = first->stop, .cb = on_step, .ud = r, .stats = first->stats};
+    bool ran = ds4_gen_rows(rows, prompts, n_prompt, n_rows, &gr, NULL, end, err) == 0;
     /* The outputs are written whatever happened: an interrupted or failed
-     * run leaves a golden marked incomplete, never a truncated file. */
-    ds4err ferr = {0};
-    rc = ds4_golden_writer_finish(w, stop, &ferr);
-    if (!rc) rc = extras_write(&x, ds4_golden_writer_golden(w), o, &ferr);
-    else extras_abort(&x);
-    if (rc && stop != DS4_STOP_ERROR) *err = ferr;
-    if (!rc && out) rc = copy_golden(ds4_golden_writer_golden(w), out, err);
-    ds4_golden_writer_free(w);
-    if (stop == DS4_STOP_ERROR) return -1;
-    if (!rc && o->stop && *o->stop)
+     * run leaves goldens marked incomplete, never a truncated file. */
+    bool failed = !ran;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        ds4_stop stop = ran && !r[i].failed ? stop_of(end[i]) : DS4_STOP_ERROR;
+        failed |= stop == DS4_STOP_ERROR;
+        if (row_finish(&r[i], &x[i], stop, out ? &out[i] : NULL, err) && !failed) rc = -1;
+    }
+    free(r);
+    free(x);
+    free(end);
+    if (failed) return -1;
+    if (!rc && first->stop && *first->stop)
         return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted: outputs written and marked incomplete");
     return rc;
+}
+
+int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
+                   uint32_t n_prompt, const ds4_run_opts *o, ds4_golden *out, ds4err *err) {
+    return ds4_run_goldens(&s, tok, &prompt, &n_prompt, 1, o, out, err);
 }

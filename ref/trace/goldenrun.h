@@ -56,11 +56,22 @@ typedef int (*ds4_tok_bytes_fn)(void *ud, int32_t id, ds4_buf *out, ds4err *err)
 int ds4_golden_step_of(const ds4_gen_step *gs, ds4_tok_bytes_fn fn, void *ud,
                        ds4_golden_step *out, ds4err *err);
 
-/* Run the prompt on a fresh session (decode/run.h) and record every step.
- * tok may be NULL (token bytes are then empty).  Bad input is refused, and
- * every output opened (a .vec file checked), before the first token.  On success *out (if not NULL) holds the
- * golden (caller frees with ds4_golden_free). */
+/* Run the prompt on a fresh session (decode/generate.h) and record every
+ * step.  tok may be NULL (token bytes are then empty).  Bad input is
+ * refused, and every output opened (a .vec file checked), before the first
+ * token.  On success *out (if not NULL) holds the golden (caller frees with
+ * ds4_golden_free). */
 int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
                    uint32_t n_prompt, const ds4_run_opts *o, ds4_golden *out, ds4err *err);
+
+/* The same for several rows decoded together (each its own session and
+ * prompt, every forward pass shared; each row's records are those it gets
+ * alone).  o[r] names row r's outputs (official.vec cases are appended
+ * by single runs only); the generation settings -- n_steps, top_k,
+ * stop_at_eos, stop, spec, stats -- are o[0]'s, and o[r].on_step gets row
+ * r's steps.  out: NULL or [n_rows] goldens. */
+int ds4_run_goldens(ds4_session *const *rows, const ds4_tokenizer *tok,
+                    const int32_t *const *prompts, const uint32_t *n_prompt, uint32_t n_rows,
+                    const ds4_run_opts *o, ds4_golden *out, ds4err *err);
 
 #endif
