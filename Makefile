@@ -25,7 +25,9 @@ ALL_LDFLAGS = -fopenmp $(LDFLAGS) $(EXTRA_LDFLAGS)
 # The library: base/ (utilities), quant/ (GGUF, block formats, kernels) and
 # ref/*/ (the model and everything built on it); docs/ARCHITECTURE.md.
 LIB_SRC   = $(sort $(wildcard base/*.c quant/*.c ref/*/*.c))
-LIB_OBJ   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+# ds4ref-conform's prompt corpus, compiled in from vectors/conform/*.txt.
+CORPUS    = $(sort $(wildcard vectors/conform/*.txt))
+LIB_OBJ   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/ref/conform/corpus_data.o
 HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h tools/*.h)
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
@@ -36,13 +38,23 @@ TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malf
 TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(filter-out tools/ds4ref.c,$(wildcard tools/*.c)))))
 
 DEFAULT_MODEL = models/tiny.gguf
+# ds4ref-conform's default: a tiny model whose MTP head drafts what it decodes.
+SPEC_MODEL = models/tiny-spec.gguf
 
 .PHONY: all test check-unit clean valgrind vectors bench
-all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(BUILD)/libds4ref.so
+all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(SPEC_MODEL) $(BUILD)/libds4ref.so \
+     $(BUILD)/conform-backend
 
 $(BUILD)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -c $< -o $@
+
+$(BUILD)/gen/corpus_data.c: $(CORPUS) tools/embed_prompts.sh
+	@mkdir -p $(dir $@)
+	tools/embed_prompts.sh $@ $(CORPUS)
+$(BUILD)/ref/conform/corpus_data.o: $(BUILD)/gen/corpus_data.c ref/conform/corpus.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # The kernel variants (quant/dot_kern.h): each file is compiled for its own
 # instruction set, and quant/dot.c runs the best one the CPU has.  Every
@@ -98,9 +110,17 @@ $(OFFICIAL_OK): $(OFFICIAL) vectors/official/SHA256SUMS
 $(TEST_BIN): | $(OFFICIAL_OK)
 $(BUILD)/tests/testutil.o: ALL_CFLAGS += -DDS4REF_OFFICIAL_DIR='"$(BUILD)/official"'
 
+# ds4ref-conform's test backend (tests/conform.sh): the public API only.
+$(BUILD)/conform-backend: $(BUILD)/tests/conform_backend.o $(BUILD)/libds4ref.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
 models/tiny.gguf: $(BINDIR)/ds4ref-mkmodel
 	@mkdir -p models
 	$(BINDIR)/ds4ref-mkmodel --config tiny --types ds4 --seed 1 -o $@
+
+$(SPEC_MODEL): $(BINDIR)/ds4ref-mkmodel
+	@mkdir -p models
+	$(BINDIR)/ds4ref-mkmodel --config tiny-spec --types ds4 --seed 1 -o $@
 
 test: all
 	@tests/run_tests.sh $(BUILD)

@@ -512,6 +512,61 @@ int ds4ref_golden_read(const char *path, ds4ref_golden **out, ds4ref_error *err)
 /* Release a golden from ds4ref_golden_read (NULL: nothing). */
 void ds4ref_golden_free(ds4ref_golden *g);
 
+/* ------------------------------------------------------------ conformance */
+
+/* ds4ref-conform (docs/CONFORM.md): run another backend's command over the
+ * speculative-decoding matrix -- MTP draft depths, prefill chunks, batch
+ * sizes, prompts -- and check every cell against the reference. */
+typedef struct ds4ref_conform_options {
+    const char *model_path;    /* the model, given to the backend and opened here */
+    const char *mtp_path;      /* its MTP head, or NULL (speculative cells are then n/a) */
+    const char *backend;       /* a preset ("ds4ref", "ds4") or a command template */
+    const char *ds4ref_path;   /* what {ds4ref} names (NULL: "ds4ref") */
+    const char *matrix;        /* NULL: the default; or "draft=0,2,4 chunk=64,whole batch=1" */
+    const char *prompts_dir;   /* NULL: the built-in corpus; or a folder of NAME.txt */
+    uint32_t n_tokens;         /* steps per row (default 32) */
+    uint32_t top_k;            /* alternatives the backend records (default 20) */
+    uint32_t ctx;              /* 0: the model's, at most 32768 */
+    int qat;                   /* the reference's FP8/FP4 simulation (default 1) */
+    double temperature;        /* 0: greedy (default) */
+    uint64_t seed;             /* default 1 */
+    int exact;                 /* bit-identity instead of the tolerance checks */
+    double max_gap;            /* nats (default 0.5) */
+    double tie_eps;            /* nats (default 0.05) */
+    double max_dlogprob;       /* default 0.5; NAN: unchecked */
+    double min_top5_overlap;   /* default NAN: unchecked */
+    double min_top20_overlap;  /* default NAN: unchecked */
+    const char *cache_dir;     /* NULL: no cache */
+    const char *work_dir;      /* NULL: a temporary folder, removed afterwards */
+    double timeout;            /* seconds a cell may run (0: no limit) */
+    /* Called before each step of the run ("reference for chat", "draft=3
+     * chunk=7 batch=2 code", finally "done"). */
+    void (*progress)(void *ud, uint32_t done, uint32_t total, const char *what);
+    void *progress_ud;
+    /* Every cell as JSON, written atomically when the run ends (opened
+     * before it starts); NULL: none. */
+    const char *json_path;
+} ds4ref_conform_options;
+
+void ds4ref_conform_options_init(ds4ref_conform_options *o);
+
+typedef struct ds4ref_conform_result {
+    uint32_t cells, pass, fail, error, tie, not_exercised, na;
+    uint32_t ran;              /* cells whose backend ran and wrote its outputs */
+} ds4ref_conform_result;
+
+/* Run the matrix; the text report (table, failures, smallest failing cell
+ * of each prompt, summary) goes to report (NULL: none).  Returns 0
+ * whenever the matrix ran, whatever the verdicts (read them in *res); an
+ * error is about the setup: the model, a bad template or matrix, a prompt
+ * that does not fit the context, a folder or file that cannot be written. */
+int ds4ref_conform_run(const ds4ref_conform_options *o, FILE *report,
+                       ds4ref_conform_result *res, ds4ref_error *err);
+
+/* The backend presets, i = 0, 1, ...: their name, command template and a
+ * line about them; 0 past the last. */
+int ds4ref_conform_preset(uint32_t i, const char **name, const char **tmpl, const char **about);
+
 #ifdef __cplusplus
 }
 #endif

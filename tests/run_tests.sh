@@ -40,6 +40,7 @@ run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf
     DS4_TEST_VECTOR_FILE=vectors/tiny.vec ./ds4_test --logprob-vectors
 
 run "cli" bash tests/cli.sh
+run "conform (ds4ref-conform against its test backend and itself)" bash tests/conform.sh "$build"
 run "install + example via pkg-config" bash tests/install.sh
 
 # The Python package (python/tests): skipped, not failed, without an

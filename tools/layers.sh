@@ -8,7 +8,7 @@
 #
 # The layers, lowest first:
 #   0 base/   1 quant/   2 ref/text/   3 ref/model/   4 ref/forward/
-#   5 ref/decode/   6 ref/trace/   7 ref/api/ (and include/ds4ref.h)
+#   5 ref/decode/   6 ref/trace/   7 ref/conform/   8 ref/api/ (and include/ds4ref.h)
 #
 # Two graphs are checked, because either can go wrong without the other:
 #   - includes: each library source or header and the project headers it
@@ -31,7 +31,8 @@ rank() {
         ref/forward/*) echo 4 ;;
         ref/decode/*) echo 5 ;;
         ref/trace/*) echo 6 ;;
-        ref/api/* | include/*) echo 7 ;;
+        ref/conform/*) echo 7 ;;
+        ref/api/* | include/*) echo 8 ;;
         *) echo -1 ;;
     esac
 }

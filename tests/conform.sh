@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# ds4ref-conform end to end (docs/CONFORM.md):
+#   - the test backend (tests/conform_backend.c, on the public API) without a
+#     bug passes every cell, in both modes; with each of the four injected
+#     bugs, exactly the cells the bug lives in fail;
+#   - the self-check (--backend ds4ref) passes the full default matrix on
+#     the tiny-spec model, every speculative cell exercised (a narrower one
+#     in the sanitizer builds, and in exact mode);
+#   - the ds4 preset, through a stand-in `ds4` that maps its flags to ds4ref;
+#   - the cache, the exit statuses, errors before work, the progress line.
+# Usage: tests/conform.sh BUILD_DIR (run from the repository root).
+set -uo pipefail
+build=${1:-build}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+check() {   # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+
+status_is() {   # status_is WANT COMMAND...: stdout into $tmp/out.txt, stderr into $tmp/err.txt
+    local want=$1; shift
+    "$@" > "$tmp/out.txt" 2> "$tmp/err.txt"
+    local got=$?
+    [ "$got" -eq "$want" ] || { echo "  exit status $got, expected $want: $(tail -3 "$tmp/err.txt")"; return 1; }
+}
+
+conform() { ./ds4ref-conform -q --no-cache "$@"; }
+
+# The cells of a --json report, one "draft chunk batch prompt status" line each.
+cells() {
+    grep '^{"draft"' "$1" |
+        sed -E 's/^\{"draft":([0-9]+),"chunk":"?([a-z0-9]+)"?,"chunk_tokens":[0-9]+,"batch":([0-9]+),"prompt":"([^"]*)","status":"([^"]*)".*/\1 \2 \3 \4 \5/'
+}
+
+# flagged_exactly JSON 'AWK-CONDITION': the cells that fail are exactly those
+# where the condition (over d, c, b; c is 0 for the whole prompt) holds, and
+# every other cell passes.
+flagged_exactly() {
+    local json=$1 cond=$2
+    [ "$(cells "$json" | wc -l)" -gt 0 ] || return 1
+    cells "$json" | awk -v cond="$cond" '
+        { d = $1; c = ($2 == "whole") ? 0 : $2; b = $3 }
+        { want = '"$2"' ? "fail" : "pass" }
+        $5 != want { print "  " $0 " (expected " want ")"; bad = 1 }
+        END { exit bad }'
+}
+
+all_pass() {   # all_pass JSON: every cell passed (none n/a, tie or not exercised)
+    [ "$(cells "$1" | wc -l)" -gt 0 ] && ! cells "$1" | awk '$5 != "pass" { print "  " $0; bad = 1 } END { exit !bad }'
+}
+
+# Two short prompts of the corpus keep the bug matrix quick.
+mkdir -p "$tmp/prompts"
+cp vectors/conform/chat.txt vectors/conform/code.txt "$tmp/prompts/"
+backend="$build/conform-backend -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} \
+--draft {draft} --top-k {top_k} -c {ctx} --out {out}"
+# The plain tiny model: its context moves the logits a lot, so a state that
+# holds a wrong token shows in the logprobs within a few steps.  The test
+# backend drafts from its own greedy continuation, so the MTP head is not
+# what makes its drafts accepted.
+bug_args=(-m models/tiny.gguf --mtp models/tiny-mtp.gguf --prompts "$tmp/prompts"
+          --matrix "draft=0,1,2,3,8 chunk=1,7,whole batch=1,2")
+
+check "the test backend without a bug: exit status 0" status_is 0 conform --backend "$backend" \
+    "${bug_args[@]}" --json "$tmp/clean.json"
+check "... every cell passes" all_pass "$tmp/clean.json"
+check "... and in exact mode" status_is 0 conform --backend "$backend" "${bug_args[@]}" --exact \
+    --json "$tmp/clean-exact.json"
+check "... every cell passes" all_pass "$tmp/clean-exact.json"
+
+for bug in verify-rows:'d > 2' stale-verify:'d + 1 > c && c > 0' batch-holes:'b > 1 && d >= 1' \
+           skip-bonus:'d == 1'; do
+    name=${bug%%:*}
+    cond=${bug#*:}
+    check "bug $name: exit status 1" status_is 1 conform --backend "$backend --bug $name" \
+        "${bug_args[@]}" --json "$tmp/$name.json"
+    cp "$tmp/out.txt" "$tmp/$name.txt"
+    check "bug $name: fails exactly where $cond" flagged_exactly "$tmp/$name.json" "$cond"
+    check "bug $name: the report names the smallest failing cell" \
+        grep -q '^smallest failing cell:' "$tmp/$name.txt"
+done
+check "verify-rows: the failure says how far below the argmax the token was" \
+    grep -q 'nats below the reference.s argmax' "$tmp/verify-rows.txt"
+
+# The self-check: the full default matrix on tiny-spec, whose MTP head
+# drafts what it decodes, so every speculative cell accepts deep drafts.
+if [ -z "${DS4REF_SANITIZER:-}" ]; then
+    check "self-check: the default matrix and model, exit status 0" \
+        status_is 0 ./ds4ref-conform -q --no-cache --backend ds4ref --json "$tmp/self.json"
+    check "self-check: the full default matrix runs (336 cells)" test "$(cells "$tmp/self.json" | wc -l)" -eq 336
+    check "self-check: every cell passes, every speculative one exercised" all_pass "$tmp/self.json"
+else
+    echo "(a $DS4REF_SANITIZER build: the self-check runs a narrower matrix)"
+    check "self-check (narrow): exit status 0" status_is 0 conform --backend ds4ref \
+        --prompts "$tmp/prompts" --matrix "draft=0,3 chunk=7,whole batch=1,2" --json "$tmp/self.json"
+    check "self-check (narrow): every cell passes" all_pass "$tmp/self.json"
+fi
+check "self-check in exact mode: exit status 0" status_is 0 conform --backend ds4ref --exact \
+    --prompts "$tmp/prompts" --matrix "draft=0,2,4 chunk=1,whole batch=1,2" --json "$tmp/self-exact.json"
+check "self-check in exact mode: every cell passes" all_pass "$tmp/self-exact.json"
+
+# The ds4 preset, through a stand-in: ds4's flags are ds4ref's, its prefill
+# chunk comes from DS4_METAL_PREFILL_CHUNK, and it prints no accept counts,
+# so its speculative cells are "not exercised"; it has no batch mode.
+mkdir -p "$tmp/bin"
+cat > "$tmp/bin/ds4" <<EOF
+#!/bin/sh
+echo "\$@" >> "$tmp/ds4.args"
+exec "$PWD/ds4ref" --chunk "\$DS4_METAL_PREFILL_CHUNK" "\$@"
+EOF
+chmod +x "$tmp/bin/ds4"
+check "ds4 preset: exit status 0" status_is 0 env PATH="$tmp/bin:$PATH" ./ds4ref-conform -q \
+    --no-cache --backend ds4 --prompts "$tmp/prompts" --matrix "draft=0,2 chunk=7 batch=1,2" \
+    --json "$tmp/ds4.json"
+check "ds4 preset: one row, no speculation: pass" \
+    test "$(cells "$tmp/ds4.json" | awk '$1 == 0 && $3 == 1' | grep -c ' pass$')" -eq 2
+check "ds4 preset: speculative cells are not exercised (no accept counts)" \
+    test "$(cells "$tmp/ds4.json" | awk '$1 == 2 && $3 == 1' | grep -c ' not exercised$')" -eq 2
+check "ds4 preset: batches are n/a" test "$(cells "$tmp/ds4.json" | awk '$3 == 2' | grep -c ' n/a$')" -eq 4
+check "ds4 preset: ds4's flags, --mtp-draft only with drafts" \
+    grep -q -- '^-m [^ ]*/tiny-spec.gguf --mtp [^ ]*/tiny-spec-mtp.gguf --mtp-draft 2 --prompt-file [^ ]* -n 32 -c 4096 --temp 0 --seed 1 --logprobs-top-k 20 --dump-logprobs [^ ]*$' "$tmp/ds4.args"
+check "ds4 preset: no --mtp without drafts" grep -q -- '^-m [^ ]*/tiny-spec.gguf --prompt-file' "$tmp/ds4.args"
+
+# The cache: a second run computes no reference; a damaged entry is
+# computed again.
+narrow=(--backend ds4ref --prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
+./ds4ref-conform -q --cache "$tmp/cache" "${narrow[@]}" > "$tmp/c1.txt" 2> /dev/null
+./ds4ref-conform -q --cache "$tmp/cache" "${narrow[@]}" > "$tmp/c2.txt" 2> /dev/null
+check "cache: the first run computes both references" grep -q 'references: 2 computed, 0 from the cache' "$tmp/c1.txt"
+check "cache: the second takes both from the cache" grep -q 'references: 0 computed, 2 from the cache' "$tmp/c2.txt"
+printf 'not a golden\n' > "$(ls "$tmp"/cache/ref-*.jsonl | head -1)"
+./ds4ref-conform -q --cache "$tmp/cache" "${narrow[@]}" > "$tmp/c3.txt" 2> /dev/null
+check "cache: a damaged entry is computed again" grep -q 'references: 1 computed, 1 from the cache' "$tmp/c3.txt"
+
+# Exit statuses and errors.
+one=(--prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
+check "a backend that never runs -> 13" status_is 13 conform --backend 'false {out} {tokens_file}' "${one[@]}"
+check "... and each cell says why" grep -q 'the backend exited with status 1' "$tmp/out.txt"
+check "a backend that fails in some cells -> 1, those cells in error" status_is 1 conform \
+    --backend "test {draft} -lt 3 || {{ echo broken at depth {draft}; exit 3; }; $backend" \
+    "${bug_args[@]}" --matrix "draft=0,3 chunk=whole batch=1"
+check "... with the end of its log" grep -q 'exited with status 3; its log ends: broken at depth 3' "$tmp/out.txt"
+check "a cell past --timeout is killed and in error" status_is 13 conform --timeout 0.3 \
+    --backend 'sleep 5; echo {out} {tokens_file}' "${one[@]}"
+check "... said so" grep -q 'ran past the 0.3 s timeout' "$tmp/out.txt"
+check "an unknown placeholder -> 2" status_is 2 conform --backend 'x {model} {nope} {out} {tokens_file}'
+check "... named" grep -q 'unknown placeholder {nope}' "$tmp/err.txt"
+check "a bad --matrix -> 2" status_is 2 conform --backend ds4ref --matrix 'draft=99'
+check "no --backend -> 2" status_is 2 ./ds4ref-conform
+check "--json into a missing folder -> 3, before any cell" status_is 3 conform --backend ds4ref \
+    "${one[@]}" --json "$tmp/missing/r.json"
+check "... nothing ran" test ! -s "$tmp/out.txt"
+check "--backend-help lists the placeholders and both presets" bash -c \
+    './ds4ref-conform --backend-help | grep -q "{batch_tokens}" && ./ds4ref-conform --backend-help | grep -q "^  ds4:"'
+
+# The progress line, on a pseudo-terminal: one per cell, erased at the end.
+script -q -c "./ds4ref-conform --no-cache --backend ds4ref --prompts $tmp/prompts --matrix 'draft=0 chunk=whole batch=1,2' 2>&1 >/dev/null" /dev/null < /dev/null > "$tmp/tty.txt"
+check "progress on a terminal: [k/N] and the cell" grep -aq '\[4/4\] draft=0 chunk=whole batch=2 code' "$tmp/tty.txt"
+check "progress on a terminal: erased at the end" bash -c 'tail -c 8 "$1" | grep -aq $'"'"'\r\033\[K'"'" _ "$tmp/tty.txt"
+
+if [ $fails -ne 0 ]; then
+    echo "conform: $fails failed"
+    exit 1
+fi
+echo "conform: all passed"

@@ -1,0 +1,372 @@
+/* ds4ref-conform's parts that need no backend process: the command
+ * template (expansion, quoting, optional groups), the matrix syntax, the
+ * acceptance lines of a backend's log, and the verdicts on hand-built
+ * outputs and teacher-forced records whose expected figures are written out
+ * below.  tests/conform.sh runs the whole program against real backends. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conform/backend.h"
+#include "conform/matrix.h"
+#include "conform/template.h"
+#include "conform/verdict.h"
+
+/* ---- templates ---- */
+
+static char *expand(const char *tmpl, const ds4_cf_vars *v, ds4err *err) {
+    ds4_buf b = {0};
+    if (ds4_cf_expand(tmpl, v, &b, err)) {
+        ds4_buf_free(&b);
+        return NULL;
+    }
+    return b.p ? b.p : calloc(1, 1);
+}
+
+static const ds4_cf_vars vars = {
+    .model = "/m/model.gguf", .mtp = "/m/it's mtp.gguf", .tokens_file = "/w/tokens",
+    .prompt_file = "/w/prompt", .batch_tokens = "/w/batch tokens", .out = "/w/out",
+    .ds4ref = "/bin/ds4ref", .n = 32, .draft = 3, .chunk = 7, .batch = 2, .ctx = 4096,
+    .top_k = 20, .temp = 0.7, .seed = 1};
+
+static void test_template_expand(void **state) {
+    (void)state;
+    ds4err err = {0};
+    char *s = expand("x -m {model} --mtp {mtp} -n {n} --draft {draft} --chunk {chunk} -b {batch} "
+                     "-c {ctx} -k {top_k} -T {temp} -s {seed} {tokens_file} {prompt_file} "
+                     "{batch_tokens} > {out} {ds4ref}", &vars, &err);
+    assert_non_null(s);
+    /* Plain paths stay as they are; a space or a quote gets single quotes,
+     * the quote itself as '\''. */
+    assert_string_equal(s, "x -m /m/model.gguf --mtp '/m/it'\\''s mtp.gguf' -n 32 --draft 3 "
+                           "--chunk 7 -b 2 -c 4096 -k 20 -T 0.7 -s 1 /w/tokens /w/prompt "
+                           "'/w/batch tokens' > /w/out /bin/ds4ref");
+    free(s);
+}
+
+static void test_template_groups(void **state) {
+    (void)state;
+    ds4err err = {0};
+    ds4_cf_vars v = vars;
+    const char *t = "b {[--mtp {mtp} --mtp-draft {draft}]} {[--seed {seed}]}-o {out} {tokens_file}";
+    char *s = expand(t, &v, &err);
+    assert_string_equal(s, "b --mtp '/m/it'\\''s mtp.gguf' --mtp-draft 3 --seed 1-o /w/out /w/tokens");
+    free(s);
+    /* A group goes when a placeholder in it is 0 or empty. */
+    v.draft = 0;
+    v.seed = 0;
+    s = expand(t, &v, &err);
+    assert_string_equal(s, "b  -o /w/out /w/tokens");
+    free(s);
+    v = vars;
+    v.mtp = NULL;
+    s = expand(t, &v, &err);
+    assert_string_equal(s, "b  --seed 1-o /w/out /w/tokens");
+    free(s);
+    /* {{ is a brace; a lone "]}" outside a group is text. */
+    s = expand("echo {{x} ]} {out} {tokens_file}", &vars, &err);
+    assert_string_equal(s, "echo {x} ]} /w/out /w/tokens");
+    free(s);
+}
+
+static void test_template_check(void **state) {
+    (void)state;
+    ds4err err = {0};
+    uint32_t uses;
+    assert_int_equal(ds4_cf_template_check("a {tokens_file} {out} {draft}", &uses, &err), 0);
+    assert_int_equal(uses, 1u << DS4_CF_TOKENS_FILE | 1u << DS4_CF_OUT | 1u << DS4_CF_DRAFT);
+    static const struct {
+        const char *t, *msg;
+    } bad[] = {
+        {"a ${HOME} {out} {tokens_file}", "unknown placeholder {HOME}"},
+        {"a {tokens_file}", "no {out}"},
+        {"a {out}", "no prompt"},
+        {"a {[ {[ {draft} ]} ]} {out} {tokens_file}", "inside another"},
+        {"a {[ {draft} {out} {tokens_file}", "without its ]}"},
+        {"a {out {tokens_file}", "unknown placeholder"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_not_equal(ds4_cf_template_check(bad[i].t, &uses, &err), 0);
+        assert_int_equal(err.code, DS4_E_ARG);
+        if (!strstr(err.msg, bad[i].msg)) fail_msg("%s: %s", bad[i].t, err.msg);
+    }
+    /* The presets are valid templates. */
+    const char *name, *tmpl, *about;
+    uint32_t n = 0;
+    for (; ds4_cf_preset_at(n, &name, &tmpl, &about); n++) {
+        assert_int_equal(ds4_cf_template_check(tmpl, &uses, &err), 0);
+        assert_ptr_equal(ds4_cf_preset(name), tmpl);
+    }
+    assert_int_equal(n, 2);
+    assert_null(ds4_cf_preset("nope"));
+}
+
+/* ---- the matrix ---- */
+
+static void test_matrix(void **state) {
+    (void)state;
+    ds4err err = {0};
+    ds4_cf_matrix m;
+    ds4_cf_matrix_default(&m);
+    assert_int_equal(m.draft.n, 7);
+    assert_int_equal(m.draft.v[6], 8);
+    assert_int_equal(m.chunk.n, 4);
+    assert_int_equal(m.chunk.v[3], DS4_CF_WHOLE);
+    assert_int_equal(m.batch.n, 3);
+    assert_int_equal(ds4_cf_matrix_parse(&m, "  draft=0,2,2,4   chunk=whole,64 ", &err), 0);
+    assert_int_equal(m.draft.n, 3);   /* the repeat is dropped */
+    assert_int_equal(m.draft.v[2], 4);
+    assert_int_equal(m.chunk.n, 2);
+    assert_int_equal(m.chunk.v[0], DS4_CF_WHOLE);
+    assert_int_equal(m.chunk.v[1], 64);
+    assert_int_equal(m.batch.n, 3);   /* not named: kept */
+    static const char *const bad[] = {"draft=17", "chunk=0", "batch=0", "batch=17", "draft",
+                                      "draft=", "depth=1", "draft=1,,2", "draft=whole",
+                                      "chunk=-1", "batch=1x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ds4_cf_matrix_default(&m);
+        assert_int_not_equal(ds4_cf_matrix_parse(&m, bad[i], &err), 0);
+        assert_int_equal(err.code, DS4_E_ARG);
+        assert_non_null(strstr(err.msg, "--matrix"));
+        assert_int_equal(m.draft.n, 7);   /* nothing changed */
+    }
+    char buf[16];
+    assert_string_equal(ds4_cf_chunk_name(DS4_CF_WHOLE, buf, sizeof(buf)), "whole");
+    assert_string_equal(ds4_cf_chunk_name(64, buf, sizeof(buf)), "64");
+}
+
+/* ---- a backend's log ---- */
+
+static void test_accept_lines(void **state) {
+    (void)state;
+    ds4_cf_accept a;
+    const char *ours = "prefill...\nmtp accept: iters=4 proposed=10 accepted=7 rate=70.0% "
+                       "per_iter=1.75 deepest=3\nds4ref: prefill: 1 t/s\n";
+    ds4_cf_read_accept(ours, strlen(ours), &a);
+    assert_true(a.known && a.has_deepest);
+    assert_int_equal(a.proposed, 10);
+    assert_int_equal(a.accepted, 7);
+    assert_int_equal(a.deepest, 3);
+    /* Without deepest= (an older line): known, no depth. */
+    const char *old = "mtp accept: iters=4 proposed=10 accepted=7 rate=70.0% per_iter=1.75";
+    ds4_cf_read_accept(old, strlen(old), &a);
+    assert_true(a.known && !a.has_deepest);
+    /* ds4's DS4_MTP_SPEC_LOG lines add up; the deepest is the most one
+     * cycle accepted. */
+    const char *ds4 = "ds4: mtp spec seq accept drafted=3 accepted=3\n"
+                      "ds4: mtp spec miss first draft=12\n"
+                      "ds4: mtp spec seq partial drafted=4 verified=2 accepted=1\n"
+                      "ds4: mtp spec seq accept drafted=2 accepted=2\n";
+    ds4_cf_read_accept(ds4, strlen(ds4), &a);
+    assert_true(a.known && a.has_deepest);
+    assert_int_equal(a.proposed, 9);
+    assert_int_equal(a.accepted, 6);
+    assert_int_equal(a.deepest, 3);
+    const char *none = "nothing here\naccepted=3\n";
+    ds4_cf_read_accept(none, strlen(none), &a);
+    assert_false(a.known);
+    char last[16];
+    const char *log = "one\ntwo \x1b[0m end\n\n";
+    ds4_cf_last_line(log, strlen(log), last, sizeof(last));
+    assert_string_equal(last, "two ?[0m end");
+    ds4_cf_last_line("", 0, last, sizeof(last));
+    assert_string_equal(last, "");
+}
+
+/* ---- verdicts ---- */
+
+enum { K = 3, STEPS = 3 };
+
+/* A teacher-forced record: at every step the reference's top 3 are ids
+ * 10, 11, 12 with logprobs -0.1, -2, -3; committed ids as given, their
+ * logprob from that list (or -9 off it). */
+static void make_tf(ds4_cf_tf *tf, const int32_t *ids, uint32_t n) {
+    tf->n = n;
+    tf->k = K;
+    tf->ids = malloc(sizeof(int32_t) * n);
+    tf->lp = malloc(sizeof(double) * n);
+    tf->gap = malloc(sizeof(double) * n);
+    tf->n_top = malloc(sizeof(uint32_t) * n);
+    tf->top_ids = malloc(sizeof(int32_t) * n * K);
+    tf->top_lp = malloc(sizeof(double) * n * K);
+    static const double lps[K] = {-0.1, -2, -3};
+    for (uint32_t i = 0; i < n; i++) {
+        tf->ids[i] = ids[i];
+        tf->n_top[i] = K;
+        tf->lp[i] = -9;
+        for (uint32_t j = 0; j < K; j++) {
+            tf->top_ids[i * K + j] = 10 + (int32_t)j;
+            tf->top_lp[i * K + j] = lps[j];
+            if (ids[i] == 10 + (int32_t)j) tf->lp[i] = lps[j];
+        }
+        tf->gap[i] = -0.1 - tf->lp[i];
+    }
+}
+
+/* A backend output with the given committed ids, its top lists those of
+ * make_tf shifted by `shift` nats. */
+static void make_out(ds4_golden *g, const int32_t *ids, uint32_t n, double shift) {
+    ds4_golden_init(g, DS4_TRACE_DUMP);
+    g->has_ids = g->has_logits = true;
+    g->has_prompt_count = true;
+    g->h.n_prompt = 2;
+    g->steps = calloc(n, sizeof(ds4_golden_step));
+    g->n_steps = g->cap_steps = n;
+    static const double lps[K] = {-0.1, -2, -3};
+    for (uint32_t i = 0; i < n; i++) {
+        ds4_golden_step *st = &g->steps[i];
+        st->tok.id = ids[i];
+        st->tok.bytes = malloc(1);
+        st->top = calloc(K, sizeof(ds4_golden_tok));
+        st->n_top = K;
+        for (uint32_t j = 0; j < K; j++) {
+            st->top[j].id = 10 + (int32_t)j;
+            st->top[j].bytes = malloc(1);
+            st->top[j].logprob = lps[j] + shift;
+        }
+    }
+}
+
+static ds4_cf_limits tolerance(void) {
+    return (ds4_cf_limits){.greedy = true, .max_gap = 0.5, .tie_eps = 0.05, .max_dlogprob = 0.5,
+                           .min_top5 = NAN, .min_top20 = NAN};
+}
+
+static void test_verdict_row(void **state) {
+    (void)state;
+    ds4_cf_limits l = tolerance();
+    ds4_cf_finding f;
+    ds4_cf_tf tf;
+    ds4_golden out;
+    /* The argmax every step, logprobs 0.3 off: a pass. */
+    const int32_t good[STEPS] = {10, 10, 10};
+    make_tf(&tf, good, STEPS);
+    make_out(&out, good, STEPS, 0.3);
+    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_PASS);
+    /* 0.6 off: |dlogprob| fails at step 0. */
+    ds4_golden_free(&out);
+    make_out(&out, good, STEPS, 0.6);
+    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_FAIL);
+    assert_int_equal(f.step, 0);
+    assert_true(fabs(f.dlogprob - 0.6) < 1e-12);
+    assert_non_null(strstr(f.detail, "|dlogprob| 0.6"));
+    /* ...unless no |dlogprob| limit is set. */
+    l.max_dlogprob = NAN;
+    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_PASS);
+    l = tolerance();
+    ds4_golden_free(&out);
+    ds4_cf_tf_free(&tf);
+    /* Step 1 commits the second choice, 1.9 nats below the argmax. */
+    const int32_t wrong[STEPS] = {10, 11, 10};
+    make_tf(&tf, wrong, STEPS);
+    make_out(&out, wrong, STEPS, 0);
+    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_FAIL);
+    assert_int_equal(f.step, 1);
+    assert_int_equal(f.token, 11);
+    assert_true(fabs(f.gap - 1.9) < 1e-12);
+    assert_non_null(strstr(f.detail, "1.9 nats below the reference's argmax 10"));
+    /* With a looser gap it passes; sampled runs do not check the gap. */
+    l.max_gap = 2;
+    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_PASS);
+    l = tolerance();
+    l.greedy = false;
+    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_PASS);
+    l = tolerance();
+    /* Two steps of three without the end token: stopped early. */
+    out.n_steps = 2;
+    tf.n = 2;
+    const int32_t two[2] = {10, 10};
+    ds4_cf_tf tf2;
+    make_tf(&tf2, two, 2);
+    ds4_golden out2;
+    make_out(&out2, two, 2, 0);
+    ds4_cf_check_row(NULL, &out2, &tf2, STEPS, -1, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_FAIL);
+    assert_int_equal(f.step, 2);
+    assert_non_null(strstr(f.detail, "stopped after 2 of 3"));
+    /* ...but ending on the end token is a complete run. */
+    ds4_cf_check_row(NULL, &out2, &tf2, STEPS, 10, &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_PASS);
+    out.n_steps = STEPS;
+    tf.n = STEPS;
+    ds4_golden_free(&out2);
+    ds4_cf_tf_free(&tf2);
+    ds4_golden_free(&out);
+    ds4_cf_tf_free(&tf);
+}
+
+static void test_verdict_usable(void **state) {
+    (void)state;
+    ds4_cf_finding f;
+    ds4_golden out;
+    const int32_t ids[STEPS] = {10, 10, 600};
+    const int32_t prompt[2] = {1, 2};
+    make_out(&out, ids, STEPS, 0);
+    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_int_equal(f.status, DS4_CF_FAIL);
+    assert_int_equal(f.step, 2);
+    assert_non_null(strstr(f.detail, "outside the vocabulary"));
+    out.steps[2].tok.id = 11;
+    assert_true(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS - 1, 512, &f));
+    assert_non_null(strstr(f.detail, "3 steps written, 2 asked for"));
+    out.h.n_prompt = 3;
+    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_int_equal(f.status, DS4_CF_FAIL);
+    assert_non_null(strstr(f.detail, "prompt has 3 tokens"));
+    out.has_ids = false;
+    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_int_equal(f.status, DS4_CF_ERROR);
+    ds4_golden_free(&out);
+}
+
+static void test_verdict_same(void **state) {
+    (void)state;
+    ds4_cf_limits l = tolerance();
+    ds4_cf_finding f;
+    ds4_cf_tf base, row;
+    const int32_t a[STEPS] = {10, 10, 10}, b[STEPS] = {10, 11, 12};
+    make_tf(&base, a, STEPS);
+    make_tf(&row, a, STEPS);
+    ds4_cf_check_same(&base, &row, "draft=0", &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_PASS);
+    ds4_cf_tf_free(&row);
+    /* Step 1 differs and the reference puts the two 1.9 nats apart. */
+    make_tf(&row, b, STEPS);
+    ds4_cf_check_same(&base, &row, "draft=0", &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_FAIL);
+    assert_int_equal(f.step, 1);
+    assert_non_null(strstr(f.detail, "in the draft=0 stream"));
+    /* A near-tie there: a tie, not a failure. */
+    row.lp[1] = base.lp[1] - 0.01;
+    ds4_cf_check_same(&base, &row, "draft=0", &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_TIE);
+    assert_int_equal(f.step, 1);
+    ds4_cf_tf_free(&row);
+    ds4_cf_tf_free(&base);
+    assert_string_equal(ds4_cf_status_name(DS4_CF_NOT_EXERCISED), "not exercised");
+    assert_string_equal(ds4_cf_status_name(DS4_CF_NA), "n/a");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_template_expand), cmocka_unit_test(test_template_groups),
+        cmocka_unit_test(test_template_check),  cmocka_unit_test(test_matrix),
+        cmocka_unit_test(test_accept_lines),    cmocka_unit_test(test_verdict_row),
+        cmocka_unit_test(test_verdict_usable),  cmocka_unit_test(test_verdict_same),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
