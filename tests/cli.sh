@@ -61,15 +61,19 @@ on_tty() {   # on_tty OUT ARGS...: ds4ref ARGS on a pseudo-terminal, all it show
     local out=$1; shift
     script -q -c "$(printf '%q ' ./ds4ref "$@")" /dev/null < /dev/null > "$out"
 }
-for mtp in "" "--mtp models/tiny-mtp.gguf --mtp-draft 2"; do
+# Plain, speculative, and with the prompt's logits written too (evaluated
+# twice, shown once).
+tty_what=("" " with --mtp" " with --logits-out")
+tty_args=("" "--mtp models/tiny-mtp.gguf --mtp-draft 2" "--logits-out $tmp/tty.f32")
+for i in "${!tty_args[@]}"; do
     # shellcheck disable=SC2086
-    on_tty "$tmp/tty.txt" "${story[@]}" $mtp
+    on_tty "$tmp/tty.txt" "${story[@]}" ${tty_args[$i]}
     # What follows the erased progress line: the text, then the speed line.
     LC_ALL=C awk 'BEGIN { RS = "\033\\[K" } NR == 2' "$tmp/tty.txt" > "$tmp/tty.text"
-    what="on a terminal${mtp:+ with --mtp}"
-    check "$what: progress counts the prompt only" \
-        test "$(grep -ao 'prefill: [0-9]*/[0-9]* tokens' "$tmp/tty.txt" | sort -u | tr '\n' ' ')" = \
-            "$(for i in 0 4 8 12 16 20 24 28; do echo "prefill: $i/32 tokens"; done | sort | tr '\n' ' ')"
+    what="on a terminal${tty_what[$i]}"
+    check "$what: progress counts the prompt only, once" \
+        test "$(grep -ao 'prefill: [0-9]*/[0-9]* tokens' "$tmp/tty.txt" | tr '\n' ' ')" = \
+            "$(for n in 0 4 8 12 16 20 24 28; do echo "prefill: $n/32 tokens"; done | tr '\n' ' ')"
     check "$what: no progress line after the prompt" \
         bash -c '! grep -aq "prefill: [0-9]*/" "$1"' _ "$tmp/tty.text"
     check "$what: the text is all there" test "$(sed '/^ds4ref: prefill:/,$d' "$tmp/tty.text" |
@@ -78,6 +82,8 @@ for mtp in "" "--mtp models/tiny-mtp.gguf --mtp-draft 2"; do
         bash -c '! grep -aq $'"'"'\033'"'"' "$1" && iconv -f UTF-8 -t UTF-8 "$2" > /dev/null' \
         _ "$tmp/tty.text" "$tmp/tty.txt"
 done
+check "on a terminal with --logits-out: the logits are written" \
+    test "$(stat -c %s "$tmp/tty.f32")" -eq $((32 * 512 * 4))
 
 # The OpenMP spin the programs set for themselves (tools/wait_policy.h), seen
 # in the environment of a running ds4ref; a user's own policy is kept.
@@ -104,10 +110,15 @@ check "ds4ref keeps the user's OpenMP wait policy" \
 
 # Teacher-forced logits: [n_tokens][n_vocab] f32.
 printf '256 258 72 101 108 108 111 259 261' > "$tmp/toks.txt"
-./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32"
+./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32" 2> "$tmp/l1.err"
 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --chunk 2 -t 1 --logits-out "$tmp/l2.f32"
 check "logits-out size is 9 x 512 x 4" test "$(stat -c %s "$tmp/l1.f32")" -eq $((9 * 512 * 4))
 check "logits-out identical across chunks" cmp -s "$tmp/l1.f32" "$tmp/l2.f32"
+check "-n 0 --logits-out ends with the speed line, no token generated" \
+    grep -q '^ds4ref: prefill: [0-9.]* t/s (9 tokens), generation: - t/s (0 tokens)$' "$tmp/l1.err"
+./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 6 --ignore-eos --logits-out "$tmp/l3.f32" \
+    --golden-out "$tmp/l3.jsonl" > /dev/null
+check "logits-out with generation: the same logits" cmp -s "$tmp/l1.f32" "$tmp/l3.f32"
 
 # Tokenizer modes.
 printf 'Hello world' > "$tmp/text.txt"
@@ -143,6 +154,24 @@ for out in --golden-out --dump-logprobs --vec-out --logits-out; do
         bash -c '[ ! -s "$1" ] && grep -q "^ds4ref: $2: cannot be created" "$3" && ! grep -q "\.tmp\." "$3"' \
         _ "$tmp/out.txt" "$tmp/missing/x" "$tmp/stderr"
 done
+# With --logits-out as well: a generation output that cannot be written
+# fails before the prompt is evaluated (no progress shown on a terminal) and
+# leaves no logits file; nor does a logits file that cannot be, a golden.
+for out in --golden-out --dump-logprobs --vec-out; do
+    mkdir -p "$tmp/lg"
+    check "--logits-out with $out into a missing folder -> 3" status_is 3 \
+        ./ds4ref "${story[@]}" --logits-out "$tmp/lg/l.f32" $out "$tmp/missing/x"
+    check "--logits-out with $out: ... no logits file, nothing left behind" \
+        bash -c '[ -z "$(ls -A "$1")" ] && grep -q "^ds4ref: $2: cannot be created" "$3"' \
+        _ "$tmp/lg" "$tmp/missing/x" "$tmp/stderr"
+    on_tty "$tmp/tty.txt" "${story[@]}" --logits-out "$tmp/lg/l.f32" $out "$tmp/missing/x"
+    check "--logits-out with $out: ... before any work" \
+        bash -c '! grep -aq "prefill:" "$1" && grep -aq "cannot be created" "$1"' _ "$tmp/tty.txt"
+    rm -rf "$tmp/lg"
+done
+check "--logits-out into a missing folder with --golden-out -> 3" \
+    status_is 3 ./ds4ref "${story[@]}" --logits-out "$tmp/missing/x" --golden-out "$tmp/lg.jsonl"
+check "... no golden written" test ! -e "$tmp/lg.jsonl"
 # A vec case: its id must be new to the file, and its prompt is written where
 # ds4_test --logprob-vectors finds it, whichever folder the .vec goes to.
 mkdir -p "$tmp/p" "$tmp/v1" "$tmp/v2"
