@@ -52,7 +52,7 @@ check "--temp > 0 refuses --golden-out" status_is 2 ./ds4ref -m $model -p hi --t
 # and nothing else on stderr before the text, the line erased when the prompt
 # is done, the text made safe to show, and the speed line at the end.
 story=(-m $model -p "Tell me a story" -n 200 --ignore-eos --chunk 4)
-./ds4ref "${story[@]}" > "$tmp/raw.txt" 2> "$tmp/raw.err"
+./ds4ref "${story[@]}" --golden-out "$tmp/raw.jsonl" > "$tmp/raw.txt" 2> "$tmp/raw.err"
 check "the speed line ends a run" \
     grep -q '^ds4ref: prefill: [0-9.]* t/s (32 tokens), generation: [0-9.]* t/s (200 tokens)$' "$tmp/raw.err"
 check "(the raw text holds ESC and invalid UTF-8)" \
@@ -61,10 +61,12 @@ on_tty() {   # on_tty OUT ARGS...: ds4ref ARGS on a pseudo-terminal, all it show
     local out=$1; shift
     script -q -c "$(printf '%q ' ./ds4ref "$@")" /dev/null < /dev/null > "$out"
 }
-# Plain, speculative, and with the prompt's logits written too (evaluated
-# twice, shown once).
-tty_what=("" " with --mtp" " with --logits-out")
-tty_args=("" "--mtp models/tiny-mtp.gguf --mtp-draft 2" "--logits-out $tmp/tty.f32")
+# Plain, speculative, recorded as a golden while speculating, and with the
+# prompt's logits written too (evaluated twice, shown once).
+tty_what=("" " with --mtp" " with --mtp and --golden-out" " with --logits-out")
+tty_args=("" "--mtp models/tiny-mtp.gguf --mtp-draft 2"
+          "--mtp models/tiny-mtp.gguf --mtp-draft 2 --golden-out $tmp/tty.jsonl"
+          "--logits-out $tmp/tty.f32")
 for i in "${!tty_args[@]}"; do
     # shellcheck disable=SC2086
     on_tty "$tmp/tty.txt" "${story[@]}" ${tty_args[$i]}
@@ -82,6 +84,8 @@ for i in "${!tty_args[@]}"; do
         bash -c '! grep -aq $'"'"'\033'"'"' "$1" && iconv -f UTF-8 -t UTF-8 "$2" > /dev/null' \
         _ "$tmp/tty.text" "$tmp/tty.txt"
 done
+check "on a terminal with --mtp and --golden-out: the golden is the plain one" \
+    quiet ./ds4ref-diff --exact "$tmp/raw.jsonl" "$tmp/tty.jsonl"
 check "on a terminal with --logits-out: the logits are written" \
     test "$(stat -c %s "$tmp/tty.f32")" -eq $((32 * 512 * 4))
 
@@ -202,6 +206,10 @@ check "a QAT-off-only model with QAT on -> 8" status_is 8 ./ds4ref -m "$tmp/k64.
 check "... saying why, and --qat off" grep -q "not a multiple of 64: run it with QAT off (--qat off)" "$tmp/stderr"
 check "... runs with --qat off (and its MTP head)" status_is 0 ./ds4ref -m "$tmp/k64.gguf" --qat off \
     --mtp "$tmp/k64-mtp.gguf" -p hi -n 4 --ignore-eos
+check "ds4ref-bench --qat on with that model -> 8" \
+    status_is 8 ./ds4ref-bench -m "$tmp/k64.gguf" -p 8 -n 2 --qat on
+check "... saying why, and --qat off" grep -q "not a multiple of 64: run it with QAT off (--qat off)" "$tmp/stderr"
+check "ds4ref-bench runs it with --qat off" status_is 0 ./ds4ref-bench -m "$tmp/k64.gguf" -p 8 -n 2 --qat off
 
 # Errors: one line on stderr, distinct statuses.
 check "unknown option -> 2" status_is 2 ./ds4ref --bogus
