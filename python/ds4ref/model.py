@@ -254,13 +254,14 @@ class Model:
         pass (None: 256; never changes a bit)."""
         return Session(self, ctx, chunk)
 
-    def generate(self, prompt_ids, n: int, draft: int = 0, temp: float = 0.0, seed: int = 1,
+    def generate(self, prompt_ids, n: int, draft: int = 0, temp: float = 0.0, seed: int = 0,
                  top_k: int = 20, stop_at_eos: bool = True, ctx=None, golden=None) -> Generation:
         """Evaluate prompt_ids on a fresh session and generate up to n tokens
         (ds4ref_generate): greedy by default, speculative with draft > 0 (the
         model must have been opened with mtp=; bit-identical to greedy),
-        sampled with temp > 0 (seed as `ds4ref --seed`, default 1 like the
-        command line).  top_k alternatives are recorded per step (the C
+        sampled with temp > 0 from seed (any 64-bit value, as `ds4ref --seed`;
+        the command line's default is 1, so seed=1 matches a `ds4ref --temp`
+        run without --seed).  top_k alternatives are recorded per step (the C
         step callback carries at most 64).  ctx: the session's context (None:
         the prompt plus n).  golden: also write the golden stream to this
         path (greedy only), as ds4ref --golden-out does."""
