@@ -52,7 +52,7 @@ check "--temp > 0 refuses --golden-out" status_is 2 ./ds4ref -m $model -p hi --t
 # and nothing else on stderr before the text, the line erased when the prompt
 # is done, the text made safe to show, and the speed line at the end.
 story=(-m $model -p "Tell me a story" -n 200 --ignore-eos --chunk 4)
-./ds4ref "${story[@]}" > "$tmp/raw.txt" 2> "$tmp/raw.err"
+./ds4ref "${story[@]}" --golden-out "$tmp/raw.jsonl" > "$tmp/raw.txt" 2> "$tmp/raw.err"
 check "the speed line ends a run" \
     grep -q '^ds4ref: prefill: [0-9.]* t/s (32 tokens), generation: [0-9.]* t/s (200 tokens)$' "$tmp/raw.err"
 check "(the raw text holds ESC and invalid UTF-8)" \
@@ -61,15 +61,21 @@ on_tty() {   # on_tty OUT ARGS...: ds4ref ARGS on a pseudo-terminal, all it show
     local out=$1; shift
     script -q -c "$(printf '%q ' ./ds4ref "$@")" /dev/null < /dev/null > "$out"
 }
-for mtp in "" "--mtp models/tiny-mtp.gguf --mtp-draft 2"; do
+# Plain, speculative, recorded as a golden while speculating, and with the
+# prompt's logits written too (evaluated twice, shown once).
+tty_what=("" " with --mtp" " with --mtp and --golden-out" " with --logits-out")
+tty_args=("" "--mtp models/tiny-mtp.gguf --mtp-draft 2"
+          "--mtp models/tiny-mtp.gguf --mtp-draft 2 --golden-out $tmp/tty.jsonl"
+          "--logits-out $tmp/tty.f32")
+for i in "${!tty_args[@]}"; do
     # shellcheck disable=SC2086
-    on_tty "$tmp/tty.txt" "${story[@]}" $mtp
+    on_tty "$tmp/tty.txt" "${story[@]}" ${tty_args[$i]}
     # What follows the erased progress line: the text, then the speed line.
     LC_ALL=C awk 'BEGIN { RS = "\033\\[K" } NR == 2' "$tmp/tty.txt" > "$tmp/tty.text"
-    what="on a terminal${mtp:+ with --mtp}"
-    check "$what: progress counts the prompt only" \
-        test "$(grep -ao 'prefill: [0-9]*/[0-9]* tokens' "$tmp/tty.txt" | sort -u | tr '\n' ' ')" = \
-            "$(for i in 0 4 8 12 16 20 24 28; do echo "prefill: $i/32 tokens"; done | sort | tr '\n' ' ')"
+    what="on a terminal${tty_what[$i]}"
+    check "$what: progress counts the prompt only, once" \
+        test "$(grep -ao 'prefill: [0-9]*/[0-9]* tokens' "$tmp/tty.txt" | tr '\n' ' ')" = \
+            "$(for n in 0 4 8 12 16 20 24 28; do echo "prefill: $n/32 tokens"; done | tr '\n' ' ')"
     check "$what: no progress line after the prompt" \
         bash -c '! grep -aq "prefill: [0-9]*/" "$1"' _ "$tmp/tty.text"
     check "$what: the text is all there" test "$(sed '/^ds4ref: prefill:/,$d' "$tmp/tty.text" |
@@ -78,36 +84,42 @@ for mtp in "" "--mtp models/tiny-mtp.gguf --mtp-draft 2"; do
         bash -c '! grep -aq $'"'"'\033'"'"' "$1" && iconv -f UTF-8 -t UTF-8 "$2" > /dev/null' \
         _ "$tmp/tty.text" "$tmp/tty.txt"
 done
+check "on a terminal with --mtp and --golden-out: the golden is the plain one" \
+    quiet ./ds4ref-diff --exact "$tmp/raw.jsonl" "$tmp/tty.jsonl"
+check "on a terminal with --logits-out: the logits are written" \
+    test "$(stat -c %s "$tmp/tty.f32")" -eq $((32 * 512 * 4))
 
-# The OpenMP spin the programs set for themselves (tools/wait_policy.h), seen
-# in the environment of a running ds4ref; a user's own policy is kept.
-env_of_run() {   # env_of_run VAR=VALUE...: ds4ref's environment while it runs
-    rm -f "$tmp/pid"
-    sh -c 'echo $$ > "$0"; exec env -u GOMP_SPINCOUNT -u KMP_BLOCKTIME -u OMP_WAIT_POLICY "$@"' \
-        "$tmp/pid" "$@" ./ds4ref -m $model -t 2 -p "Hello there" -n 100000 --ignore-eos \
-        -c 4096 > /dev/null 2>&1 &
-    # The environment is read once OpenMP's second thread exists: that is
-    # after main() began, so after the one re-execution, if there is one.
-    local i pid
-    for i in $(seq 100); do
-        pid=$(cat "$tmp/pid" 2> /dev/null)
-        [ -n "$pid" ] && [ "$(ls /proc/"$pid"/task 2> /dev/null | wc -l)" -ge 2 ] && break
-        sleep 0.1
-    done
-    tr '\0' '\n' < /proc/"$pid"/environ 2> /dev/null
-    kill "$pid" 2> /dev/null
-    wait 2> /dev/null
+# The OpenMP spin the programs set for themselves (tools/wait_policy.h), as
+# the OpenMP runtime of a running ds4ref reports it (OMP_DISPLAY_ENV, on
+# stderr when the runtime starts, so no timing is involved): libgomp (gcc
+# builds, which execute themselves again to set it: the last report is the
+# one of the program that runs) reports GOMP_SPINCOUNT, libomp (clang builds,
+# the sanitizer runs: set in main, read at the runtime's first use)
+# KMP_BLOCKTIME.  A user's own policy is kept.
+omp_spin() {   # omp_spin VAR=VALUE...: "GOMP_SPINCOUNT=N" or "KMP_BLOCKTIME=N", as ds4ref runs
+    env -u GOMP_SPINCOUNT -u KMP_BLOCKTIME -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose "$@" \
+        ./ds4ref -m $model -t 2 -p hi -n 1 2>&1 > /dev/null |
+        sed -n "s/^ *\(\[host\] \)\{0,1\}\(GOMP_SPINCOUNT\|KMP_BLOCKTIME\) \{0,1\}= \{0,1\}'\([0-9]*\)'$/\2=\3/p" |
+        tail -n 1
 }
-check "ds4ref sets a short OpenMP spin" grep -qx 'GOMP_SPINCOUNT=10000' <(env_of_run X=1)
-check "ds4ref keeps the user's OpenMP wait policy" \
-    bash -c '! grep -q "^GOMP_SPINCOUNT" <(cat)' < <(env_of_run OMP_WAIT_POLICY=active)
+short_spin() { [ "$1" = GOMP_SPINCOUNT=10000 ] || [ "$1" = KMP_BLOCKTIME=1 ]; }
+other_spin() { [ -n "$1" ] && ! short_spin "$1"; }
+spin=$(omp_spin)
+check "ds4ref sets a short OpenMP spin (${spin:-none reported})" short_spin "$spin"
+spin=$(omp_spin OMP_WAIT_POLICY=active)
+check "ds4ref keeps the user's OpenMP wait policy (${spin:-none reported})" other_spin "$spin"
 
 # Teacher-forced logits: [n_tokens][n_vocab] f32.
 printf '256 258 72 101 108 108 111 259 261' > "$tmp/toks.txt"
-./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32"
+./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32" 2> "$tmp/l1.err"
 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --chunk 2 -t 1 --logits-out "$tmp/l2.f32"
 check "logits-out size is 9 x 512 x 4" test "$(stat -c %s "$tmp/l1.f32")" -eq $((9 * 512 * 4))
 check "logits-out identical across chunks" cmp -s "$tmp/l1.f32" "$tmp/l2.f32"
+check "-n 0 --logits-out ends with the speed line, no token generated" \
+    grep -q '^ds4ref: prefill: [0-9.]* t/s (9 tokens), generation: - t/s (0 tokens)$' "$tmp/l1.err"
+./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 6 --ignore-eos --logits-out "$tmp/l3.f32" \
+    --golden-out "$tmp/l3.jsonl" > /dev/null
+check "logits-out with generation: the same logits" cmp -s "$tmp/l1.f32" "$tmp/l3.f32"
 
 # Tokenizer modes.
 printf 'Hello world' > "$tmp/text.txt"
@@ -143,6 +155,24 @@ for out in --golden-out --dump-logprobs --vec-out --logits-out; do
         bash -c '[ ! -s "$1" ] && grep -q "^ds4ref: $2: cannot be created" "$3" && ! grep -q "\.tmp\." "$3"' \
         _ "$tmp/out.txt" "$tmp/missing/x" "$tmp/stderr"
 done
+# With --logits-out as well: a generation output that cannot be written
+# fails before the prompt is evaluated (no progress shown on a terminal) and
+# leaves no logits file; nor does a logits file that cannot be, a golden.
+for out in --golden-out --dump-logprobs --vec-out; do
+    mkdir -p "$tmp/lg"
+    check "--logits-out with $out into a missing folder -> 3" status_is 3 \
+        ./ds4ref "${story[@]}" --logits-out "$tmp/lg/l.f32" $out "$tmp/missing/x"
+    check "--logits-out with $out: ... no logits file, nothing left behind" \
+        bash -c '[ -z "$(ls -A "$1")" ] && grep -q "^ds4ref: $2: cannot be created" "$3"' \
+        _ "$tmp/lg" "$tmp/missing/x" "$tmp/stderr"
+    on_tty "$tmp/tty.txt" "${story[@]}" --logits-out "$tmp/lg/l.f32" $out "$tmp/missing/x"
+    check "--logits-out with $out: ... before any work" \
+        bash -c '! grep -aq "prefill:" "$1" && grep -aq "cannot be created" "$1"' _ "$tmp/tty.txt"
+    rm -rf "$tmp/lg"
+done
+check "--logits-out into a missing folder with --golden-out -> 3" \
+    status_is 3 ./ds4ref "${story[@]}" --logits-out "$tmp/missing/x" --golden-out "$tmp/lg.jsonl"
+check "... no golden written" test ! -e "$tmp/lg.jsonl"
 # A vec case: its id must be new to the file, and its prompt is written where
 # ds4_test --logprob-vectors finds it, whichever folder the .vec goes to.
 mkdir -p "$tmp/p" "$tmp/v1" "$tmp/v2"
@@ -173,6 +203,10 @@ check "a QAT-off-only model with QAT on -> 8" status_is 8 ./ds4ref -m "$tmp/k64.
 check "... saying why, and --qat off" grep -q "not a multiple of 64: run it with QAT off (--qat off)" "$tmp/stderr"
 check "... runs with --qat off (and its MTP head)" status_is 0 ./ds4ref -m "$tmp/k64.gguf" --qat off \
     --mtp "$tmp/k64-mtp.gguf" -p hi -n 4 --ignore-eos
+check "ds4ref-bench --qat on with that model -> 8" \
+    status_is 8 ./ds4ref-bench -m "$tmp/k64.gguf" -p 8 -n 2 --qat on
+check "... saying why, and --qat off" grep -q "not a multiple of 64: run it with QAT off (--qat off)" "$tmp/stderr"
+check "ds4ref-bench runs it with --qat off" status_is 0 ./ds4ref-bench -m "$tmp/k64.gguf" -p 8 -n 2 --qat off
 
 # Errors: one line on stderr, distinct statuses.
 check "unknown option -> 2" status_is 2 ./ds4ref --bogus

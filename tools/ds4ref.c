@@ -390,10 +390,10 @@ static double now_sec(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The end-of-run speed line: when the prompts' evaluation began, when the
- * first and the last token came. */
+/* The end-of-run speed line: when the prompts' evaluation began and ended,
+ * when the first and the last token came. */
 typedef struct speed {
-    double prefill_start, first, last;
+    double prefill_start, prefill_end, first, last;
     uint64_t prompt_tokens;
     uint32_t steps, rows;
 } speed;
@@ -412,6 +412,8 @@ typedef struct view {
 static void progress(void *ud, uint32_t done, uint32_t total) {
     view *v = ud;
     if (done == 0) v->sp.prefill_start = now_sec();
+    /* The prompt's first evaluation is the one timed, not a logits pass after it. */
+    if (done == total && !v->sp.prefill_end) v->sp.prefill_end = now_sec();
     if (!v->show_progress) return;
     if (done < total) fprintf(stderr, "\rprefill: %u/%u tokens", done, total);
     else fputs("\r\033[K", stderr);
@@ -425,10 +427,13 @@ static void step_seen(speed *sp) {
 
 /* "ds4ref: prefill: X t/s (P tokens), generation: Y t/s (N tokens)", as ds4
  * and llama-cli end a run.  A row's first token comes out of its prompt's
- * evaluation; generation counts the tokens decoded after it. */
+ * evaluation; generation counts the tokens decoded after it.  A run that
+ * generates nothing (-n 0) has its prompt's evaluation timed alone; one that
+ * evaluated nothing prints nothing. */
 static void print_speed(const speed *sp) {
-    if (!sp->steps) return;
-    double pre = sp->first - sp->prefill_start, gen = sp->last - sp->first;
+    double prefilled = sp->steps ? sp->first : sp->prefill_end;
+    if (!prefilled) return;
+    double pre = prefilled - sp->prefill_start, gen = sp->last - sp->first;
     uint32_t decoded = sp->steps > sp->rows ? sp->steps - sp->rows : 0;
     char a[32] = "-", b[32] = "-";
     if (pre > 0) snprintf(a, sizeof(a), "%.2f", (double)sp->prompt_tokens / pre);
@@ -448,17 +453,18 @@ static void end_text(view *v) {
     printf("\n");
 }
 
-static int write_logits(ds4ref_model *m, ds4ref_session *s, const ids *t, const char *path,
+/* The prompt's logits into out (opened by the caller before any work),
+ * committed when complete, else released.  The prompt is evaluated from
+ * position 0 whatever generation left on the session. */
+static int write_logits(ds4ref_model *m, ds4ref_session *s, const ids *t, ds4ref_output *out,
                         ds4ref_error *err) {
     ds4ref_model_info in;
     ds4ref_model_get_info(m, &in);
-    /* Opened first: a path that cannot be written fails before the work. */
-    ds4ref_output *out;
-    if (ds4ref_output_open(path, &out, err)) return err->code;
     float *lg = malloc(sizeof(float) * t->n * in.n_vocab);
-    int rc = lg ? ds4ref_session_eval(s, t->v, t->n, lg, err)
+    int rc = lg ? ds4ref_session_truncate(s, 0, err)
                 : set_err(err, DS4REF_E_NOMEM, "out of memory for %zu x %u logits", t->n,
                           in.n_vocab);
+    if (!rc) rc = ds4ref_session_eval(s, t->v, t->n, lg, err);
     if (!rc) rc = ds4ref_output_write(out, lg, sizeof(float) * t->n * in.n_vocab, err);
     if (!rc) rc = ds4ref_output_commit(out, err);
     else ds4ref_output_abort(out);
@@ -537,7 +543,6 @@ static int generate(const cli *c, ds4ref_session *s, const ids *t, const char *t
     int rc = ds4ref_generate(s, t->v, t->n, &o, print_step, v, err);
     if (v->sp.steps) end_text(v);
     print_report(c, &st);
-    print_speed(&v->sp);
     return rc;
 }
 
@@ -687,10 +692,20 @@ static int run(const cli *c, ds4ref_error *err) {
     so.progress_ud = &v;
     if ((rc = ds4ref_session_new(m, &so, &s, err)) || (rc = check_room(c, s, t.n, "", err)))
         goto done;
-    if (c->logits_out) {
-        if ((rc = write_logits(m, s, &t, c->logits_out, err)) || !c->n_predict) goto done;
-    }
-    rc = generate(c, s, &t, text, text_len, &v, err);
+    /* Every output is opened before any work: the logits file here, those of
+     * generation by ds4ref_generate before the prompt's first pass.  So the
+     * logits come after generation, committed only when it succeeded, in a
+     * pass that shows no progress: the prompt's was shown once, by
+     * generation.  -n 0 with the logits alone evaluates the prompt once. */
+    ds4ref_output *logits = NULL;
+    if (c->logits_out && (rc = ds4ref_output_open(c->logits_out, &logits, err))) goto done;
+    bool gen = !logits || c->n_predict || c->golden_out || c->dump_logprobs || c->vec_out;
+    if (gen) rc = generate(c, s, &t, text, text_len, &v, err);
+    else progress(&v, 0, (uint32_t)t.n);    /* the logits pass is the prompt's evaluation */
+    v.show_progress = v.show_progress && !gen;
+    if (logits && rc) ds4ref_output_abort(logits);
+    else if (logits) rc = write_logits(m, s, &t, logits, err);
+    print_speed(&v.sp);
 done:
     ds4ref_session_free(s);
     ds4ref_model_close(m);

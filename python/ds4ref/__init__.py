@@ -11,7 +11,9 @@ arrays.
 The library is found through the DS4REF_LIB variable (a path to
 libds4ref.so), else in the build tree this package sits in
 (python/../build/libds4ref.so), else by the system loader (make install).
-Every failure raises ds4ref.Error, with the DS4REF_E_* code and a message.
+Every failure raises ds4ref.Error, with the DS4REF_E_* code and a message, a
+bad argument included (DS4REF_E_ARG); an exception of the caller's own code
+(a KeyboardInterrupt, an argument's own methods) propagates as it is.
 """
 from ._lib import Error, Status
 from .golden import DiffResult, Golden, GoldenModel, diff, read_golden

@@ -35,9 +35,15 @@ class Status(enum.IntEnum):
 
 
 class Error(Exception):
-    """Every failure of this package: a DS4REF_E_* code and a one-line message
-    naming the file, tensor or argument involved.  `code` is a Status (an
-    int); `name` is its C spelling, e.g. "DS4REF_E_RANGE"."""
+    """Every failure of this package, a bad argument included: a DS4REF_E_*
+    code and a one-line message naming the file, tensor or argument involved
+    (DS4REF_E_ARG for an argument of the wrong type or form).  `code` is a
+    Status (an int); `name` is its C spelling, e.g. "DS4REF_E_RANGE".
+
+    An exception raised by the caller's own code while the package calls it
+    propagates as it is: a KeyboardInterrupt during an evaluation, or an
+    error from an argument's own methods (an os.PathLike's __fspath__, an
+    iterable's iteration)."""
 
     def __init__(self, code: int, message: str):
         try:
@@ -342,8 +348,12 @@ def take_array(ptr: int, dtype, count: int) -> np.ndarray:
 
 
 def fsencode(path, what: str) -> bytes:
-    """A path argument as the bytes C gets."""
+    """A path argument as the bytes C gets; a NUL byte would end it early in
+    C, opening another file, so it is refused."""
     try:
-        return os.fsencode(path)
+        data = os.fsencode(path)
     except TypeError:
         raise Error(Status.E_ARG, f"{what}: expected a path, got {type(path).__name__}") from None
+    if b"\0" in data:
+        raise Error(Status.E_ARG, f"{what}: {path!r} contains a NUL byte")
+    return data

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import Error, Status
-from .model import LOGPROB, _padded_top
+from .model import LOGPROB, _cstr, _number, _padded_top
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,14 +123,14 @@ def diff(golden, other, *, case=None, all_steps=False, json=False, quiet=False,
     lib = _lib.lib()
     opts = _lib.DiffOptions()
     lib.ds4ref_diff_options_init(ctypes.byref(opts))
-    opts.case_id = None if case is None else case.encode()
+    opts.case_id = None if case is None else _cstr(case, "case")
     opts.all_steps, opts.json, opts.quiet = int(bool(all_steps)), int(bool(json)), int(bool(quiet))
     opts.exact = int(bool(exact))
     for name, value in (("max_dlogprob", max_dlogprob), ("min_top1", min_top1),
                         ("min_top5_overlap", min_top5_overlap),
                         ("min_top20_overlap", min_top20_overlap), ("max_kl", max_kl)):
         if value is not None:
-            value = float(value)
+            value = _number(value, name)
             if not value >= 0:    # the C API reads negative or NaN as "unchecked"
                 raise Error(Status.E_ARG, f"{name}: expected a number >= 0, got {value}")
             setattr(opts, name, value)

@@ -8,6 +8,7 @@ block, or garbage collection) releases exactly once.
 """
 from __future__ import annotations
 
+import collections.abc
 import ctypes
 import dataclasses
 import threading
@@ -46,11 +47,23 @@ def _u32(value, what: str, bits: int = 32) -> int:
     return int(value)
 
 
+def _number(value, what: str) -> float:
+    """A real-valued argument (not a bool, not a string of digits)."""
+    if isinstance(value, (bool, np.bool_)) or \
+            not isinstance(value, (int, float, np.integer, np.floating)):
+        raise Error(Status.E_ARG, f"{what}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
 def _token_ids(ids, what: str = "ids") -> np.ndarray:
     """ids as a contiguous int32 vector, checked before any narrowing: an id
     that does not fit in int32 is refused here, one outside the vocabulary by
     the library."""
-    a = np.asarray(ids)
+    try:
+        a = np.asarray(ids)
+    except (ValueError, TypeError):     # a ragged nesting, for one
+        raise Error(Status.E_ARG, f"{what}: expected a 1-D sequence of token ids, got a "
+                                  f"{type(ids).__name__} NumPy cannot make an array of") from None
     if a.ndim != 1:
         raise Error(Status.E_ARG, f"{what}: expected a 1-D sequence of token ids, got shape {a.shape}")
     if a.size == 0:
@@ -239,7 +252,7 @@ class Model:
         dropped."""
         ptr, ne = ctypes.c_void_p(), (ctypes.c_uint64 * 4)()
         with self._calling() as h:
-            _lib.call(_lib.lib().ds4ref_tensor_f32, h, _text(name, "name"), ctypes.byref(ptr),
+            _lib.call(_lib.lib().ds4ref_tensor_f32, h, _cstr(name, "name"), ctypes.byref(ptr),
                       ctypes.byref(ne))
         dims = list(ne)
         while len(dims) > 1 and dims[-1] == 1:
@@ -254,13 +267,14 @@ class Model:
         pass (None: 256; never changes a bit)."""
         return Session(self, ctx, chunk)
 
-    def generate(self, prompt_ids, n: int, draft: int = 0, temp: float = 0.0, seed: int = 1,
+    def generate(self, prompt_ids, n: int, draft: int = 0, temp: float = 0.0, seed: int = 0,
                  top_k: int = 20, stop_at_eos: bool = True, ctx=None, golden=None) -> Generation:
         """Evaluate prompt_ids on a fresh session and generate up to n tokens
         (ds4ref_generate): greedy by default, speculative with draft > 0 (the
         model must have been opened with mtp=; bit-identical to greedy),
-        sampled with temp > 0 (seed as `ds4ref --seed`, default 1 like the
-        command line).  top_k alternatives are recorded per step (the C
+        sampled with temp > 0 from seed (any 64-bit value, as `ds4ref --seed`;
+        the command line's default is 1, so seed=1 matches a `ds4ref --temp`
+        run without --seed).  top_k alternatives are recorded per step (the C
         step callback carries at most 64).  ctx: the session's context (None:
         the prompt plus n).  golden: also write the golden stream to this
         path (greedy only), as ds4ref --golden-out does."""
@@ -271,9 +285,7 @@ class Model:
         opts.n_tokens = _u32(n, "n")
         opts.top_k = _u32(top_k, "top_k")
         opts.stop_at_eos = int(bool(stop_at_eos))
-        if not isinstance(temp, (int, float, np.integer, np.floating)):
-            raise Error(Status.E_ARG, f"temp: expected a number, got {type(temp).__name__}")
-        opts.temperature = float(temp)
+        opts.temperature = _number(temp, "temp")
         opts.seed = _u32(seed, "seed", bits=64)
         opts.mtp_draft = _u32(draft, "draft")
         opts.golden_path = None if golden is None else _lib.fsencode(golden, "golden")
@@ -323,10 +335,15 @@ class Model:
         indexer_scores while the indexer need not choose)."""
         lib = _lib.lib()
         a = _token_ids(ids)
-        wanted = TAP_NAMES if names is None else tuple(names)
+        if names is None:
+            wanted = TAP_NAMES
+        elif isinstance(names, (str, bytes)) or not isinstance(names, collections.abc.Iterable):
+            raise Error(Status.E_ARG, f"names: expected a list of tap names, got {type(names).__name__}")
+        else:
+            wanted = tuple(names)
         for name in wanted:
-            if name not in TAP_NAMES:
-                raise Error(Status.E_ARG, f"taps: no tap named {name!r} (taps: {', '.join(TAP_NAMES)})")
+            if not isinstance(name, str) or name not in TAP_NAMES:
+                raise Error(Status.E_ARG, f"names: no tap named {name!r} (taps: {', '.join(TAP_NAMES)})")
         keys = {name.encode(): name for name in wanted}
         got = {name: {} for name in wanted}   # name -> layer -> pos -> array
         failure = []
@@ -480,3 +497,12 @@ def _text(text, what: str) -> bytes:
     if isinstance(text, (bytes, bytearray)):
         return bytes(text)
     raise Error(Status.E_ARG, f"{what}: expected str or bytes, got {type(text).__name__}")
+
+
+def _cstr(text, what: str) -> bytes:
+    """_text for C's NUL-terminated strings (names, ids): a NUL byte would
+    cut it short, so it is refused."""
+    data = _text(text, what)
+    if b"\0" in data:
+        raise Error(Status.E_ARG, f"{what}: {text!r} contains a NUL byte")
+    return data

@@ -1,5 +1,6 @@
 """Fixtures of the Python tests: the build tree they run in, its tools and
-tiny models, and the C helper (chelper.c) built against the same library.
+tiny models, and the C programs (the test helper chelper.c, the README's
+example examples/compare_head.c) built against the same library.
 
 The tests run from a build tree (make python-test): the repository root is
 two levels up, the tools (ds4ref, ds4ref-mkmodel) are there unless
@@ -65,18 +66,26 @@ def tiny_f32(tmp_path_factory) -> pathlib.Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def chelper(tmp_path_factory) -> str:
-    """chelper.c built with the C compiler ($CC, else cc) against
+def c_program(tmp_path_factory, source: pathlib.Path) -> str:
+    """source built with the C compiler ($CC, else cc) against
     include/ds4ref.h and the very libds4ref.so this process loaded."""
     lib = pathlib.Path(ds4ref.library_path()).resolve()
     assert lib.is_file(), f"the tests need libds4ref.so loaded from a path, not {lib}"
-    out = tmp_path_factory.mktemp("chelper")
+    out = tmp_path_factory.mktemp(source.stem)
     # The executable asks for the soname libds4ref.so.1, which the build
     # tree does not have: a link under that name next to it answers.
     (out / "libds4ref.so.1").symlink_to(lib)
-    exe = out / "chelper"
+    exe = out / source.stem
     run(os.environ.get("CC", "cc"), "-std=c11", "-O1", "-Wall", "-Wextra",
-        f"-I{ROOT / 'include'}", pathlib.Path(__file__).with_name("chelper.c"), lib,
-        f"-Wl,-rpath,{out}", "-o", exe)
+        f"-I{ROOT / 'include'}", source, lib, "-lm", f"-Wl,-rpath,{out}", "-o", exe)
     return str(exe)
+
+
+@pytest.fixture(scope="session")
+def chelper(tmp_path_factory) -> str:
+    return c_program(tmp_path_factory, pathlib.Path(__file__).with_name("chelper.c"))
+
+
+@pytest.fixture(scope="session")
+def compare_head(tmp_path_factory) -> str:
+    return c_program(tmp_path_factory, ROOT / "examples" / "compare_head.c")

@@ -1,10 +1,12 @@
 """Every failure raises ds4ref.Error with the library's code and a message
 that names what was wrong; a failed call leaves sessions as they were."""
+import os
+
 import numpy as np
 import pytest
 
 import ds4ref
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, VECTORS
 
 
 def fails(code, fn, *args, **kw) -> str:
@@ -61,6 +63,42 @@ def test_arguments_the_library_refuses(model):
     fails(ds4ref.Status.E_ARG, model.tokenize, 3)
     fails(ds4ref.Status.E_RANGE, model.generate, ids, 4, seed=-1)
     fails(ds4ref.Status.E_ARG, model.session, ctx=1.5)
+
+
+def test_arguments_of_the_wrong_type_or_form(model):
+    # Refused where they enter the package, as DS4REF_E_ARG naming the
+    # argument: not as the AttributeError, TypeError or ValueError of a
+    # conversion, nor cut short at a NUL byte by C.
+    arg = ds4ref.Status.E_ARG
+    golden = VECTORS / "tiny-ds4-qaton-capital.jsonl"
+    ids = model.chat("hi")
+    assert fails(arg, ds4ref.diff, golden, golden, case=5).startswith("case:")
+    assert fails(arg, ds4ref.diff, golden, golden, case="a\0b").startswith("case:")
+    assert fails(arg, ds4ref.diff, golden, golden, max_kl="x").startswith("max_kl:")
+    assert fails(arg, ds4ref.diff, golden, golden, min_top1=[1]).startswith("min_top1:")
+    assert fails(arg, model.taps, ids, names=5).startswith("names:")
+    assert fails(arg, model.taps, ids, names="hc_ffn").startswith("names:")
+    assert fails(arg, model.taps, ids, names=["hc_ffn", "nope"]).startswith("names:")
+    assert fails(arg, model.generate, ids, 2, temp="0.5").startswith("temp:")
+    assert fails(arg, model.generate, [[1], [2, 3]], 2).startswith("prompt_ids:")
+    assert fails(arg, model.detokenize, [[1], [2, 3]]).startswith("ids:")
+    assert fails(arg, model.tensor, "output.weight\0x").startswith("name:")
+    assert fails(arg, ds4ref.Model, f"{TINY}\0junk").startswith("path:")
+
+
+def test_the_callers_own_exceptions_propagate(model):
+    class Path(os.PathLike):
+        def __fspath__(self):
+            raise KeyError("the caller's own")
+
+    def names():
+        yield "hc_ffn"
+        raise KeyError("the caller's own")
+
+    with pytest.raises(KeyError):
+        ds4ref.Model(Path())
+    with pytest.raises(KeyError):
+        model.taps(model.chat("hi"), names=names())
 
 
 def test_closed_sessions_and_models_refuse_calls():

@@ -68,6 +68,18 @@ def test_sampling_matches_the_command_line(model, tmp_path):
     assert other.tokens.tolist() != gen.tokens.tolist()
 
 
+def test_the_default_seed_is_0(model, tmp_path):
+    # The signature; the command line's --seed defaults to 1.
+    ids = model.chat("Tell me a joke")
+    ids_file = write_ids(tmp_path / "ids.txt", ids)
+    cli = run(tool("ds4ref"), "-m", TINY, "--tokens-file", ids_file, "-n", "12", "--temp", "0.8",
+              "--seed", "0", "--ignore-eos").stdout
+    gen = model.generate(ids, 12, temp=0.8, stop_at_eos=False)
+    assert b"".join(gen.token_bytes) + b"\n" == cli
+    seed1 = model.generate(ids, 12, temp=0.8, seed=1, stop_at_eos=False)
+    assert seed1.tokens.tolist() != gen.tokens.tolist()
+
+
 def test_an_exception_in_the_step_callback_reaches_the_caller(model, monkeypatch):
     # Without the record dtype the callback fails on the first step.
     monkeypatch.setattr(model_module, "LOGPROB", None)

@@ -1,5 +1,11 @@
-"""Model.taps against a C tap consumer (chelper.c taps) and against the
-relations between taps that hold exactly."""
+"""Model.taps against the C tap consumers and against the relations between
+taps that hold exactly.  Two C programs: the README's example
+(examples/compare_head.c), which uses one tap, the last layer's hc_ffn of the
+last token, to recompute the output head and prints how far that is from
+ds4ref's logits; and chelper.c, written for these tests, which records every
+tap of every layer and position, so that all of them are compared bit for
+bit."""
+import math
 import struct
 import subprocess
 
@@ -8,7 +14,7 @@ import pytest
 
 import ds4ref
 from ds4ref import model as model_module
-from conftest import TINY, write_ids
+from conftest import TINY, run, write_ids
 
 KIND_DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<i4"), 2: np.dtype("<f8")}
 
@@ -61,6 +67,55 @@ def test_taps_equal_what_a_c_tap_consumer_receives(model, ids, taps, chelper, tm
     assert sorted(taps["hc_ffn"]) == list(range(info.n_layer))
     assert taps["hc_ffn"][0].shape == (ids.size, info.n_hc * info.n_embd)
     assert taps["experts"][0].shape == (ids.size, info.n_expert_used)
+
+
+def example_head(model, x) -> list:
+    """head() of examples/compare_head.c: the same double operations in the
+    same order (C without contraction, Python floats), so the same bits."""
+    info = model.info
+    E, H, V = info.n_embd, info.n_hc, info.n_vocab
+    fn, scale, base, norm, out = (model.tensor(name + ".weight").astype(np.float64).ravel().tolist()
+                                  for name in ("output_hc_fn", "output_hc_scale", "output_hc_base",
+                                               "output_norm", "output"))
+    x = x.astype(np.float64).tolist()
+    ss = 0.0
+    for v in x:
+        ss += v * v
+    rs = 1 / math.sqrt(ss / (H * E) + 1e-6)
+    w = []
+    for h in range(H):
+        mix = 0.0
+        for i in range(H * E):
+            mix += fn[h * H * E + i] * x[i]
+        w.append(1 / (1 + math.exp(-(mix * rs * scale[0] + base[h]))) + 1e-6)
+    y, ss = [0.0] * E, 0.0
+    for d in range(E):
+        for h in range(H):
+            y[d] += w[h] * x[h * E + d]
+        ss += y[d] * y[d]
+    rs = 1 / math.sqrt(ss / E + 1e-6)
+    yn = [y[d] * rs * norm[d] for d in range(E)]
+    logits = []
+    for v in range(V):
+        acc = 0.0
+        for d in range(E):
+            acc += out[v * E + d] * yn[d]
+        logits.append(acc)
+    return logits
+
+
+def test_taps_agree_with_the_c_example(model, compare_head):
+    prompt = "What is the capital of Italy?"
+    printed = run(compare_head, TINY, prompt).stdout.decode()
+    ids = model.chat(prompt, system="", think=False)     # as the example renders it
+    x = model.taps(ids, names=["hc_ffn"])["hc_ffn"][model.info.n_layer - 1][-1]
+    with model.session() as s:
+        logits = s.eval(ids)[-1]
+    maxd = max(abs(mine - float(ref)) for mine, ref in zip(example_head(model, x), logits))
+    assert printed == (f"{ids.size} prompt tokens; last-layer HC state from the tap ({x.size} values)\n"
+                       f"output head recomputed here vs ds4ref: max |dlogit| = {maxd:.3g} over "
+                       f"{model.info.n_vocab} logits\n")
+    assert 0 < maxd < 1e-5
 
 
 def test_selected_experts_are_the_top_biased_scores(model, taps):
