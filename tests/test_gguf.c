@@ -1073,16 +1073,11 @@ static void test_tiny_ds4types(void **state) {
     free(path);
 }
 
-/* ds4ref-gguf info (ds4ref_gguf_describe) prints metadata strings safely
- * for a terminal: printable ASCII and well-formed UTF-8 as they are; quotes,
- * backslashes, controls, C1 controls, surrogates and stray bytes escaped. */
-static void test_describe_escapes_strings(void **state) {
-    (void)state;
+/* ds4ref-gguf info's listing (ds4ref_gguf_describe) of the file w makes,
+ * as a malloc'd string. */
+static char *describe_text(gguf_writer *w) {
     char *dir = tu_tmpdir();
     char *path = tu_path(dir, "s.gguf"), *txt = tu_path(dir, "s.txt");
-    static const char value[] = "a\"\\\n\x01\xc2\x85" "b\xc3\xa9\xed\xa0\x80\xff" "c";
-    gguf_writer *w = gguf_writer_new(32);
-    assert_int_equal(gguf_w_str_n(w, "t.s", value, sizeof(value) - 1), 0);
     ds4err err = {0};
     if (gguf_writer_save(w, path, &err)) fail_msg("%s", err.msg);
     gguf_writer_free(w);
@@ -1096,14 +1091,60 @@ static void test_describe_escapes_strings(void **state) {
     assert_int_equal(tu_read_file(txt, &out, &len), 0);
     out = realloc(out, len + 1);
     out[len] = '\0';
-    const char *want = "t.s = str \"a\\\"\\\\\\n\\x01\\xc2\\x85b\xc3\xa9\\xed\\xa0\\x80\\xffc\"";
-    if (!strstr((const char *)out, want)) fail_msg("not found: %s\nin: %s", want, out);
-    free(out);
     remove(path);
     remove(txt);
     free(path);
     free(txt);
     tu_rmdir(dir);
+    return (char *)out;
+}
+
+static void expect_line(const char *out, const char *want) {
+    if (!strstr(out, want)) fail_msg("not found: %s\nin: %s", want, out);
+}
+
+/* ds4ref-gguf info (ds4ref_gguf_describe) prints metadata strings safely
+ * for a terminal: printable ASCII and well-formed UTF-8 as they are; quotes,
+ * backslashes, controls, C1 controls, surrogates and stray bytes escaped. */
+static void test_describe_escapes_strings(void **state) {
+    (void)state;
+    static const char value[] = "a\"\\\n\x01\xc2\x85" "b\xc3\xa9\xed\xa0\x80\xff" "c";
+    gguf_writer *w = gguf_writer_new(32);
+    assert_int_equal(gguf_w_str_n(w, "t.s", value, sizeof(value) - 1), 0);
+    char *out = describe_text(w);
+    expect_line(out, "t.s = str \"a\\\"\\\\\\n\\x01\\xc2\\x85b\xc3\xa9\\xed\\xa0\\x80\\xffc\"");
+    free(out);
+}
+
+/* Floats as Python's repr writes them: the shortest digits that read back
+ * (as the float32 for f32 keys), positional from 1e-4 to below 1e16; C's
+ * spelling of the infinities and NaN.  The expected strings are Python's
+ * repr() of the values (of the float32's shortest digits for f32). */
+static void test_describe_floats(void **state) {
+    (void)state;
+    gguf_writer *w = gguf_writer_new(32);
+    assert_int_equal(gguf_w_f32(w, "f.tenth", 0.1f), 0);
+    assert_int_equal(gguf_w_f32(w, "f.eps", 1e-6f), 0);
+    assert_int_equal(gguf_w_f32(w, "f.big", 3e10f), 0);        /* 30000001024 as a float32 */
+    assert_int_equal(gguf_w_f32(w, "f.inf", INFINITY), 0);
+    assert_int_equal(gguf_w_f64(w, "d.pow2", 0x1p-24), 0);     /* a lopsided rounding interval */
+    assert_int_equal(gguf_w_f64(w, "d.negzero", -0.0), 0);
+    assert_int_equal(gguf_w_f64(w, "d.e16", 1e16), 0);
+    assert_int_equal(gguf_w_f64(w, "d.e15", 1e15), 0);
+    assert_int_equal(gguf_w_f64(w, "d.small", 1.5e-5), 0);
+    assert_int_equal(gguf_w_f64(w, "d.nan", NAN), 0);
+    char *out = describe_text(w);
+    expect_line(out, "f.tenth = f32 0.1\n");
+    expect_line(out, "f.eps = f32 1e-06\n");
+    expect_line(out, "f.big = f32 30000000000.0\n");
+    expect_line(out, "f.inf = f32 inf\n");
+    expect_line(out, "d.pow2 = f64 5.960464477539063e-08\n");
+    expect_line(out, "d.negzero = f64 -0.0\n");
+    expect_line(out, "d.e16 = f64 1e+16\n");
+    expect_line(out, "d.e15 = f64 1000000000000000.0\n");
+    expect_line(out, "d.small = f64 1.5e-05\n");
+    expect_line(out, "d.nan = f64 nan\n");
+    free(out);
 }
 
 int main(void) {
@@ -1117,6 +1158,7 @@ int main(void) {
         cmocka_unit_test(test_valid_small),
         cmocka_unit_test(test_catalogue),
         cmocka_unit_test(test_describe_escapes_strings),
+        cmocka_unit_test(test_describe_floats),
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_truncations_rich),
