@@ -283,7 +283,6 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
     if (!rc && out) rc = copy_golden(ds4_golden_writer_golden(w), out, err);
     ds4_golden_writer_free(w);
     if (stop == DS4_STOP_ERROR) return -1;
-    if (!rc && o->stop && *o->stop)
-        return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted: outputs written and marked incomplete");
+    if (!rc) rc = ds4_gen_check_stop(o->stop, "outputs written and marked incomplete", err);
     return rc;
 }
