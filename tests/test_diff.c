@@ -269,15 +269,20 @@ static void test_divergence(void **state) {
     l.min_top1 = NAN;
     l.max_kl = 1e9;   /* a threshold given: no default */
     assert_int_equal(violations(&r, &l, NULL), 0);
-    ds4_buf text = {0};
+    ds4_buf text = {0}, why = {0};
     ds4err err = {0};
-    assert_int_equal(ds4_diff_format_text(&r, &a, &b, "A.jsonl", "B.jsonl", false, &text,
+    l.min_top1 = 0.7;
+    assert_int_equal(ds4_diff_check(&r, &l, &why), 1);
+    assert_int_equal(ds4_diff_format_text(&r, &a, &b, "A.jsonl", "B.jsonl", false, &why, &text,
                                           &err), 0);
     assert_non_null(strstr(text.p, "divergence at step 2: A chose \"t10\"(10), B chose "
                                    "\"t11\"(11); later steps follow different prefixes"));
     assert_non_null(strstr(text.p, "summary: steps_a=4 steps_b=4 compared=3 token_agree=2 "
                                    "top1=0.666667 first_divergence=2"));
+    /* The verdict ends the report, a line per violation. */
+    assert_non_null(strstr(text.p, "\nresult: FAIL\n  violated: --min-top1 0.7: got 0.666667\n"));
     ds4_buf_free(&text);
+    ds4_buf_free(&why);
     ds4_diff_report_free(&r);
 
     compute(&a, &b, true, &r);

@@ -412,9 +412,26 @@ static void fig(char *out, size_t cap, bool valid, double v) {
     else snprintf(out, cap, "-");
 }
 
+/* The text report ends with the verdict and one line per violation. */
+static void text_verdict(const ds4_buf *why, ds4_buf *out) {
+    if (!why || !why->len) {
+        ds4_buf_puts(out, "result: PASS\n");
+        return;
+    }
+    ds4_buf_puts(out, "result: FAIL\n");
+    size_t pos = 0;
+    while (pos < why->len) {
+        const char *nl = memchr(why->p + pos, '\n', why->len - pos);
+        size_t n = (size_t)(nl - (why->p + pos));
+        ds4_buf_puts(out, "  violated: ");
+        ds4_buf_put(out, why->p + pos, n + 1);
+        pos += n + 1;
+    }
+}
+
 int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds4_golden *b,
-                         const char *name_a, const char *name_b, bool quiet, ds4_buf *out,
-                         ds4err *err) {
+                         const char *name_a, const char *name_b, bool quiet,
+                         const ds4_buf *violations, ds4_buf *out, ds4err *err) {
     describe_source(out, "A", name_a, a);
     describe_source(out, "B", name_b, b);
     if (r->notes.len) ds4_buf_put(out, r->notes.p, r->notes.len);
@@ -467,6 +484,7 @@ int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds
              mx, mn, kmax, kmean, r->exact ? "yes" : "no");
     if (r->first_inexact >= 0) puts_fmt(out, " first_inexact=%" PRId64, r->first_inexact);
     ds4_buf_puts(out, "\n");
+    text_verdict(violations, out);
     return out->failed ? ds4err_set(err, DS4_E_NOMEM, "out of memory formatting") : 0;
 }
 

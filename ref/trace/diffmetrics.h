@@ -111,10 +111,12 @@ void ds4_diff_limits_none(ds4_diff_limits *l);
 uint32_t ds4_diff_check(const ds4_diff_report *r, const ds4_diff_limits *l, ds4_buf *why);
 
 /* Human-readable report: the two sources, notes, one line per step (none
- * when quiet), the divergence, the summary line. */
+ * when quiet), the divergence, the summary line, and the verdict: "result:
+ * PASS", or "result: FAIL" and "  violated: " before each line of
+ * violations (from ds4_diff_check; NULL: none). */
 int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds4_golden *b,
-                         const char *name_a, const char *name_b, bool quiet, ds4_buf *out,
-                         ds4err *err);
+                         const char *name_a, const char *name_b, bool quiet,
+                         const ds4_buf *violations, ds4_buf *out, ds4err *err);
 
 /* The same as one JSON object (docs/FORMATS.md), with the violation lines
  * from ds4_diff_check and the verdict. */

@@ -41,7 +41,7 @@ static void check_self_diff(const ds4_golden *g) {
     lim.exact = true;
     ds4_buf why = {0}, out = {0};
     fz_check(ds4_diff_check(&r, &lim, &why) == 0, "no --exact violation against itself");
-    fz_check(!ds4_diff_format_text(&r, g, g, "a", "a", false, &out, &err), "the text report formats");
+    fz_check(!ds4_diff_format_text(&r, g, g, "a", "a", false, &why, &out, &err), "the text report formats");
     ds4_buf_free(&out);
     memset(&out, 0, sizeof(out));
     fz_check(!ds4_diff_format_json(&r, g, g, "a", "a", &why, &out, &err), "the JSON report formats");
