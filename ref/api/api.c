@@ -11,6 +11,7 @@
 
 #include "api/apierr.h"
 #include "base/reslimit.h"
+#include "base/utf8.h"
 #include "base/version.h"
 #include "decode/generate.h"
 #include "decode/sample.h"
@@ -214,6 +215,11 @@ int ds4ref_token_string(const ds4ref_model *m, int32_t id, const char **s, size_
     *len = r.len;
     api_ok(err);
     return 0;
+}
+
+size_t ds4ref_utf8_char(const uint8_t *p, size_t n) {
+    uint32_t cp;
+    return p ? ds4_utf8_next(p, n, &cp) : 0;
 }
 
 int ds4ref_chat_prompt(const ds4ref_model *m, const char *prompt, size_t len,
