@@ -21,7 +21,6 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "trace/golden.h"
-#include "trace/golden_write.h"
 
 /* The three kinds of line, exactly as they are written (with the '\n');
  * the reader compares every line it reads with these. */
