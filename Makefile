@@ -30,7 +30,7 @@ HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h tools/
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
-TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c tests/script_drafter.c))
+TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c tests/script_drafter.c tests/chat_msgs.c))
 
 # tools/ds4ref.c is the ds4ref command; every other tools/NAME.c is ds4ref-NAME.
 TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(filter-out tools/ds4ref.c,$(wildcard tools/*.c)))))
