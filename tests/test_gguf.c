@@ -27,6 +27,21 @@ enum { F32 = 0, F16 = 1, Q8_0 = 8, Q2_K = 10, Q4_K = 12, IQ2_XXS = 16, I32 = 26,
 
 static uint64_t align_to(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+/* The bytes of the file w writes, read back (the writer's one output is a
+ * file: gguf_writer_save into a scratch directory). */
+static int writer_bytes(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) {
+    char *dir = tu_tmpdir();
+    if (!dir) return ds4err_set(err, DS4_E_IO, "no scratch directory");
+    char *path = tu_path(dir, "w.gguf");
+    int rc = gguf_writer_save(w, path, err);
+    if (!rc && tu_read_file(path, buf, len))
+        rc = ds4err_set(err, DS4_E_IO, "%s: cannot read it back", path);
+    remove(path);
+    free(path);
+    tu_rmdir(dir);
+    return rc;
+}
+
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -416,7 +431,7 @@ static void round_trip(uint32_t alignment) {
     rt r = {.alignment = alignment};
     ds4err err = {0};
     gguf_writer *w = build_rt_writer(&r);
-    if (gguf_writer_to_mem(w, &r.buf, &r.len, &err)) fail_msg("%s", err.msg);
+    if (writer_bytes(w, &r.buf, &r.len, &err)) fail_msg("%s", err.msg);
     gguf_file g;
     if (gguf_parse(&g, r.buf, r.len, "rt.gguf", &err)) fail_msg("%s", err.msg);
     check_rt_file(&g, &r);
@@ -451,14 +466,14 @@ static void test_writer_deterministic(void **state) {
     rt a = {.alignment = 32}, b = {.alignment = 32};
     ds4err err = {0};
     gguf_writer *wa = build_rt_writer(&a), *wb = build_rt_writer(&b);
-    assert_int_equal(gguf_writer_to_mem(wa, &a.buf, &a.len, &err), 0);
-    assert_int_equal(gguf_writer_to_mem(wb, &b.buf, &b.len, &err), 0);
+    assert_int_equal(writer_bytes(wa, &a.buf, &a.len, &err), 0);
+    assert_int_equal(writer_bytes(wb, &b.buf, &b.len, &err), 0);
     assert_int_equal(a.len, b.len);
     assert_memory_equal(a.buf, b.buf, a.len);
     /* Serializing twice from one writer gives the same bytes too. */
     uint8_t *again;
     size_t again_len;
-    assert_int_equal(gguf_writer_to_mem(wa, &again, &again_len, &err), 0);
+    assert_int_equal(writer_bytes(wa, &again, &again_len, &err), 0);
     assert_int_equal(again_len, a.len);
     assert_memory_equal(again, a.buf, a.len);
     free(again);
@@ -499,7 +514,7 @@ static void test_writer_bytes(void **state) {
     uint8_t *buf;
     size_t len;
     ds4err err = {0};
-    assert_int_equal(gguf_writer_to_mem(w, &buf, &len, &err), 0);
+    assert_int_equal(writer_bytes(w, &buf, &len, &err), 0);
     assert_int_equal(len, sizeof(want));
     assert_memory_equal(buf, want, sizeof(want));
     free(buf);
@@ -517,7 +532,7 @@ static void test_writer_own_alignment_key(void **state) {
     uint8_t *buf;
     size_t len;
     ds4err err = {0};
-    assert_int_equal(gguf_writer_to_mem(w, &buf, &len, &err), 0);
+    assert_int_equal(writer_bytes(w, &buf, &len, &err), 0);
     /* 24 + "a" (8+1+4+8+1) + "general.alignment" (8+17+4+4) = 79, padded. */
     assert_int_equal(len, 128);
     assert_int_equal(rd64(buf + 16), 2);
@@ -647,7 +662,7 @@ static void test_truncations_rich(void **state) {
     rt r = {.alignment = 32};
     ds4err err = {0};
     gguf_writer *w = build_rt_writer(&r);
-    assert_int_equal(gguf_writer_to_mem(w, &r.buf, &r.len, &err), 0);
+    assert_int_equal(writer_bytes(w, &r.buf, &r.len, &err), 0);
     rt_layout l = expected_layout(32);
     const spec_tensor *last = &spec_tensors[N_SPEC_TENSORS - 1];
     uint64_t end = l.data_off + l.rel_off[N_SPEC_TENSORS - 1] + last->nbytes;
@@ -761,7 +776,7 @@ static int getter_setup(void **state) {
              gguf_w_raw(w, "arr.f64big", GGUF_ARR, f64big, sizeof(f64big)) ||
              gguf_w_raw(w, "arr.i64", GGUF_ARR, i64arr, sizeof(i64arr)) ||
              gguf_w_arr_str(w, "arr.str", (const char *const[]){"p", "qq"}, NULL, 2) ||
-             gguf_writer_to_mem(w, &f->buf, &f->len, &err) ||
+             writer_bytes(w, &f->buf, &f->len, &err) ||
              gguf_parse(&f->g, f->buf, f->len, "get.gguf", &err);
     gguf_writer_free(w);
     if (rc) {

@@ -310,11 +310,6 @@ void ds4_diff_report_free(ds4_diff_report *r) {
 
 /* ================================================================ limits */
 
-void ds4_diff_limits_none(ds4_diff_limits *l) {
-    l->max_dlogprob = l->min_top1 = l->min_top5 = l->min_top20 = l->max_kl = NAN;
-    l->exact = false;
-}
-
 static void violation(ds4_buf *why, uint32_t *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void violation(ds4_buf *why, uint32_t *n, const char *fmt, ...) {

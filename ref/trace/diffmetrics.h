@@ -101,8 +101,6 @@ typedef struct ds4_diff_limits {
     bool exact;
 } ds4_diff_limits;
 
-void ds4_diff_limits_none(ds4_diff_limits *l);
-
 /* Number of violations, each appended to *why as one line "--flag X: got Y".
  * A prompt mismatch is always a violation (nothing else is comparable
  * then); a limit whose figure could not be measured is violated too.  With

@@ -32,9 +32,6 @@ void ds4_golden_put_end_line(ds4_buf *b, uint32_t n_steps, ds4_stop stop);
  * golden with its end set. */
 int ds4_golden_format(const ds4_golden *g, ds4_buf *out, ds4err *err);
 
-/* Write the whole golden atomically. */
-int ds4_golden_write(const ds4_golden *g, const char *path, ds4err *err);
-
 typedef struct ds4_golden_writer ds4_golden_writer;
 
 /* Start a golden at path (the header line goes out at once).  path may be
