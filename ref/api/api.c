@@ -74,9 +74,7 @@ _Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit
 
 int ds4ref_report_sigbus(const char *program, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_sigbus_install(program ? program : "ds4ref", &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_sigbus_install(program ? program : "ds4ref", &e), &e);
 }
 
 /* ------------------------------------------------------------------ models */
@@ -278,23 +276,17 @@ int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *
                         ds4ref_error *err) {
     ds4err e = {0};
     if (n > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "too many tokens");
-    if (ds4_session_eval(&s->s, ids, (uint32_t)n, logits, NULL, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_session_eval(&s->s, ids, (uint32_t)n, logits, NULL, &e), &e);
 }
 
 int ds4ref_session_truncate(ds4ref_session *s, uint32_t pos, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_session_truncate(&s->s, pos, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_session_truncate(&s->s, pos, &e), &e);
 }
 
 int ds4ref_session_logits(ds4ref_session *s, uint32_t pos, float *out, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_session_logits_at(&s->s, pos, out, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_session_logits_at(&s->s, pos, out, &e), &e);
 }
 
 int ds4ref_session_top_logprobs(ds4ref_session *s, uint32_t pos, uint32_t k,
@@ -392,6 +384,15 @@ static ds4_gen_run gen_run(const ds4ref_model *m, const ds4ref_generate_options 
                          .stop = o->stop};
 }
 
+/* o, or the defaults (ds4ref_generate_options_init) in *def when o is
+ * NULL. */
+static const ds4ref_generate_options *options_or_default(const ds4ref_generate_options *o,
+                                                         ds4ref_generate_options *def) {
+    if (o) return o;
+    ds4ref_generate_options_init(def);
+    return def;
+}
+
 /* A run recorded as a golden (and dump, vec case): the golden runner. */
 static int generate_recorded(ds4ref_session *s, const int32_t *prompt, uint32_t n_prompt,
                              const ds4ref_generate_options *o, const ds4_gen_run *gr,
@@ -411,10 +412,7 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
                     const ds4ref_generate_options *o, ds4ref_step_fn fn, void *ud,
                     ds4ref_error *err) {
     ds4ref_generate_options def;
-    if (!o) {
-        ds4ref_generate_options_init(&def);
-        o = &def;
-    }
+    o = options_or_default(o, &def);
     ds4err e = {0};
     if (n_prompt > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
     uint32_t np = (uint32_t)n_prompt;
@@ -436,9 +434,7 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
     }
     if (sc.drafter) ds4_drafter_free(sc.drafter);
     stats_out(&st, o->stats);
-    if (rc) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, rc, &e);
 }
 
 int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *prompts,
@@ -446,10 +442,7 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
                           const ds4ref_generate_options *o, ds4ref_row_step_fn fn, void *ud,
                           ds4ref_error *err) {
     ds4ref_generate_options def;
-    if (!o) {
-        ds4ref_generate_options_init(&def);
-        o = &def;
-    }
+    o = options_or_default(o, &def);
     if (!n_rows) return 0;
     if (n_rows > UINT32_MAX) return api_fail_msg(err, DS4REF_E_ARG, "too many rows");
     ds4ref_model *m = rows[0]->model;
@@ -485,7 +478,5 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
     if (sc.drafter) ds4_drafter_free(sc.drafter);
     free(ss);
     free(lens);
-    if (rc) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, rc, &e);
 }

@@ -78,7 +78,5 @@ int ds4ref_diff_files(const char *golden, const char *other, const ds4ref_diff_o
     ds4_buf_free(&out);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
-    if (rc) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, rc, &e);
 }

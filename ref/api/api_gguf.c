@@ -12,16 +12,12 @@
 int ds4ref_gguf_describe(const char *path, FILE *out, ds4ref_error *err) {
     if (!path || !out) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_gguf_describe: no file or no output");
     ds4err e = {0};
-    if (gguf_describe_file(path, out, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, gguf_describe_file(path, out, &e), &e);
 }
 
 int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_error *err) {
     if (!path || !tensor || !out)
         return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_gguf_dequant: no file, tensor or output");
     ds4err e = {0};
-    if (gguf_dequant_file(path, tensor, out, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, gguf_dequant_file(path, tensor, out, &e), &e);
 }
