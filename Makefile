@@ -32,7 +32,7 @@ HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h tools/
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
-TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c))
+TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c tests/script_drafter.c tests/chat_msgs.c))
 
 # tools/ds4ref.c is the ds4ref command; every other tools/NAME.c is ds4ref-NAME.
 TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(filter-out tools/ds4ref.c,$(wildcard tools/*.c)))))
@@ -80,7 +80,8 @@ $(BINDIR)/ds4ref: $(BUILD)/tools/ds4ref.o $(BUILD)/libds4ref.a
 
 DS4T_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/ds4t_*.c)))
 
-$(BINDIR)/ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/tests/greedy.o $(BUILD)/libds4ref.a
+$(BINDIR)/ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/tests/greedy.o $(BUILD)/tests/script_drafter.o \
+                    $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BINDIR)/ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,24 +225,6 @@ int ds4_afile_write(ds4_afile *f, const void *data, size_t n, ds4err *err) {
         n -= take;
     }
     return 0;
-}
-
-int ds4_afile_printf(ds4_afile *f, ds4err *err, const char *fmt, ...) {
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof(small), fmt, ap);
-    va_end(ap);
-    if (n < 0) return afail(f, err, DS4_E_INTERNAL, "formatting failed", 0);
-    if ((size_t)n < sizeof(small)) return ds4_afile_write(f, small, (size_t)n, err);
-    char *big = malloc((size_t)n + 1);
-    if (!big) return afail(f, err, DS4_E_NOMEM, "out of memory", 0);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    int rc = ds4_afile_write(f, big, (size_t)n, err);
-    free(big);
-    return rc;
 }
 
 void ds4_afile_abort(ds4_afile *f) {

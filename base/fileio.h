@@ -55,8 +55,6 @@ int ds4_afile_open(ds4_afile *f, const char *path, ds4err *err);
 
 /* Append bytes.  Data is buffered; ds4_afile_flush() hands it to the kernel. */
 int ds4_afile_write(ds4_afile *f, const void *data, size_t n, ds4err *err);
-int ds4_afile_printf(ds4_afile *f, ds4err *err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Write the buffered bytes to the temporary file (no fsync).  Streaming
  * writers call it after each record so the temporary file shows progress. */

@@ -1,6 +1,8 @@
 /* UTF-8: the one rule of well-formedness every part of ds4ref applies
- * (JSON, the pre-tokenizer, the byte-level alphabet, trace files, the
- * terminal-safe printers), decoding and encoding. */
+ * (JSON, the pre-tokenizer, the byte-level alphabet, the synthetic
+ * vocabulary, trace files, the GGUF listing's escaping, and, through the
+ * public ds4ref_utf8_char, the programs' terminal filter tools/termtext.h),
+ * decoding and encoding. */
 #ifndef DS4_UTF8_H
 #define DS4_UTF8_H
 

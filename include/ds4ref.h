@@ -138,6 +138,14 @@ int ds4ref_detokenize(const ds4ref_model *m, const int32_t *ids, size_t n, char 
 int ds4ref_token_string(const ds4ref_model *m, int32_t id, const char **s, size_t *len,
                         ds4ref_error *err);
 
+/* The length (1..4) of the well-formed UTF-8 character at p[0..n), 0 when
+ * the bytes there do not begin one or it is cut short.  Well-formed is the
+ * library's one rule, everywhere it reads text: RFC 3629 / Unicode table
+ * 3-7, no overlong forms, no surrogates, nothing above U+10FFFF.  Tokens are
+ * bytes (a token may end inside a character): for a program that shows
+ * them. */
+size_t ds4ref_utf8_char(const uint8_t *p, size_t n);
+
 /* ds4's default system prompt on the command line. */
 #define DS4REF_DEFAULT_SYSTEM "You are a helpful assistant"
 

@@ -9,12 +9,12 @@
  * change which additions happen or in which order, so every variant, thread
  * count and batch shape gives the same bits.
  *
- * A matrix product is cut into jobs: rows in groups of JOB_ROWS (16 or RB
- * when that leaves too few jobs for the threads), tokens in tiles of
- * TILE_T; one (group, tile) pair is one
- * job, and one thread owns a job, i.e. every output value, whole.  Jobs are
- * numbered group-major, tile-minor, so consecutive jobs of one thread reuse
- * the same rows while they are in cache.
+ * A matrix product is cut into jobs: rows in groups of JOB_ROWS (divided by
+ * 4, down to RB, while that leaves too few jobs for the threads), tokens in
+ * tiles of at most TILE_T, the tokens spread evenly over them; one (group,
+ * tile) pair is one job, and one thread owns a job, i.e. every output
+ * value, whole.  Jobs are numbered group-major, tile-minor, so consecutive
+ * jobs of one thread reuse the same rows while they are in cache.
  *
  * Nothing here allocates: every buffer has a fixed size on the stack (about
  * 44 KiB for a job of several tokens; the IQ2_XXS lookup tables of the

@@ -71,7 +71,13 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
  * one quarter of the lanes (4 of the 16) at a time: R*K accumulators, R
  * weight registers and one activation register, at most 4 x 2 + 4 + 1 = 13
  * of the 16.  The quarters are independent chains, so doing one after the
- * other moves no addition. */
+ * other moves no addition.
+ *
+ * mma_block is the same loop in dot_avx2.c, dot_avx512.c and dot_neon.c,
+ * written out in each: what differs is the instruction set's (vector type,
+ * width, aligned or unaligned loads, the operand order of its fused
+ * multiply-add) and the block that fits its registers, and one shared body
+ * would take a macro for each of those inside the innermost loop. */
 static inline __attribute__((always_inline)) void
 mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
           const double *restrict wd, const double *restrict xd, uint64_t groups) {
@@ -94,7 +100,8 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
 }
 
 /* The block shapes as compile-time constants, so the accumulators are
- * registers. */
+ * registers: up to 4 rows x 2 tokens here, 4 x 4 in dot_avx512.c, whose
+ * mma_shape is this switch over its own, larger set of shapes. */
 static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, int k0,
                              const double *restrict wd, const double *restrict xd,
                              uint64_t groups) {

@@ -158,17 +158,30 @@ static void q4k_scale_min(int j, const uint8_t *s, uint32_t *sc, uint32_t *m) {
     }
 }
 
+/* Q4_K: the factors of a block's 8 sub-blocks, d1[j] = d * sc and
+ * m1[j] = dmin * m, for the dequantizer and the fused product alike; 0
+ * when d or dmin is Inf or NaN (such blocks go the portable way). */
+static inline int q4k_block_scales(const uint8_t *p, float d1[8], float m1[8]) {
+    const uint32_t hd = rd16(p), hm = rd16(p + 2);
+    if (f16_special(hd) || f16_special(hm)) return 0;
+    const float d = f16_scale(hd), dmin = f16_scale(hm);
+    for (int j = 0; j < 8; j++) {
+        uint32_t sc, mn;
+        q4k_scale_min(j, p + 4, &sc, &mn);
+        d1[j] = d * (float)sc;
+        m1[j] = dmin * (float)mn;
+    }
+    return 1;
+}
+
 /* Q4_K: y = (d * sc) * q - dmin * m per sub-block of 32. */
 static int dq_q4_K(const uint8_t *p, float *w, uint64_t nb) {
     const __m512i fifteen = _mm512_set1_epi32(15);
     for (uint64_t b = 0; b < nb; b++, p += 144, w += 256) {
-        const uint32_t hd = rd16(p), hm = rd16(p + 2);
-        if (f16_special(hd) || f16_special(hm)) return 0;
-        const float d = f16_scale(hd), dmin = f16_scale(hm);
+        float dj[8], mj[8];
+        if (!q4k_block_scales(p, dj, mj)) return 0;
         for (int j = 0; j < 8; j++) {
-            uint32_t sc, mn;
-            q4k_scale_min(j, p + 4, &sc, &mn);
-            const __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(dmin * (float)mn);
+            const __m512 d1 = _mm512_set1_ps(dj[j]), m1 = _mm512_set1_ps(mj[j]);
             const __m512i shift = _mm512_set1_epi32(4 * (j & 1));
             for (int h = 0; h < 2; h++) {
                 const __m512i q = _mm512_and_si512(
@@ -358,18 +371,8 @@ fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
         prefetch_rows(rows, nr, 144 * b + 576);
         prefetch_rows(rows, nr, 144 * b + 640);
         prefetch_rows(rows, nr, 144 * b + 704);
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *p = rows[j] + 144 * b;
-            const uint32_t hd = rd16(p), hm = rd16(p + 2);
-            if (f16_special(hd) || f16_special(hm)) return 0;
-            const float d = f16_scale(hd), dmin = f16_scale(hm);
-            for (int k = 0; k < 8; k++) {
-                uint32_t sc, mn;
-                q4k_scale_min(k, p + 4, &sc, &mn);
-                d1[j][k] = d * (float)sc;
-                m1[j][k] = dmin * (float)mn;
-            }
-        }
+        for (int j = 0; j < nr; j++)
+            if (!q4k_block_scales(rows[j] + 144 * b, d1[j], m1[j])) return 0;
         for (int k = 0; k < 8; k++) {
             const __m512i shift = _mm512_set1_epi32(4 * (k & 1));
             for (int h = 0; h < 2; h++) {
@@ -506,7 +509,13 @@ static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows,
  * registers and one activation register, at most 4 x 4 + 4 + 1 = 21 of the
  * 32.  Each loaded weight vector serves K tokens and each activation vector
  * R rows.  The two halves are independent chains, so doing one after the
- * other moves no addition. */
+ * other moves no addition.
+ *
+ * mma_block is the same loop in dot_avx2.c, dot_avx512.c and dot_neon.c,
+ * written out in each: what differs is the instruction set's (vector type,
+ * width, aligned or unaligned loads, the operand order of its fused
+ * multiply-add) and the block that fits its registers, and one shared body
+ * would take a macro for each of those inside the innermost loop. */
 static inline __attribute__((always_inline)) void
 mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
           const double *restrict wd, const double *restrict xd, uint64_t groups) {
@@ -531,7 +540,8 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
 }
 
 /* The block shapes as compile-time constants, so the accumulators are
- * registers. */
+ * registers: up to 4 rows x 4 tokens here, 4 x 2 in dot_avx2.c, whose
+ * mma_shape is this switch over its own, smaller set of shapes. */
 static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, int k0,
                              const double *restrict wd, const double *restrict xd,
                              uint64_t groups) {

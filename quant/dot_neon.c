@@ -60,7 +60,13 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
 /* The blocked multiply of several tokens (dot_job.h): R rows x K tokens of
  * a chunk already in double, one pair of lanes at a time: R*K accumulators,
  * R weight registers and one activation register, at most 4 x 4 + 4 + 1 =
- * 21 of the 32.  The pairs are independent chains. */
+ * 21 of the 32.  The pairs are independent chains.
+ *
+ * mma_block is the same loop in dot_avx2.c, dot_avx512.c and dot_neon.c,
+ * written out in each: what differs is the instruction set's (vector type,
+ * width, aligned or unaligned loads, the operand order of its fused
+ * multiply-add) and the block that fits its registers, and one shared body
+ * would take a macro for each of those inside the innermost loop. */
 static inline __attribute__((always_inline)) void
 mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
           const double *restrict wd, const double *restrict xd, uint64_t groups) {

@@ -931,6 +931,11 @@ static const gguf_kv *need_arr(const gguf_file *g, const char *key, bool (*ok)(u
 
 static bool is_float_type(uint32_t t) { return t == GGUF_F32 || t == GGUF_F64; }
 
+/* The three typed array readers below are one loop each over need_arr's
+ * elements: they differ in the output type and its converter (to_u32,
+ * to_i32, to_f32), and a shared loop would take the output as void * and a
+ * converter cast to match, losing the types the compiler checks. */
+
 int gguf_get_arr_u32(const gguf_file *g, const char *key, uint32_t *out, uint64_t n,
                      ds4err *err) {
     const gguf_kv *kv = need_arr(g, key, vtype_is_int, "an integer array", n, err);

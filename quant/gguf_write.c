@@ -14,7 +14,6 @@
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,25 +318,6 @@ static int make_layout(const gguf_writer *w, layout *l, ds4err *err) {
                           "64 bits (%zu tensors)", w->n_t);
     }
     l->total = l->head.len + l->data_bytes;
-    return 0;
-}
-
-int gguf_writer_to_mem(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) {
-    layout l;
-    if (make_layout(w, &l, err)) return -1;
-    uint8_t *p = l.total <= SIZE_MAX ? calloc(1, (size_t)(l.total ? l.total : 1)) : NULL;
-    if (!p) {
-        layout_free(&l);
-        return ds4err_set(err, DS4_E_NOMEM, "gguf writer: cannot allocate %" PRIu64 " bytes",
-                          l.total);
-    }
-    memcpy(p, l.head.p, l.head.len);
-    for (size_t i = 0; i < w->n_t; i++)
-        if (w->t[i].nbytes)
-            memcpy(p + l.head.len + l.rel_off[i], w->t[i].data, (size_t)w->t[i].nbytes);
-    *buf = p;
-    *len = (size_t)l.total;
-    layout_free(&l);
     return 0;
 }
 

@@ -52,7 +52,4 @@ int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_di
 /* Write atomically (temporary file in the same directory, fsync, rename). */
 int gguf_writer_save(gguf_writer *w, const char *path, ds4err *err);
 
-/* Serialize into a malloc'd buffer (caller frees). */
-int gguf_writer_to_mem(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err);
-
 #endif

@@ -28,6 +28,7 @@
 #include "greedy.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "script_drafter.h"
 #include "text/chat.h"
 
 static const char copy_prompt[] =
@@ -185,7 +186,7 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
     ds4_session *sp[2] = {&s[0], &s[1]};
     const int32_t *pp[2];
     uint32_t np[2];
-    ds4_script scripts[2];
+    drafter_script scripts[2];
     ds4_spec_row sr[2];
     memset(sr, 0, sizeof(sr));
     uint8_t errs[DS4_SPEC_MAX_DRAFT + 1];
@@ -215,11 +216,11 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
         }
         memcpy(streams[r], rows[r].prompt, sizeof(int32_t) * rows[r].np);
         for (uint32_t k = 0; k < rows[r].n; k++) streams[r][rows[r].np + k] = rows[r].steps[k].token;
-        scripts[r] = (ds4_script){streams[r], rows[r].np + rows[r].n, errs, sc->depth + 1};
+        scripts[r] = (drafter_script){streams[r], rows[r].np + rows[r].n, errs, sc->depth + 1};
         sr[r] = (ds4_spec_row){.s = &s[r], .steps = calloc(f->n_steps, sizeof(ds4_gen_step))};
     }
     if (sc->mtp ? ds4_mtp_drafter_new(&d, &e, sc->rows, ctx, sc->chunk, sc->depth, &err)
-                : ds4_script_drafter_new(&d, scripts, sc->rows, f->m.cfg.n_vocab, &err))
+                : script_drafter_new(&d, scripts, sc->rows, f->m.cfg.n_vocab, &err))
         goto out;
     if (ds4_spec_prefill(d, sp, pp, np, sc->rows, &err)) goto out;
     ds4_spec_cfg cfg = {d, sc->depth, 0};

@@ -33,7 +33,7 @@ int rq_parity7(int k) {
     return p;
 }
 
-/* Q2_K (spec §3.5): s = e/16 picks the scale, n = e/128, j = (e%128)/32,
+/* Q2_K (ggml's block_q2_K): s = e/16 picks the scale, n = e/128, j = (e%128)/32,
  * h = (e%32)/16, l = e%16, q = (qs[32n + 16h + l] >> 2j) & 3. */
 void rq_q2k_pos(int e, int *byte, int *shift) {
     const int n = e / 128, j = (e % 128) / 32, h = (e % 32) / 16, l = e % 16;
@@ -53,7 +53,7 @@ float rq_q2k_elem(const uint8_t *blk, int e) {
     return dl * (float)q - ml;
 }
 
-/* Q4_K (spec §3.7).  Where each of the 96 bits of scales[12] goes,
+/* Q4_K (ggml's block_q4_K).  Where each of the 96 bits of scales[12] goes,
  * described byte by byte (the implementation describes it by sub-block):
  *   bytes 0..3:  bits 0-5 = bits 0-5 of sc[i];   bits 6-7 = bits 4-5 of sc[i+4]
  *   bytes 4..7:  bits 0-5 = bits 0-5 of m[i-4];  bits 6-7 = bits 4-5 of m[i]
@@ -101,7 +101,7 @@ float rq_q4k_elem(const uint8_t *blk, int e) {
     return d1 * (float)q - m1;
 }
 
-/* IQ2_XXS (spec §3.6).  Element e = 32*ib + 8*l + j of a block: grid index
+/* IQ2_XXS (ggml's block_iq2_xxs).  Element e = 32*ib + 8*l + j of a block: grid index
  * g_l = byte l of the group's first u32, sign index k_l = bits 7l..7l+6 of
  * the second, scale s = its top 4 bits; element j is negative when bit j of
  * ksigns[k_l] is set (bit 7 being the parity of the 7 stored bits);

@@ -1,6 +1,8 @@
 /* Independent decoding of the GGUF block formats, for the tests: each
- * element from the per-element index formulas of spec/GGUF_QUANT_TOKENIZER.md
- * §3 and ggml's f32 operations in ggml's order, written apart from
+ * element from a per-element index formula of ggml's block layout (what
+ * ggml-quants.c's dequantize_row_* computes, element by element, written
+ * out above each function in refquant.c) and ggml's f32 operations in
+ * ggml's order, written apart from
  * quant/formats.c (which walks the blocks with loops).  test_formats checks
  * quant/formats.c against these bit for bit; test_api and test_ops use them
  * where they need a weight's values without trusting ds4_dequant_row.  Only

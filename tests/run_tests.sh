@@ -23,15 +23,18 @@ for t in "$build"/test_*; do
 done
 
 # The library's layering (docs/ARCHITECTURE.md), and proof that the check
-# catches both faults it looks for.
+# catches the faults it looks for.
 run "layers: includes and calls go downward, no cycles" tools/layers.sh "$build"
-run "layers: a cycle and an upward edge are reported" bash -c '
+run "layers: a cycle, a self-include and an upward edge are reported" bash -c '
     e=$(mktemp); trap "rm -f $e" EXIT
     printf "%s\n" "ref/text/json.c ref/decode/session.h" "ref/forward/a.c ref/forward/b.c" \
         "ref/forward/b.c ref/forward/a.c" > "$e"
     out=$(tools/layers.sh --edges "$e") && exit 1
     grep -q "upward edge ref/text/json.c -> ref/decode/session.h" <<< "$out" &&
-    grep -q "cycle" <<< "$out"'
+    grep -q "cycle" <<< "$out" || exit 1
+    printf "%s\n" "ref/trace/golden.c ref/trace/golden.h" "ref/trace/golden.h ref/trace/golden.h" > "$e"
+    out=$(tools/layers.sh --edges "$e") && exit 1
+    grep -q "ref/trace/golden.h depends on itself" <<< "$out"'
 
 run "ds4_test" ./ds4_test
 # The --logprob-vectors code path on the default synthetic model, with an

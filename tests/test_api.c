@@ -4,7 +4,8 @@
  * equal to plain greedy, the GGUF listing and f32 stream agreeing with the
  * model's own view of its tensors and with an independent decode of the
  * file's bytes (tests/refquant.c, the tests' own decoder), diff verdicts
- * agreeing with the tokens the two runs produced). */
+ * agreeing with the tokens the two runs produced, the UTF-8 rule against
+ * the encodings of every scalar value). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -910,6 +911,108 @@ static void test_files(void **state) {
     free(missing);
 }
 
+/* ---------------------------------------------------------------- UTF-8 */
+
+/* The UTF-8 encoding of a scalar value, from its bits; 0 for a surrogate or
+ * beyond U+10FFFF. */
+static size_t utf8_encode(uint32_t cp, uint8_t out[4]) {
+    if ((cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) return 0;
+    if (cp < 0x80) {
+        out[0] = (uint8_t)cp;
+        return 1;
+    }
+    size_t len = cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    static const uint8_t lead[5] = {0, 0, 0xc0, 0xe0, 0xf0};
+    for (size_t i = len - 1; i > 0; i--, cp >>= 6) out[i] = (uint8_t)(0x80 | (cp & 0x3f));
+    out[0] = (uint8_t)(lead[len] | cp);
+    return len;
+}
+
+/* Which sequences of up to three bytes are encodings, indexed by their
+ * bytes big-endian (one table per length). */
+typedef struct utf8_tables {
+    uint8_t one[256], two[65536], *three;   /* three: a bit per 24-bit index */
+} utf8_tables;
+
+static bool is_encoding(const utf8_tables *t, const uint8_t *s, size_t len) {
+    if (len == 1) return t->one[s[0]];
+    if (len == 2) return t->two[s[0] << 8 | s[1]];
+    if (len == 3) {
+        uint32_t i = (uint32_t)s[0] << 16 | (uint32_t)s[1] << 8 | s[2];
+        return t->three[i >> 3] >> (i & 7) & 1;
+    }
+    /* Four bytes: the encoding of the value their payload bits spell. */
+    uint32_t cp = (uint32_t)(s[0] & 7) << 18 | (uint32_t)(s[1] & 63) << 12 |
+                  (uint32_t)(s[2] & 63) << 6 | (s[3] & 63);
+    uint8_t e[4];
+    return utf8_encode(cp, e) == 4 && !memcmp(e, s, 4);
+}
+
+/* What ds4ref_utf8_char must say of s[0..n): UTF-8 has no encoding that
+ * begins another, so at most one prefix is one. */
+static size_t utf8_expected(const utf8_tables *t, const uint8_t *s, size_t n) {
+    for (size_t len = 1; len <= n && len <= 4; len++)
+        if (is_encoding(t, s, len)) return len;
+    return 0;
+}
+
+/* ds4ref_utf8_char against the definition of well-formed: exactly the
+ * encodings of the scalar values (U+0000..U+10FFFF but the surrogates).
+ * Every encoding is found whole, with bytes after it too, and never when
+ * cut short; of every string of one or two bytes, every three-byte string
+ * that begins like a three-byte character and the four-byte strings of every
+ * lead F0..F7 and second byte, only a prefix that is an encoding is taken. */
+static void test_utf8_char(void **state) {
+    (void)state;
+    utf8_tables *t = calloc(1, sizeof(*t));
+    assert_non_null(t);
+    t->three = calloc(1 << 21, 1);
+    assert_non_null(t->three);
+    uint8_t e[8];
+    for (uint32_t cp = 0; cp <= 0x10ffff; cp++) {
+        size_t len = utf8_encode(cp, e);
+        if (len == 1) t->one[e[0]] = 1;
+        if (len == 2) t->two[e[0] << 8 | e[1]] = 1;
+        if (len == 3) {
+            uint32_t i = (uint32_t)e[0] << 16 | (uint32_t)e[1] << 8 | e[2];
+            t->three[i >> 3] |= (uint8_t)(1u << (i & 7));
+        }
+        if (!len) continue;
+        memset(e + len, 'x', sizeof(e) - len);
+        if (ds4ref_utf8_char(e, len) != len || ds4ref_utf8_char(e, sizeof(e)) != len ||
+            ds4ref_utf8_char(e, len - 1) != 0)
+            fail_msg("U+%04X", cp);
+    }
+    uint8_t s[4];
+    for (uint32_t v = 0; v < 65536; v++) {
+        s[0] = (uint8_t)(v >> 8);
+        s[1] = (uint8_t)v;
+        assert_int_equal(ds4ref_utf8_char(s, 1), utf8_expected(t, s, 1));
+        assert_int_equal(ds4ref_utf8_char(s, 2), utf8_expected(t, s, 2));
+    }
+    for (uint32_t v = 0xe00000; v <= 0xefffff; v++) {
+        s[0] = (uint8_t)(v >> 16);
+        s[1] = (uint8_t)(v >> 8);
+        s[2] = (uint8_t)v;
+        if (ds4ref_utf8_char(s, 3) != utf8_expected(t, s, 3)) fail_msg("%06x", v);
+    }
+    static const uint8_t tails[] = {0x7f, 0x80, 0xbf, 0xc0};
+    for (uint32_t v = 0xf000; v <= 0xf7ff; v++)
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 4; b++) {
+                s[0] = (uint8_t)(v >> 8);
+                s[1] = (uint8_t)v;
+                s[2] = tails[a];
+                s[3] = tails[b];
+                if (ds4ref_utf8_char(s, 4) != utf8_expected(t, s, 4))
+                    fail_msg("%02x %02x %02x %02x", s[0], s[1], s[2], s[3]);
+            }
+    assert_int_equal(ds4ref_utf8_char(NULL, 4), 0);
+    assert_int_equal(ds4ref_utf8_char(s, 0), 0);
+    free(t->three);
+    free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_qat_off_only),
@@ -920,6 +1023,7 @@ int main(void) {
         cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
         cmocka_unit_test(test_files),             cmocka_unit_test(test_threads_grow),
+        cmocka_unit_test(test_utf8_char),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

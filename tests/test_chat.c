@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_msgs.h"
 #include "text/chat.h"
 #include "text/json.h"
 
@@ -442,7 +443,7 @@ static void render_json(const char *messages, const char *tools, const ds4_chat_
     if (tools && ds4_json_parse(tools, strlen(tools), "tools", &tdoc, &err)) fail_msg("%s", err.msg);
     ds4_chat_msg *msgs;
     size_t n;
-    if (ds4_chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err)) fail_msg("%s", err.msg);
+    if (chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err)) fail_msg("%s", err.msg);
     if (tools) msgs[0].tools = ds4_json_root(tdoc);
     if (ds4_chat_render(msgs, n, o, out, &err)) fail_msg("render: %s", err.msg);
     free(msgs);
@@ -595,7 +596,7 @@ static void expect_render_error(const char *messages, const ds4_chat_opts *o, co
     assert_int_equal(ds4_json_parse(messages, strlen(messages), "m", &doc, &err), 0);
     ds4_chat_msg *msgs = NULL;
     size_t n = 0;
-    int rc = ds4_chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err);
+    int rc = chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err);
     if (rc == 0) {
         ds4_buf out = {0};
         rc = ds4_chat_render(msgs, n, o, &out, &err);
@@ -824,7 +825,7 @@ static void render_ids_json(const ds4_tokenizer *t, const char *messages, const 
     assert_int_equal(ds4_json_parse(messages, strlen(messages), "messages", &doc, &err), 0);
     ds4_chat_msg *msgs;
     size_t n;
-    assert_int_equal(ds4_chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err), 0);
+    assert_int_equal(chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err), 0);
     if (ds4_chat_render_ids(t, msgs, n, o, ids, &err)) fail_msg("%s", err.msg);
     free(msgs);
     ds4_json_free(doc);

@@ -81,6 +81,20 @@ static void compute(const ds4_golden *a, const ds4_golden *b, bool all, ds4_diff
     assert_int_equal(ds4_diff_compute(a, b, &o, r, &err), 0);
 }
 
+/* No threshold checked. */
+static void limits_none(ds4_diff_limits *l) {
+    *l = (ds4_diff_limits){NAN, NAN, NAN, NAN, NAN, false};
+}
+
+/* The golden g written whole to path. */
+static int golden_write(const ds4_golden *g, const char *path, ds4err *err) {
+    ds4_buf b = {0};
+    int rc = ds4_golden_format(g, &b, err);
+    if (rc == 0) rc = ds4_write_file_atomic(path, b.p ? b.p : "", b.len, err);
+    ds4_buf_free(&b);
+    return rc;
+}
+
 static uint32_t violations(const ds4_diff_report *r, const ds4_diff_limits *l, const char *need) {
     ds4_buf why = {0};
     uint32_t n = ds4_diff_check(r, l, &why);
@@ -117,7 +131,7 @@ static void test_identical(void **state) {
         assert_int_equal(r.steps[i].avail[DS4_DIFF_TOP20], 6);
     }
     ds4_diff_limits l;
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     l.exact = true;
     l.max_dlogprob = 0;
     l.min_top1 = 1;
@@ -156,7 +170,7 @@ static void test_one_bit_fails_exact(void **state) {
     assert_true(r.top1 == 1.0);
     assert_true(r.max_dlp == fabs(x - y) && r.max_dlp > 0);
     ds4_diff_limits l;
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     l.min_top1 = 1;
     l.max_dlogprob = 1e-12;
     assert_int_equal(violations(&r, &l, NULL), 0);
@@ -222,7 +236,7 @@ static void test_known_figures(void **state) {
     assert_false(r.exact);
 
     ds4_diff_limits l;
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     l.max_dlogprob = 1.5;
     l.min_top5 = 0.8;
     l.min_top20 = 0.75;
@@ -258,7 +272,7 @@ static void test_divergence(void **state) {
     assert_false(r.steps[3].compared);
     assert_false(r.exact);
     ds4_diff_limits l;
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     /* No threshold at all: the divergence still fails the diff. */
     assert_int_equal(violations(&r, &l, "--min-top1 1 (the default when no threshold is given): "
                                         "got 0.666667"), 1);
@@ -269,15 +283,20 @@ static void test_divergence(void **state) {
     l.min_top1 = NAN;
     l.max_kl = 1e9;   /* a threshold given: no default */
     assert_int_equal(violations(&r, &l, NULL), 0);
-    ds4_buf text = {0};
+    ds4_buf text = {0}, why = {0};
     ds4err err = {0};
-    assert_int_equal(ds4_diff_format_text(&r, &a, &b, "A.jsonl", "B.jsonl", false, &text,
+    l.min_top1 = 0.7;
+    assert_int_equal(ds4_diff_check(&r, &l, &why), 1);
+    assert_int_equal(ds4_diff_format_text(&r, &a, &b, "A.jsonl", "B.jsonl", false, &why, &text,
                                           &err), 0);
     assert_non_null(strstr(text.p, "divergence at step 2: A chose \"t10\"(10), B chose "
                                    "\"t11\"(11); later steps follow different prefixes"));
     assert_non_null(strstr(text.p, "summary: steps_a=4 steps_b=4 compared=3 token_agree=2 "
                                    "top1=0.666667 first_divergence=2"));
+    /* The verdict ends the report, a line per violation. */
+    assert_non_null(strstr(text.p, "\nresult: FAIL\n  violated: --min-top1 0.7: got 0.666667\n"));
     ds4_buf_free(&text);
+    ds4_buf_free(&why);
     ds4_diff_report_free(&r);
 
     compute(&a, &b, true, &r);
@@ -295,7 +314,7 @@ static void test_divergence(void **state) {
     compute(&a, &b, false, &r);
     assert_int_equal(r.first_divergence, -1);
     assert_true(r.top1 == 1.0);
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     l.min_top1 = 1;
     assert_int_equal(violations(&r, &l, NULL), 0);
     assert_false(r.exact);
@@ -322,7 +341,7 @@ static void test_prompt_and_model(void **state) {
     assert_false(r.exact);
     assert_non_null(strstr(r.notes.p, "prompts differ at token 2 (3 vs 4)"));
     ds4_diff_limits l;
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     assert_int_equal(violations(&r, &l, "prompts differ"), 1);
     ds4_diff_report_free(&r);
     ds4_golden_free(&b);
@@ -394,7 +413,7 @@ static void test_against_dump_and_vec(void **state) {
     assert_false(r.exact);   /* 6 alternatives vs 1 */
     assert_string_equal(r.steps[0].inexact, "top list length 6 vs 1");
     ds4_diff_limits l;
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     l.max_kl = 1;
     assert_int_equal(violations(&r, &l, "--max-kl 1: nothing to measure"), 1);
     ds4_diff_report_free(&r);
@@ -413,7 +432,7 @@ static void test_json_report(void **state) {
     ds4_diff_report r;
     compute(&a, &b, false, &r);
     ds4_diff_limits l;
-    ds4_diff_limits_none(&l);
+    limits_none(&l);
     l.max_dlogprob = 0.1;
     ds4_buf why = {0}, out = {0};
     assert_int_equal(ds4_diff_check(&r, &l, &why), 1);
@@ -451,7 +470,7 @@ static void test_load_detects_kind(void **state) {
     ds4_golden a, g;
     golden_a(&a);
     ds4err err = {0};
-    assert_int_equal(ds4_golden_write(&a, pg, &err), 0);
+    assert_int_equal(golden_write(&a, pg, &err), 0);
     ds4_afile fd;
     assert_int_equal(ds4_afile_open(&fd, pd, &err), 0);
     assert_int_equal(ds4_dump_write(&a, &fd, &err), 0);

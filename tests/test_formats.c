@@ -4,9 +4,9 @@
  * Every expected value is computed independently of the code under test:
  * halves and bfloats from ldexp() of their fields, roundings by searching
  * for the nearest representable value in double, and block elements from
- * the per-element index formulas of spec/GGUF_QUANT_TOKENIZER.md §3
- * (tests/refquant.c; the implementation walks the blocks with loops
- * instead).  The f32 arithmetic of each formula is written out in the
+ * per-element index formulas of ggml's block layouts (ggml-quants.c's
+ * dequantize_row_*, written out element by element in tests/refquant.c;
+ * the implementation walks the blocks with loops instead).  The f32 arithmetic of each formula is written out in the
  * order ggml uses, and the tests compare bits. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -365,7 +365,7 @@ static void test_q8_0(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Q2_K (spec §3.5)                                                         */
+/* Q2_K (ggml's block_q2_K)                                                 */
 /* ------------------------------------------------------------------------ */
 
 static void test_q2_K_element_order(void **state) {
@@ -410,7 +410,7 @@ static void test_q2_K_random(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Q4_K (spec §3.7)                                                         */
+/* Q4_K (ggml's block_q4_K)                                                 */
 /* ------------------------------------------------------------------------ */
 
 static void test_q4_K_scales(void **state) {
@@ -478,7 +478,7 @@ static void test_q4_K_random(void **state) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* IQ2_XXS (spec §3.6)                                                      */
+/* IQ2_XXS (ggml's block_iq2_xxs)                                          */
 /* ------------------------------------------------------------------------ */
 
 /* The tables against ggml's: ksigns from its definition; the grid by a

@@ -27,6 +27,21 @@ enum { F32 = 0, F16 = 1, Q8_0 = 8, Q2_K = 10, Q4_K = 12, IQ2_XXS = 16, I32 = 26,
 
 static uint64_t align_to(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+/* The bytes of the file w writes, read back (the writer's one output is a
+ * file: gguf_writer_save into a scratch directory). */
+static int writer_bytes(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) {
+    char *dir = tu_tmpdir();
+    if (!dir) return ds4err_set(err, DS4_E_IO, "no scratch directory");
+    char *path = tu_path(dir, "w.gguf");
+    int rc = gguf_writer_save(w, path, err);
+    if (!rc && tu_read_file(path, buf, len))
+        rc = ds4err_set(err, DS4_E_IO, "%s: cannot read it back", path);
+    remove(path);
+    free(path);
+    tu_rmdir(dir);
+    return rc;
+}
+
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -416,7 +431,7 @@ static void round_trip(uint32_t alignment) {
     rt r = {.alignment = alignment};
     ds4err err = {0};
     gguf_writer *w = build_rt_writer(&r);
-    if (gguf_writer_to_mem(w, &r.buf, &r.len, &err)) fail_msg("%s", err.msg);
+    if (writer_bytes(w, &r.buf, &r.len, &err)) fail_msg("%s", err.msg);
     gguf_file g;
     if (gguf_parse(&g, r.buf, r.len, "rt.gguf", &err)) fail_msg("%s", err.msg);
     check_rt_file(&g, &r);
@@ -451,14 +466,14 @@ static void test_writer_deterministic(void **state) {
     rt a = {.alignment = 32}, b = {.alignment = 32};
     ds4err err = {0};
     gguf_writer *wa = build_rt_writer(&a), *wb = build_rt_writer(&b);
-    assert_int_equal(gguf_writer_to_mem(wa, &a.buf, &a.len, &err), 0);
-    assert_int_equal(gguf_writer_to_mem(wb, &b.buf, &b.len, &err), 0);
+    assert_int_equal(writer_bytes(wa, &a.buf, &a.len, &err), 0);
+    assert_int_equal(writer_bytes(wb, &b.buf, &b.len, &err), 0);
     assert_int_equal(a.len, b.len);
     assert_memory_equal(a.buf, b.buf, a.len);
     /* Serializing twice from one writer gives the same bytes too. */
     uint8_t *again;
     size_t again_len;
-    assert_int_equal(gguf_writer_to_mem(wa, &again, &again_len, &err), 0);
+    assert_int_equal(writer_bytes(wa, &again, &again_len, &err), 0);
     assert_int_equal(again_len, a.len);
     assert_memory_equal(again, a.buf, a.len);
     free(again);
@@ -499,7 +514,7 @@ static void test_writer_bytes(void **state) {
     uint8_t *buf;
     size_t len;
     ds4err err = {0};
-    assert_int_equal(gguf_writer_to_mem(w, &buf, &len, &err), 0);
+    assert_int_equal(writer_bytes(w, &buf, &len, &err), 0);
     assert_int_equal(len, sizeof(want));
     assert_memory_equal(buf, want, sizeof(want));
     free(buf);
@@ -517,7 +532,7 @@ static void test_writer_own_alignment_key(void **state) {
     uint8_t *buf;
     size_t len;
     ds4err err = {0};
-    assert_int_equal(gguf_writer_to_mem(w, &buf, &len, &err), 0);
+    assert_int_equal(writer_bytes(w, &buf, &len, &err), 0);
     /* 24 + "a" (8+1+4+8+1) + "general.alignment" (8+17+4+4) = 79, padded. */
     assert_int_equal(len, 128);
     assert_int_equal(rd64(buf + 16), 2);
@@ -647,7 +662,7 @@ static void test_truncations_rich(void **state) {
     rt r = {.alignment = 32};
     ds4err err = {0};
     gguf_writer *w = build_rt_writer(&r);
-    assert_int_equal(gguf_writer_to_mem(w, &r.buf, &r.len, &err), 0);
+    assert_int_equal(writer_bytes(w, &r.buf, &r.len, &err), 0);
     rt_layout l = expected_layout(32);
     const spec_tensor *last = &spec_tensors[N_SPEC_TENSORS - 1];
     uint64_t end = l.data_off + l.rel_off[N_SPEC_TENSORS - 1] + last->nbytes;
@@ -761,7 +776,7 @@ static int getter_setup(void **state) {
              gguf_w_raw(w, "arr.f64big", GGUF_ARR, f64big, sizeof(f64big)) ||
              gguf_w_raw(w, "arr.i64", GGUF_ARR, i64arr, sizeof(i64arr)) ||
              gguf_w_arr_str(w, "arr.str", (const char *const[]){"p", "qq"}, NULL, 2) ||
-             gguf_writer_to_mem(w, &f->buf, &f->len, &err) ||
+             writer_bytes(w, &f->buf, &f->len, &err) ||
              gguf_parse(&f->g, f->buf, f->len, "get.gguf", &err);
     gguf_writer_free(w);
     if (rc) {
@@ -1073,16 +1088,11 @@ static void test_tiny_ds4types(void **state) {
     free(path);
 }
 
-/* ds4ref-gguf info (ds4ref_gguf_describe) prints metadata strings safely
- * for a terminal: printable ASCII and well-formed UTF-8 as they are; quotes,
- * backslashes, controls, C1 controls, surrogates and stray bytes escaped. */
-static void test_describe_escapes_strings(void **state) {
-    (void)state;
+/* ds4ref-gguf info's listing (ds4ref_gguf_describe) of the file w makes,
+ * as a malloc'd string. */
+static char *describe_text(gguf_writer *w) {
     char *dir = tu_tmpdir();
     char *path = tu_path(dir, "s.gguf"), *txt = tu_path(dir, "s.txt");
-    static const char value[] = "a\"\\\n\x01\xc2\x85" "b\xc3\xa9\xed\xa0\x80\xff" "c";
-    gguf_writer *w = gguf_writer_new(32);
-    assert_int_equal(gguf_w_str_n(w, "t.s", value, sizeof(value) - 1), 0);
     ds4err err = {0};
     if (gguf_writer_save(w, path, &err)) fail_msg("%s", err.msg);
     gguf_writer_free(w);
@@ -1096,14 +1106,60 @@ static void test_describe_escapes_strings(void **state) {
     assert_int_equal(tu_read_file(txt, &out, &len), 0);
     out = realloc(out, len + 1);
     out[len] = '\0';
-    const char *want = "t.s = str \"a\\\"\\\\\\n\\x01\\xc2\\x85b\xc3\xa9\\xed\\xa0\\x80\\xffc\"";
-    if (!strstr((const char *)out, want)) fail_msg("not found: %s\nin: %s", want, out);
-    free(out);
     remove(path);
     remove(txt);
     free(path);
     free(txt);
     tu_rmdir(dir);
+    return (char *)out;
+}
+
+static void expect_line(const char *out, const char *want) {
+    if (!strstr(out, want)) fail_msg("not found: %s\nin: %s", want, out);
+}
+
+/* ds4ref-gguf info (ds4ref_gguf_describe) prints metadata strings safely
+ * for a terminal: printable ASCII and well-formed UTF-8 as they are; quotes,
+ * backslashes, controls, C1 controls, surrogates and stray bytes escaped. */
+static void test_describe_escapes_strings(void **state) {
+    (void)state;
+    static const char value[] = "a\"\\\n\x01\xc2\x85" "b\xc3\xa9\xed\xa0\x80\xff" "c";
+    gguf_writer *w = gguf_writer_new(32);
+    assert_int_equal(gguf_w_str_n(w, "t.s", value, sizeof(value) - 1), 0);
+    char *out = describe_text(w);
+    expect_line(out, "t.s = str \"a\\\"\\\\\\n\\x01\\xc2\\x85b\xc3\xa9\\xed\\xa0\\x80\\xffc\"");
+    free(out);
+}
+
+/* Floats as Python's repr writes them: the shortest digits that read back
+ * (as the float32 for f32 keys), positional from 1e-4 to below 1e16; C's
+ * spelling of the infinities and NaN.  The expected strings are Python's
+ * repr() of the values (of the float32's shortest digits for f32). */
+static void test_describe_floats(void **state) {
+    (void)state;
+    gguf_writer *w = gguf_writer_new(32);
+    assert_int_equal(gguf_w_f32(w, "f.tenth", 0.1f), 0);
+    assert_int_equal(gguf_w_f32(w, "f.eps", 1e-6f), 0);
+    assert_int_equal(gguf_w_f32(w, "f.big", 3e10f), 0);        /* 30000001024 as a float32 */
+    assert_int_equal(gguf_w_f32(w, "f.inf", INFINITY), 0);
+    assert_int_equal(gguf_w_f64(w, "d.pow2", 0x1p-24), 0);     /* a lopsided rounding interval */
+    assert_int_equal(gguf_w_f64(w, "d.negzero", -0.0), 0);
+    assert_int_equal(gguf_w_f64(w, "d.e16", 1e16), 0);
+    assert_int_equal(gguf_w_f64(w, "d.e15", 1e15), 0);
+    assert_int_equal(gguf_w_f64(w, "d.small", 1.5e-5), 0);
+    assert_int_equal(gguf_w_f64(w, "d.nan", NAN), 0);
+    char *out = describe_text(w);
+    expect_line(out, "f.tenth = f32 0.1\n");
+    expect_line(out, "f.eps = f32 1e-06\n");
+    expect_line(out, "f.big = f32 30000000000.0\n");
+    expect_line(out, "f.inf = f32 inf\n");
+    expect_line(out, "d.pow2 = f64 5.960464477539063e-08\n");
+    expect_line(out, "d.negzero = f64 -0.0\n");
+    expect_line(out, "d.e16 = f64 1e+16\n");
+    expect_line(out, "d.e15 = f64 1000000000000000.0\n");
+    expect_line(out, "d.small = f64 1.5e-05\n");
+    expect_line(out, "d.nan = f64 nan\n");
+    free(out);
 }
 
 int main(void) {
@@ -1117,6 +1173,7 @@ int main(void) {
         cmocka_unit_test(test_valid_small),
         cmocka_unit_test(test_catalogue),
         cmocka_unit_test(test_describe_escapes_strings),
+        cmocka_unit_test(test_describe_floats),
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_truncations_rich),

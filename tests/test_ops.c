@@ -1084,8 +1084,9 @@ static void check_y(const float *y, uint64_t ldy, const kref *r, const ds4_mat *
 }
 
 /* Every public kernel entry point of quant/dot.h, for every weight type,
- * at decode (T = 1) and blocked prefill shapes (T = 9 and 17: one and two
- * tiles of 8 tokens plus a remainder), with row counts that are not
+ * at decode (T = 1) and blocked prefill shapes (T = 9: one tile, short of
+ * TILE_T = 16; T = 17: two tiles, of 9 and 8 tokens; neither a multiple of
+ * the register blocks' tokens), with row counts that are not
  * multiples of the row blocks (37; 67 with the multi-chunk rows, large
  * enough to be split over threads), strided inputs and outputs.  `label`
  * names the kernel variant being checked (test_kernels runs it for each). */

@@ -4,8 +4,10 @@
  *   - the official float32 tables of vectors/official/rope/
  *     ([347][32][2] (cos, sin), from the official precompute_freqs_cis);
  *   - the C library's long double pow / cos / sin rounded to float;
- *   - the YaRN correction range of the real model, 15 and 25
- *     (spec FORWARD.md §5.2), and of the oracle's tiny model, 0 and 7;
+ *   - the YaRN correction range of the real model, 15 and 25 (floor and
+ *     ceil of 64 ln(65536 / (2 pi beta)) / (2 ln 160000) for beta 32 and
+ *     1, the official inference/model.py's find_correction_range), and of
+ *     the oracle's tiny model, 0 and 7;
  *   - exact long double arithmetic for the rotation. */
 #include <stdarg.h>
 #include <stddef.h>

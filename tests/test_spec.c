@@ -30,6 +30,7 @@
 #include "greedy.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "script_drafter.h"
 #include "testutil.h"
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
@@ -153,12 +154,12 @@ static void plain(const ds4_model *m, const int32_t *prompt, uint32_t np, const 
 }
 
 static ds4_drafter *drafter_for(ds4_engine *e, const conf *c, const drafting *dr,
-                                const ds4_script *scripts, uint32_t n_rows) {
+                                const drafter_script *scripts, uint32_t n_rows) {
     ds4err err = {0};
     ds4_drafter *d = NULL;
     int rc = 0;
     if (dr->kind == SCRIPT)
-        rc = ds4_script_drafter_new(&d, scripts, n_rows, e->m->cfg.n_vocab, &err);
+        rc = script_drafter_new(&d, scripts, n_rows, e->m->cfg.n_vocab, &err);
     else if (dr->kind == MTP)
         rc = ds4_mtp_drafter_new(&d, e, n_rows, c->ctx, c->chunk, dr->depth, &err);
     if (rc) fail_msg("%s", err.msg);
@@ -174,7 +175,7 @@ static void spec(const ds4_model *m, const int32_t *prompt, uint32_t np, const c
     ds4_session s;
     engine_for(m, c, &e);
     session_for(&e, c, &s);
-    ds4_script sc = {dr->stream, dr->n_stream, dr->errs, dr->n_errs};
+    drafter_script sc = {dr->stream, dr->n_stream, dr->errs, dr->n_errs};
     ds4_drafter *d = drafter_for(&e, c, dr, &sc, 1);
     ds4_session *rows[1] = {&s};
     if (ds4_spec_prefill(d, rows, &prompt, &np, 1, &err)) fail_msg("%s", err.msg);
@@ -555,14 +556,14 @@ static void test_batched_rows(void **state) {
         engine_for(m, &c, &e);
         ds4_session s[B];
         ds4_session *rows[B];
-        ds4_script scripts[B];
+        drafter_script scripts[B];
         const int32_t *pp[B];
         ds4_spec_row sr[B];
         for (uint32_t i = 0; i < B; i++) {
             session_for(&e, &c, &s[i]);
             rows[i] = &s[i];
             pp[i] = prompts[i];
-            scripts[i] = (ds4_script){streams[i], np[i] + refs[i].n, errs[i], n_errs[i]};
+            scripts[i] = (drafter_script){streams[i], np[i] + refs[i].n, errs[i], n_errs[i]};
         }
         drafting dr = {kind, depth, NULL, 0, NULL, 0, 0, 0};
         ds4_drafter *d = kind == PLAIN ? NULL : drafter_for(&e, &c, &dr, scripts, B);
@@ -964,8 +965,8 @@ static void test_sampled_distribution(void **state) {
     int32_t stream[5] = {prompt[0]};
     for (int k = 0; k < 4; k++) stream[1 + k] = greedy.steps[k].token;
     run_free(&greedy);
-    ds4_script *scripts = malloc(sizeof(ds4_script) * n_rows);
-    for (uint32_t i = 0; i < n_rows; i++) scripts[i] = (ds4_script){stream, 5, NULL, 0};
+    drafter_script *scripts = malloc(sizeof(drafter_script) * n_rows);
+    for (uint32_t i = 0; i < n_rows; i++) scripts[i] = (drafter_script){stream, 5, NULL, 0};
     for (int kind = PLAIN; kind <= MTP; kind++) {
         if (skip_config((size_t)kind, MTP)) continue;
         uint32_t depth = kind == PLAIN ? 0 : 2;

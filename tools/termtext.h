@@ -21,10 +21,12 @@
 #ifndef DS4REF_TERMTEXT_H
 #define DS4REF_TERMTEXT_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+
+#include "ds4ref.h"
 
 typedef struct ds4ref_termtext {
     unsigned char seq[4];      /* a character begun and not yet complete */
@@ -33,28 +35,25 @@ typedef struct ds4ref_termtext {
 
 static const char ds4ref_replacement[] = "\xef\xbf\xbd";   /* U+FFFD */
 
-/* How many bytes a character starting with b has; 0 when b cannot start one. */
-static unsigned ds4ref_utf8_len(unsigned char b) {
-    if (b < 0x80) return 1;
-    if (b >= 0xc2 && b <= 0xdf) return 2;
-    if (b >= 0xe0 && b <= 0xef) return 3;
-    if (b >= 0xf0 && b <= 0xf4) return 4;
-    return 0;
-}
-
-/* Whether b may follow the n bytes of seq: a continuation byte, narrower
- * after the leads whose next byte would make an overlong form, a surrogate
- * or a code point beyond U+10FFFF. */
-static bool ds4ref_utf8_continues(const unsigned char *seq, unsigned n, unsigned char b) {
-    if (b < 0x80 || b > 0xbf) return false;
-    if (n > 1) return true;
-    switch (seq[0]) {
-    case 0xe0: return b >= 0xa0;
-    case 0xed: return b <= 0x9f;
-    case 0xf0: return b >= 0x90;
-    case 0xf4: return b <= 0x8f;
+/* The length of the character seq[0..n) begins, when these bytes can still
+ * begin (or are) a well-formed one; 0 when they cannot.  The library's rule,
+ * ds4ref_utf8_char, judges whole characters, so seq is completed to four
+ * bytes once with the lowest continuation byte, 0x80, and once with the
+ * highest, 0xBF: beyond being continuation bytes, only a character's second
+ * byte is restricted (after E0, ED, F0 and F4, against overlong forms,
+ * surrogates and code points past U+10FFFF), each time to a range that holds
+ * 0x80 or 0xBF, so one of the two completions is well-formed whenever any
+ * completion is. */
+static unsigned ds4ref_utf8_begun(const unsigned char *seq, unsigned n) {
+    static const unsigned char fill[2] = {0x80, 0xbf};
+    for (int k = 0; k < 2; k++) {
+        uint8_t c[4];
+        memset(c, fill[k], sizeof(c));
+        memcpy(c, seq, n);
+        size_t len = ds4ref_utf8_char(c, sizeof(c));
+        if (len >= n) return (unsigned)len;
     }
-    return true;
+    return 0;
 }
 
 /* One complete, valid character. */
@@ -77,9 +76,9 @@ static void ds4ref_termtext_put(ds4ref_termtext *t, const uint8_t *bytes, size_t
     for (size_t i = 0; i < n; i++) {
         unsigned char b = bytes[i];
         if (t->n) {
-            if (ds4ref_utf8_continues(t->seq, t->n, b)) {
-                t->seq[t->n++] = b;
-                if (t->n == t->len) {
+            t->seq[t->n] = b;
+            if (ds4ref_utf8_begun(t->seq, t->n + 1)) {
+                if (++t->n == t->len) {
                     ds4ref_termtext_char(t->seq, t->n, out);
                     t->n = 0;
                 }
@@ -89,13 +88,13 @@ static void ds4ref_termtext_put(ds4ref_termtext *t, const uint8_t *bytes, size_t
             fputs(ds4ref_replacement, out);
             t->n = 0;
         }
-        t->len = ds4ref_utf8_len(b);
+        t->seq[0] = b;
+        t->len = ds4ref_utf8_begun(t->seq, 1);
         if (!t->len) {
             fputs(ds4ref_replacement, out);
         } else if (t->len == 1) {
-            ds4ref_termtext_char(&b, 1, out);
+            ds4ref_termtext_char(t->seq, 1, out);
         } else {
-            t->seq[0] = b;
             t->n = 1;
         }
     }

@@ -12,9 +12,9 @@
 #include "api/apierr.h"
 #include "api/apimodel.h"
 #include "base/reslimit.h"
+#include "base/utf8.h"
 #include "base/version.h"
 #include "decode/generate.h"
-#include "decode/mtp_drafter.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/speculative.h"
@@ -64,9 +64,7 @@ _Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit
 
 int ds4ref_report_sigbus(const char *program, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_sigbus_install(program ? program : "ds4ref", &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_sigbus_install(program ? program : "ds4ref", &e), &e);
 }
 
 /* ------------------------------------------------------------------ models */
@@ -207,6 +205,11 @@ int ds4ref_token_string(const ds4ref_model *m, int32_t id, const char **s, size_
     return 0;
 }
 
+size_t ds4ref_utf8_char(const uint8_t *p, size_t n) {
+    uint32_t cp;
+    return p ? ds4_utf8_next(p, n, &cp) : 0;
+}
+
 int ds4ref_chat_prompt(const ds4ref_model *m, const char *prompt, size_t len,
                        const ds4ref_chat_options *o, int32_t **ids, size_t *n,
                        ds4ref_error *err) {
@@ -228,21 +231,12 @@ int ds4ref_chat_prompt(const ds4ref_model *m, const char *prompt, size_t len,
 
 /* ---------------------------------------------------------------- sessions */
 
-/* The model's declared context, capped: a 1M-token state is rarely what a
- * caller that did not ask for one wants. */
-static uint32_t default_ctx(const ds4_config *c) {
-    if (!c->context_length) return 4096;
-    return c->context_length < 32768 ? c->context_length : 32768;
-}
-
 int ds4ref_session_new(ds4ref_model *m, const ds4ref_session_options *o, ds4ref_session **out,
                        ds4ref_error *err) {
     *out = NULL;
     ds4ref_session *s = calloc(1, sizeof(*s));
     if (!s) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
-    uint32_t ctx = o && o->ctx ? o->ctx : default_ctx(&m->m.cfg);
-    ds4_session_opts so = {.ctx = ctx, .chunk = o && o->chunk ? o->chunk : m->e.cap,
-                           .rollback = DS4_SESSION_ROLLBACK};
+    ds4_session_opts so = ds4_gen_session_opts(&m->e, o ? o->ctx : 0, o ? o->chunk : 0);
     ds4err e = {0};
     if (ds4_session_init(&s->s, &m->e, &so, &e)) {
         free(s);
@@ -272,23 +266,17 @@ int ds4ref_session_eval(ds4ref_session *s, const int32_t *ids, size_t n, float *
                         ds4ref_error *err) {
     ds4err e = {0};
     if (n > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "too many tokens");
-    if (ds4_session_eval(&s->s, ids, (uint32_t)n, logits, NULL, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_session_eval(&s->s, ids, (uint32_t)n, logits, NULL, &e), &e);
 }
 
 int ds4ref_session_truncate(ds4ref_session *s, uint32_t pos, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_session_truncate(&s->s, pos, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_session_truncate(&s->s, pos, &e), &e);
 }
 
 int ds4ref_session_logits(ds4ref_session *s, uint32_t pos, float *out, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_session_logits_at(&s->s, pos, out, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_session_logits_at(&s->s, pos, out, &e), &e);
 }
 
 int ds4ref_session_top_logprobs(ds4ref_session *s, uint32_t pos, uint32_t k,
@@ -388,20 +376,6 @@ static int bridge_step(void *ud, uint32_t index, const ds4_gen_step *st) {
     return bridge_row_step(ud, ((step_bridge *)ud)->row, index, st);
 }
 
-/* The speculation settings of a call: a drafter over the model's MTP head
- * when asked for (owned by the caller of this function). */
-static int spec_setup(ds4ref_model *m, const ds4ref_generate_options *o, uint32_t rows,
-                      uint32_t ctx, uint32_t chunk, ds4_spec_cfg *sc, ds4err *e) {
-    memset(sc, 0, sizeof(*sc));
-    sc->temp = o->temperature;
-    if (!o->mtp_draft) return 0;
-    if (!m->m.mtp) return ds4err_set(e, DS4_E_ARG, "mtp_draft needs a model opened with an MTP head");
-    if (o->mtp_draft > DS4_SPEC_MAX_DRAFT)
-        return ds4err_set(e, DS4_E_ARG, "mtp_draft %u: at most %u", o->mtp_draft, DS4_SPEC_MAX_DRAFT);
-    sc->n_draft = o->mtp_draft;
-    return ds4_mtp_drafter_new(&sc->drafter, &m->e, rows, ctx, chunk, o->mtp_draft, e);
-}
-
 static void stats_out(const ds4_spec_stats *in, ds4ref_spec_stats *out) {
     if (!out) return;
     out->passes += in->passes;
@@ -411,17 +385,23 @@ static void stats_out(const ds4_spec_stats *in, ds4ref_spec_stats *out) {
     if (in->deepest > out->deepest) out->deepest = in->deepest;
 }
 
-/* The generation settings of a call (the drafter, if any, is the
- * caller's to free). */
-static int gen_setup(ds4ref_model *m, const ds4ref_generate_options *o, uint32_t rows,
-                     uint32_t ctx, uint32_t chunk, ds4_spec_cfg *sc, ds4_gen_run *gr,
-                     ds4err *e) {
-    if (spec_setup(m, o, rows, ctx, chunk, sc, e)) return -1;
-    *gr = (ds4_gen_run){.n_steps = o->n_tokens, .top_k = o->top_k ? o->top_k : 1,
-                        .eos = m->m.has_tok ? ds4_tok_special(&m->m.tok, DS4_SPECIAL_EOS) : -1,
-                        .stop_at_eos = o->stop_at_eos != 0, .spec = sc, .seed = o->seed,
-                        .stop = o->stop};
-    return 0;
+/* The run a call asks for, in the internal terms (sc holds its speculation,
+ * ds4_gen_spec_new). */
+static ds4_gen_run gen_run(const ds4ref_model *m, const ds4ref_generate_options *o,
+                           const ds4_spec_cfg *sc) {
+    return (ds4_gen_run){.n_steps = o->n_tokens, .top_k = o->top_k ? o->top_k : 1,
+                         .eos = m->m.has_tok ? ds4_tok_special(&m->m.tok, DS4_SPECIAL_EOS) : -1,
+                         .stop_at_eos = o->stop_at_eos != 0, .spec = sc, .seed = o->seed,
+                         .stop = o->stop};
+}
+
+/* o, or the defaults (ds4ref_generate_options_init) in *def when o is
+ * NULL. */
+static const ds4ref_generate_options *options_or_default(const ds4ref_generate_options *o,
+                                                         ds4ref_generate_options *def) {
+    if (o) return o;
+    ds4ref_generate_options_init(def);
+    return def;
 }
 
 /* A run recorded as a golden (and dump, vec case): the golden runner. */
@@ -489,16 +469,14 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
                     const ds4ref_generate_options *o, ds4ref_step_fn fn, void *ud,
                     ds4ref_error *err) {
     ds4ref_generate_options def;
-    if (!o) {
-        ds4ref_generate_options_init(&def);
-        o = &def;
-    }
+    o = options_or_default(o, &def);
     ds4err e = {0};
     if (n_prompt > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
     uint32_t np = (uint32_t)n_prompt;
+    ds4_session *ss = &s->s;
     ds4_spec_cfg sc;
-    ds4_gen_run gr;
-    if (gen_setup(s->model, o, 1, s->s.kv.ctx, s->s.kv.chunk, &sc, &gr, &e)) return api_fail(err, &e);
+    if (ds4_gen_spec_new(&sc, &ss, 1, o->temperature, o->mtp_draft, &e)) return api_fail(err, &e);
+    ds4_gen_run gr = gen_run(s->model, o, &sc);
     step_bridge b = {s->model, fn, NULL, ud, 0};
     ds4_spec_stats st = {0};
     gr.cb = bridge_row_step;
@@ -508,15 +486,12 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
     if (o->golden_path || o->dump_path || o->vec_path) {
         rc = generate_recorded(s, prompt, np, o, &gr, &b, &st, &e);
     } else {
-        ds4_session *ss = &s->s;
         rc = ds4_gen_rows(&ss, &prompt, &np, 1, &gr, NULL, NULL, &e);
-        if (!rc && o->stop && *o->stop) rc = ds4err_set(&e, DS4_E_INTERRUPTED, "interrupted");
+        if (!rc) rc = ds4_gen_check_stop(o->stop, NULL, &e);
     }
     if (sc.drafter) ds4_drafter_free(sc.drafter);
     stats_out(&st, o->stats);
-    if (rc) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, rc, &e);
 }
 
 int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *prompts,
@@ -524,36 +499,33 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
                           const ds4ref_generate_options *o, ds4ref_row_step_fn fn, void *ud,
                           ds4ref_error *err) {
     ds4ref_generate_options def;
-    if (!o) {
-        ds4ref_generate_options_init(&def);
-        o = &def;
-    }
+    o = options_or_default(o, &def);
     if (!n_rows) return 0;
     if (n_rows > UINT32_MAX) return api_fail_msg(err, DS4REF_E_ARG, "too many rows");
     ds4ref_model *m = rows[0]->model;
-    uint32_t n = (uint32_t)n_rows, max_ctx = 0, max_chunk = 0;
+    uint32_t n = (uint32_t)n_rows;
     for (uint32_t i = 0; i < n; i++) {
         if (rows[i]->model != m) return api_fail_msg(err, DS4REF_E_ARG, "the rows' sessions belong to different models");
         if (n_prompt[i] > UINT32_MAX) return api_fail_msg(err, DS4REF_E_RANGE, "prompt too long");
-        if (rows[i]->s.kv.ctx > max_ctx) max_ctx = rows[i]->s.kv.ctx;
-        if (rows[i]->s.kv.chunk > max_chunk) max_chunk = rows[i]->s.kv.chunk;
     }
     ds4err e = {0};
-    ds4_spec_cfg sc;
-    ds4_gen_run gr;
-    if (gen_setup(m, o, n, max_ctx, max_chunk, &sc, &gr, &e)) return api_fail(err, &e);
     ds4_session **ss = calloc(n, sizeof(*ss));
     uint32_t *lens = calloc(n, sizeof(*lens));
-    step_bridge b = {m, NULL, fn, ud, 0};
-    ds4_spec_stats st = {0};
-    int rc = -1;
     if (!ss || !lens) {
-        ds4err_set(&e, DS4_E_NOMEM, "out of memory");
-    } else {
-        for (uint32_t i = 0; i < n; i++) {
-            ss[i] = &rows[i]->s;
-            lens[i] = (uint32_t)n_prompt[i];
-        }
+        free(ss);
+        free(lens);
+        return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        ss[i] = &rows[i]->s;
+        lens[i] = (uint32_t)n_prompt[i];
+    }
+    ds4_spec_cfg sc;
+    int rc = ds4_gen_spec_new(&sc, ss, n, o->temperature, o->mtp_draft, &e);
+    if (!rc) {
+        ds4_gen_run gr = gen_run(m, o, &sc);
+        step_bridge b = {m, NULL, fn, ud, 0};
+        ds4_spec_stats st = {0};
         gr.cb = bridge_row_step;
         gr.ud = &b;
         gr.stats = &st;
@@ -561,13 +533,11 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
             rc = generate_recorded_rows(ss, prompts, lens, n, m, o, &gr, fn, ud, &st, &e);
         else
             rc = ds4_gen_rows(ss, prompts, lens, n, &gr, NULL, NULL, &e);
-        if (!rc && o->stop && *o->stop) rc = ds4err_set(&e, DS4_E_INTERRUPTED, "interrupted");
+        if (!rc) rc = ds4_gen_check_stop(o->stop, NULL, &e);
         stats_out(&st, o->stats);
     }
     if (sc.drafter) ds4_drafter_free(sc.drafter);
     free(ss);
     free(lens);
-    if (rc) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, rc, &e);
 }

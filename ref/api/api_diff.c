@@ -1,7 +1,8 @@
 /* The public API of diffing (ds4ref_diff_*, include/ds4ref.h): what
  * ds4ref-diff does between its argument parsing and its exit status.  Load
- * both files (any of the three kinds), compute the figures (diffmetrics.c),
- * check the thresholds and write the text or JSON report. */
+ * both files (any of the three kinds), compute the figures, check the
+ * thresholds and write the text or JSON report, all diffmetrics.c's; this
+ * file converts the options, the result and the errors. */
 #include "ds4ref.h"
 
 #include <errno.h>
@@ -18,23 +19,6 @@ void ds4ref_diff_options_init(ds4ref_diff_options *o) {
 
 /* A public threshold as an internal limit: negative or NAN is unchecked. */
 static double limit(double v) { return v >= 0 ? v : NAN; }
-
-/* The text report ends with the verdict and one line per violation. */
-static void text_verdict(uint32_t bad, const ds4_buf *why, ds4_buf *out) {
-    if (!bad) {
-        ds4_buf_puts(out, "result: PASS\n");
-        return;
-    }
-    ds4_buf_puts(out, "result: FAIL\n");
-    size_t pos = 0;
-    while (pos < why->len) {
-        const char *nl = memchr(why->p + pos, '\n', why->len - pos);
-        size_t n = (size_t)(nl - (why->p + pos));
-        ds4_buf_puts(out, "  violated: ");
-        ds4_buf_put(out, why->p + pos, n + 1);
-        pos += n + 1;
-    }
-}
 
 static void result_out(const ds4_diff_report *r, uint32_t bad, ds4ref_diff_result *res) {
     if (!res) return;
@@ -80,8 +64,7 @@ int ds4ref_diff_files(const char *golden, const char *other, const ds4ref_diff_o
         if (report && o->json) {
             rc = ds4_diff_format_json(&r, &a, &b, golden, other, &why, &out, &e);
         } else if (report) {
-            rc = ds4_diff_format_text(&r, &a, &b, golden, other, o->quiet != 0, &out, &e);
-            text_verdict(bad, &why, &out);
+            rc = ds4_diff_format_text(&r, &a, &b, golden, other, o->quiet != 0, &why, &out, &e);
         }
         if (rc == 0 && (out.failed || why.failed))
             rc = ds4err_set(&e, DS4_E_NOMEM, "out of memory");
@@ -95,7 +78,5 @@ int ds4ref_diff_files(const char *golden, const char *other, const ds4ref_diff_o
     ds4_buf_free(&out);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
-    if (rc) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, rc, &e);
 }

@@ -17,9 +17,7 @@ struct ds4ref_output {
 int ds4ref_read_file(const char *path, char **data, size_t *len, ds4ref_error *err) {
     ds4err e = {0};
     if (!path) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_read_file: no path");
-    if (ds4_read_file(path, READ_LIMIT, data, len, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_read_file(path, READ_LIMIT, data, len, &e), &e);
 }
 
 int ds4ref_output_open(const char *path, ds4ref_output **out, ds4ref_error *err) {
@@ -39,18 +37,14 @@ int ds4ref_output_open(const char *path, ds4ref_output **out, ds4ref_error *err)
 
 int ds4ref_output_write(ds4ref_output *o, const void *data, size_t n, ds4ref_error *err) {
     ds4err e = {0};
-    if (ds4_afile_write(&o->f, data, n, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_afile_write(&o->f, data, n, &e), &e);
 }
 
 int ds4ref_output_commit(ds4ref_output *o, ds4ref_error *err) {
     ds4err e = {0};
     int rc = ds4_afile_commit(&o->f, &e);
     free(o);
-    if (rc) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, rc, &e);
 }
 
 void ds4ref_output_abort(ds4ref_output *o) {

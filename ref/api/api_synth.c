@@ -22,9 +22,7 @@ int ds4ref_synth_write(const ds4ref_synth_options *o, const char *path, const ch
     ds4_synth_opts so = {.config = o->config, .f32 = o->f32 != 0, .seed = o->seed,
                          .vocab_from = o->vocab_from};
     ds4err e = {0};
-    if (ds4_synth_write(&so, path, mtp_path, &e)) return api_fail(err, &e);
-    api_ok(err);
-    return 0;
+    return api_result(err, ds4_synth_write(&so, path, mtp_path, &e), &e);
 }
 
 int ds4ref_synth_mtp_path(const char *path, char **mtp_path, ds4ref_error *err) {

@@ -46,4 +46,12 @@ static inline void api_ok(ds4ref_error *out) {
     }
 }
 
+/* A call's outcome: api_fail when rc is non-zero, else api_ok.  Returns the
+ * public code. */
+static inline int api_result(ds4ref_error *out, int rc, const ds4err *e) {
+    if (rc) return api_fail(out, e);
+    api_ok(out);
+    return 0;
+}
+
 #endif

@@ -13,6 +13,7 @@
 
 #include "base/fileio.h"
 #include "conform/template.h"
+#include "decode/generate.h"
 #include "text/chat.h"
 #include "trace/diffmetrics.h"
 
@@ -423,11 +424,6 @@ static void check_exercised(ds4_cf_result *res) {
 
 /* ---- the run ---- */
 
-static uint32_t default_ctx(const ds4_config *c) {
-    if (!c->context_length) return 4096;
-    return c->context_length < 32768 ? c->context_length : 32768;
-}
-
 /* The folder the cells run in: the one given, or a new temporary one. */
 static int open_work(const ds4_cf_opts *o, char *work, size_t cap, bool *temporary,
                      ds4err *err) {
@@ -458,7 +454,7 @@ int ds4_cf_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
         return ds4err_set(err, DS4_E_ARG, "--exact compares greedy runs: use --temp 0");
     if (!o->corpus || !o->corpus->n) return ds4err_set(err, DS4_E_ARG, "no prompts");
     if (!o->n_tokens) return ds4err_set(err, DS4_E_ARG, "no tokens to generate (-n)");
-    res->ctx = o->ctx ? o->ctx : default_ctx(&e->m->cfg);
+    res->ctx = ds4_gen_session_opts(e, o->ctx, 0).ctx;   /* ds4ref's own default */
     res->greedy = o->temp == 0;
     ds4_cf_opts run = *o;
     run.limits.greedy = res->greedy;

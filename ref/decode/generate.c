@@ -4,6 +4,46 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/mtp_drafter.h"
+
+/* A caller that names no context does not want the 1M-token state a model
+ * may declare. */
+enum { DEFAULT_CTX_CAP = 32768, DEFAULT_CTX_UNDECLARED = 4096 };
+
+ds4_session_opts ds4_gen_session_opts(const ds4_engine *e, uint32_t ctx, uint32_t chunk) {
+    uint32_t declared = e->m->cfg.context_length;
+    if (!ctx) ctx = !declared ? DEFAULT_CTX_UNDECLARED
+                  : declared < DEFAULT_CTX_CAP ? declared : DEFAULT_CTX_CAP;
+    return (ds4_session_opts){.ctx = ctx, .chunk = chunk ? chunk : e->cap,
+                              .rollback = DS4_SESSION_ROLLBACK};
+}
+
+int ds4_gen_spec_new(ds4_spec_cfg *sc, ds4_session *const *rows, uint32_t n_rows, double temp,
+                     uint32_t mtp_draft, ds4err *err) {
+    memset(sc, 0, sizeof(*sc));
+    sc->temp = temp;
+    if (!mtp_draft) return 0;
+    ds4_engine *e = rows[0]->e;
+    if (!e->m->mtp) return ds4err_set(err, DS4_E_ARG, "mtp_draft needs a model opened with an MTP head");
+    if (mtp_draft > DS4_SPEC_MAX_DRAFT)
+        return ds4err_set(err, DS4_E_ARG, "mtp_draft %u: at most %u", mtp_draft, DS4_SPEC_MAX_DRAFT);
+    /* One drafter serves every row: it holds the longest context and the
+     * largest pass of any of them. */
+    uint32_t ctx = 0, chunk = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        if (rows[i]->kv.ctx > ctx) ctx = rows[i]->kv.ctx;
+        if (rows[i]->kv.chunk > chunk) chunk = rows[i]->kv.chunk;
+    }
+    sc->n_draft = mtp_draft;
+    return ds4_mtp_drafter_new(&sc->drafter, e, n_rows, ctx, chunk, mtp_draft, err);
+}
+
+int ds4_gen_check_stop(volatile sig_atomic_t *stop, const char *what_was_done, ds4err *err) {
+    if (!stop || !*stop) return 0;
+    if (what_was_done) return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted: %s", what_was_done);
+    return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted");
+}
+
 uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bool *clamped) {
     if (n_prompt > s->kv.ctx) {   /* refused by ds4_gen_check_prompt */
         *clamped = want > 0;

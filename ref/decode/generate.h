@@ -31,6 +31,21 @@
 #define DS4_SESSION_ROLLBACK 32
 _Static_assert(DS4_SESSION_ROLLBACK >= DS4_SPEC_MAX_DRAFT, "rollback below the deepest draft");
 
+/* The options of a session made for a caller that generates (the public
+ * API): ctx 0 is the model's declared context capped at 32768 (4096 when
+ * it declares none), chunk 0 the engine's capacity, and the rollback is
+ * DS4_SESSION_ROLLBACK. */
+ds4_session_opts ds4_gen_session_opts(const ds4_engine *e, uint32_t ctx, uint32_t chunk);
+
+/* The speculation of a generation over rows[0..n_rows) (sessions of one
+ * engine): sampling at temp (0: greedy), and with mtp_draft > 0 drafts of
+ * that depth from the model's MTP head, which the model must have loaded
+ * (depth at most DS4_SPEC_MAX_DRAFT), by one drafter sized for the largest
+ * context and chunk of the rows.  sc->drafter (NULL without MTP) is the
+ * caller's to free with ds4_drafter_free. */
+int ds4_gen_spec_new(ds4_spec_cfg *sc, ds4_session *const *rows, uint32_t n_rows, double temp,
+                     uint32_t mtp_draft, ds4err *err);
+
 /* Why a run ended. */
 typedef enum ds4_gen_end {
     DS4_GEN_LENGTH,      /* n_steps tokens were generated */
@@ -65,6 +80,11 @@ uint32_t ds4_gen_room(const ds4_session *s, uint32_t n_prompt, uint32_t want, bo
  * within the context, every id in the vocabulary. */
 int ds4_gen_check_prompt(const ds4_session *s, const int32_t *prompt, uint32_t n_prompt,
                          ds4err *err);
+
+/* A run that ended because its stop flag was set fails for the caller that
+ * set it: DS4_E_INTERRUPTED, "interrupted", and ": " + what_was_done when
+ * that is not NULL.  0 when stop is NULL or not set. */
+int ds4_gen_check_stop(volatile sig_atomic_t *stop, const char *what_was_done, ds4err *err);
 
 /* Run rows[0..n_rows) on their prompts.  done[r] (may be NULL) gets the
  * steps row r made, end[r] (may be NULL) why it ended. */

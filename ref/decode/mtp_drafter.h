@@ -37,8 +37,12 @@ int ds4_mtp_kv_init(ds4_kv *kv, const ds4_model *m, uint32_t ctx, uint32_t chunk
 int ds4_mtp_drafter_new(ds4_drafter **out, ds4_engine *e, uint32_t n_rows, uint32_t ctx,
                         uint32_t chunk, uint32_t max_draft, ds4err *err);
 
-/* A row's MTP state (for tests): rows [0, ds4_mtp_drafter_done()) are the
- * committed ones. */
+/* A row's MTP state: rows [0, ds4_mtp_drafter_done()) are the committed
+ * ones.  Nothing in the library reads them, and they stay here all the
+ * same: the drafter's state is private to mtp_drafter.c, and these two
+ * are how test_mtp holds it, row by row, to a teacher-forced MTP prefill
+ * of the committed tokens (a drafter whose drafts were right by luck
+ * would pass a test of its drafts alone). */
 const ds4_kv *ds4_mtp_drafter_kv(const ds4_drafter *d, uint32_t row);
 uint32_t ds4_mtp_drafter_done(const ds4_drafter *d, uint32_t row);
 

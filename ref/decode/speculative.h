@@ -23,9 +23,10 @@
  * plain sampling (the accept tests consume random numbers plain sampling
  * does not).
  *
- * Drafters are pluggable: the MTP head (mtp_drafter.h) and a scripted drafter that
- * replays a given token stream with errors injected at chosen depths, so that
- * tests reach every accept/reject path deterministically. */
+ * Drafters are pluggable: the MTP head (mtp_drafter.h), and in the tests a
+ * scripted drafter that replays a given token stream with errors injected
+ * at chosen depths, so that they reach every accept/reject path
+ * deterministically (tests/script_drafter.h). */
 #ifndef DS4_SPEC_H
 #define DS4_SPEC_H
 
@@ -76,21 +77,6 @@ struct ds4_drafter {
 };
 
 void ds4_drafter_free(ds4_drafter *d);
-
-/* Scripted drafter: row r proposes stream[pos+1], stream[pos+2], ... after
- * the token at position pos (positions count from the row's first prompt
- * token), and nothing past the end of the stream.  Its c-th proposal for the
- * row (c = 0, 1, ...) replaces the draft at depth err_depth[c % n_err]
- * (1-based; 0 = no error) with (token + 1) % n_vocab. */
-typedef struct ds4_script {
-    const int32_t *stream;
-    uint32_t n;
-    const uint8_t *err_depth;  /* NULL: never wrong */
-    uint32_t n_err;
-} ds4_script;
-
-int ds4_script_drafter_new(ds4_drafter **out, const ds4_script *rows, uint32_t n_rows,
-                           uint32_t n_vocab, ds4err *err);
 
 /* ---- decoding ---- */
 

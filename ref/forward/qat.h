@@ -40,7 +40,11 @@ int ds4_qat_fp4_e2m1(float *x, size_t n, ds4err *err);
 
 /* x <- x H_n / sqrt(n), H_n the Sylvester Hadamard matrix in natural order
  * (H_ij = (-1)^popcount(i & j)), n a power of two.  The f32 version works in
- * double and rounds each output once; it takes n <= DS4_HADAMARD_MAX. */
+ * double and rounds each output once; it takes n <= DS4_HADAMARD_MAX.  The
+ * model uses the f32 one only; the f64 one is the same butterflies without
+ * the final rounding, kept so that test_qat can hold the library's own
+ * transform to the official float64 outputs at 1e-12, which the f32
+ * result, rounded to 2^-24, cannot show. */
 enum { DS4_HADAMARD_MAX = 1024 };
 int ds4_hadamard_f32(float *x, size_t n, ds4err *err);
 int ds4_hadamard_f64(double *x, size_t n, ds4err *err);

@@ -67,11 +67,6 @@ int ds4_chat_render(const ds4_chat_msg *msgs, size_t n, const ds4_chat_opts *opt
 int ds4_chat_render_ids(const ds4_tokenizer *t, const ds4_chat_msg *msgs, size_t n,
                         const ds4_chat_opts *opts, ds4_tokens *out, ds4err *err);
 
-/* Messages from a JSON array of message objects (OpenAI style, as the
- * official encoder takes them).  *msgs (free() it) points into `arr`, which
- * must outlive it. */
-int ds4_chat_msgs_from_json(const ds4_json *arr, ds4_chat_msg **msgs, size_t *n, ds4err *err);
-
 /* ds4's command line: `-sys SYSTEM -p PROMPT` with --think / --nothink /
  * --think-max.  A prompt that starts with the BOS string is taken as already
  * rendered and tokenized as it is (system and options ignored); otherwise it

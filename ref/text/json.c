@@ -258,6 +258,9 @@ static int parse_literal(parser *p, ds4_json *v) {
 
 static int parse_value(parser *p, ds4_json *v, int depth);
 
+/* parse_array and parse_object are the same comma-separated loop of RFC
+ * 8259, each written out: an object's member is a key, ':' and a value,
+ * with its own messages, and each loop reads as the grammar it parses. */
 static int parse_array(parser *p, ds4_json *v, int depth) {
     size_t mark = p->sp;
     p->pos++;   /* '[' */

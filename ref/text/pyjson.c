@@ -2,10 +2,9 @@
 #include "text/pyjson.h"
 
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "base/repr.h"
 
 bool ds4_py_truthy(const ds4_json *v) {
     if (!v) return false;
@@ -23,83 +22,15 @@ static bool is_float_literal(const ds4_json *v) {
     return strpbrk(v->str, ".eE") != NULL;
 }
 
-/* Whether mant * 10^e10 reads back as x. */
-static bool reads_back(uint64_t mant, int e10, double x) {
-    char s[48];
-    snprintf(s, sizeof(s), "%llue%d", (unsigned long long)mant, e10);
-    return strtod(s, NULL) == x;
-}
-
-/* The shortest decimal mant * 10^e10 that reads back as |x|, the closest to
- * it among equally short ones: what Python's repr(float) prints.  For p
- * digits the correctly rounded value is tried first; at a power of two the
- * rounding interval is lopsided, and then only the next p-digit value on the
- * wide side may read back. */
-static void shortest_digits(double x, uint64_t *mant_out, int *e10_out) {
-    for (int prec = 1;; prec++) {
-        char s[48];
-        snprintf(s, sizeof(s), "%.*e", prec - 1, x);
-        uint64_t mant = 0;
-        char *p = s;
-        for (; *p != 'e'; p++)
-            if (*p != '.') mant = mant * 10 + (uint64_t)(*p - '0');
-        int e10 = atoi(p + 1) - (prec - 1);
-        /* 17 digits always read back. */
-        if (prec == 17 || reads_back(mant, e10, x)) { *mant_out = mant; *e10_out = e10; return; }
-        if (reads_back(mant + 1, e10, x)) { *mant_out = mant + 1; *e10_out = e10; return; }
-        if (mant > 1 && reads_back(mant - 1, e10, x)) { *mant_out = mant - 1; *e10_out = e10; return; }
-    }
-}
-
-/* repr(float): shortest digits, in fixed notation when the decimal point
- * falls in (-4, 16] digits from the first digit, else as d.ddde±XX. */
+/* repr(float) (base/repr.h), and json.dumps's spelling of the infinities
+ * (a JSON number too large for a double reads as one). */
 static void put_py_float(ds4_buf *b, double x) {
     if (isinf(x)) {
         ds4_buf_puts(b, x < 0 ? "-Infinity" : "Infinity");
         return;
     }
-    if (x == 0) {
-        ds4_buf_puts(b, signbit(x) ? "-0.0" : "0.0");
-        return;
-    }
-    if (x < 0) {
-        ds4_buf_put(b, "-", 1);
-        x = -x;
-    }
-    uint64_t mant;
-    int e10;
-    shortest_digits(x, &mant, &e10);
-    while (mant % 10 == 0) {
-        mant /= 10;
-        e10++;
-    }
-    char digits[24];
-    int nd = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)mant);
-    int decpt = nd + e10;   /* value = 0.DIGITS * 10^decpt */
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            ds4_buf_puts(b, "0.");
-            for (int i = 0; i < -decpt; i++) ds4_buf_put(b, "0", 1);
-            ds4_buf_put(b, digits, (size_t)nd);
-        } else if (decpt >= nd) {
-            ds4_buf_put(b, digits, (size_t)nd);
-            for (int i = nd; i < decpt; i++) ds4_buf_put(b, "0", 1);
-            ds4_buf_puts(b, ".0");
-        } else {
-            ds4_buf_put(b, digits, (size_t)decpt);
-            ds4_buf_put(b, ".", 1);
-            ds4_buf_put(b, digits + decpt, (size_t)(nd - decpt));
-        }
-        return;
-    }
-    char e[16];
-    ds4_buf_put(b, digits, 1);
-    if (nd > 1) {
-        ds4_buf_put(b, ".", 1);
-        ds4_buf_put(b, digits + 1, (size_t)nd - 1);
-    }
-    snprintf(e, sizeof(e), "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
-    ds4_buf_puts(b, e);
+    char repr[DS4_REPR_MAX];
+    ds4_buf_put(b, repr, ds4_repr_float(x, false, repr));
 }
 
 static bool same_key(const ds4_json *obj, size_t i, size_t j) {

@@ -310,11 +310,6 @@ void ds4_diff_report_free(ds4_diff_report *r) {
 
 /* ================================================================ limits */
 
-void ds4_diff_limits_none(ds4_diff_limits *l) {
-    l->max_dlogprob = l->min_top1 = l->min_top5 = l->min_top20 = l->max_kl = NAN;
-    l->exact = false;
-}
-
 static void violation(ds4_buf *why, uint32_t *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void violation(ds4_buf *why, uint32_t *n, const char *fmt, ...) {
@@ -412,9 +407,26 @@ static void fig(char *out, size_t cap, bool valid, double v) {
     else snprintf(out, cap, "-");
 }
 
+/* The text report ends with the verdict and one line per violation. */
+static void text_verdict(const ds4_buf *why, ds4_buf *out) {
+    if (!why || !why->len) {
+        ds4_buf_puts(out, "result: PASS\n");
+        return;
+    }
+    ds4_buf_puts(out, "result: FAIL\n");
+    size_t pos = 0;
+    while (pos < why->len) {
+        const char *nl = memchr(why->p + pos, '\n', why->len - pos);
+        size_t n = (size_t)(nl - (why->p + pos));
+        ds4_buf_puts(out, "  violated: ");
+        ds4_buf_put(out, why->p + pos, n + 1);
+        pos += n + 1;
+    }
+}
+
 int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds4_golden *b,
-                         const char *name_a, const char *name_b, bool quiet, ds4_buf *out,
-                         ds4err *err) {
+                         const char *name_a, const char *name_b, bool quiet,
+                         const ds4_buf *violations, ds4_buf *out, ds4err *err) {
     describe_source(out, "A", name_a, a);
     describe_source(out, "B", name_b, b);
     if (r->notes.len) ds4_buf_put(out, r->notes.p, r->notes.len);
@@ -467,6 +479,7 @@ int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds
              mx, mn, kmax, kmean, r->exact ? "yes" : "no");
     if (r->first_inexact >= 0) puts_fmt(out, " first_inexact=%" PRId64, r->first_inexact);
     ds4_buf_puts(out, "\n");
+    text_verdict(violations, out);
     return out->failed ? ds4err_set(err, DS4_E_NOMEM, "out of memory formatting") : 0;
 }
 
@@ -475,6 +488,14 @@ int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds
 static void json_num(ds4_buf *b, bool valid, double v) {
     if (valid && isfinite(v)) puts_fmt(b, "%.17g", v);
     else ds4_buf_puts(b, "null");
+}
+
+/* ,"key":number (json_num) after an earlier member. */
+static void json_num_member(ds4_buf *b, const char *key, bool valid, double v) {
+    ds4_buf_puts(b, ",\"");
+    ds4_buf_puts(b, key);
+    ds4_buf_puts(b, "\":");
+    json_num(b, valid, v);
 }
 
 static void json_tok(ds4_buf *b, const ds4_golden_tok *t) {
@@ -538,35 +559,26 @@ int ds4_diff_format_json(const ds4_diff_report *r, const ds4_golden *a, const ds
         json_tok(out, &b->steps[i].tok);
         for (int k = 0; k < DS4_DIFF_NTOP; k++)
             puts_fmt(out, ",\"top%u\":[%u,%u]", top_n[k], d->overlap[k], d->avail[k]);
-        puts_fmt(out, ",\"common\":%u,\"max_dlogprob\":", d->n_common);
-        json_num(out, d->n_common > 0, d->max_dlp);
-        ds4_buf_puts(out, ",\"mean_dlogprob\":");
-        json_num(out, d->n_common > 0, d->mean_dlp);
-        ds4_buf_puts(out, ",\"kl\":");
-        json_num(out, d->has_kl, d->kl);
+        puts_fmt(out, ",\"common\":%u", d->n_common);
+        json_num_member(out, "max_dlogprob", d->n_common > 0, d->max_dlp);
+        json_num_member(out, "mean_dlogprob", d->n_common > 0, d->mean_dlp);
+        json_num_member(out, "kl", d->has_kl, d->kl);
         puts_fmt(out, ",\"exact\":%s,\"inexact\":", d->exact ? "true" : "false");
         ds4_json_put_str(out, d->inexact, strlen(d->inexact));
         ds4_buf_puts(out, "}");
     }
     puts_fmt(out, "],\"summary\":{\"steps_a\":%u,\"steps_b\":%u,\"compared\":%u,"
-             "\"token_agree\":%u,\"top1\":", r->n_a, r->n_b, r->n_compared, r->n_agree);
-    json_num(out, true, r->top1);
-    ds4_buf_puts(out, ",\"first_divergence\":");
-    json_num(out, r->first_divergence >= 0, (double)r->first_divergence);
-    ds4_buf_puts(out, ",\"top5\":");
-    json_num(out, true, r->top5);
-    ds4_buf_puts(out, ",\"top20\":");
-    json_num(out, true, r->top20);
-    ds4_buf_puts(out, ",\"max_dlogprob\":");
-    json_num(out, true, r->max_dlp);
-    ds4_buf_puts(out, ",\"mean_dlogprob\":");
-    json_num(out, true, r->mean_dlp);
-    ds4_buf_puts(out, ",\"max_kl\":");
-    json_num(out, true, r->max_kl);
-    ds4_buf_puts(out, ",\"mean_kl\":");
-    json_num(out, true, r->mean_kl);
-    puts_fmt(out, ",\"exact\":%s,\"first_inexact\":", r->exact ? "true" : "false");
-    json_num(out, r->first_inexact >= 0, (double)r->first_inexact);
+             "\"token_agree\":%u", r->n_a, r->n_b, r->n_compared, r->n_agree);
+    json_num_member(out, "top1", true, r->top1);
+    json_num_member(out, "first_divergence", r->first_divergence >= 0, (double)r->first_divergence);
+    json_num_member(out, "top5", true, r->top5);
+    json_num_member(out, "top20", true, r->top20);
+    json_num_member(out, "max_dlogprob", true, r->max_dlp);
+    json_num_member(out, "mean_dlogprob", true, r->mean_dlp);
+    json_num_member(out, "max_kl", true, r->max_kl);
+    json_num_member(out, "mean_kl", true, r->mean_kl);
+    puts_fmt(out, ",\"exact\":%s", r->exact ? "true" : "false");
+    json_num_member(out, "first_inexact", r->first_inexact >= 0, (double)r->first_inexact);
     ds4_buf_puts(out, "},\"violations\":");
     json_lines(out, violations, "");
     puts_fmt(out, ",\"pass\":%s}\n", violations && violations->len ? "false" : "true");

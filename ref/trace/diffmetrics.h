@@ -101,8 +101,6 @@ typedef struct ds4_diff_limits {
     bool exact;
 } ds4_diff_limits;
 
-void ds4_diff_limits_none(ds4_diff_limits *l);
-
 /* Number of violations, each appended to *why as one line "--flag X: got Y".
  * A prompt mismatch is always a violation (nothing else is comparable
  * then); a limit whose figure could not be measured is violated too.  With
@@ -111,10 +109,12 @@ void ds4_diff_limits_none(ds4_diff_limits *l);
 uint32_t ds4_diff_check(const ds4_diff_report *r, const ds4_diff_limits *l, ds4_buf *why);
 
 /* Human-readable report: the two sources, notes, one line per step (none
- * when quiet), the divergence, the summary line. */
+ * when quiet), the divergence, the summary line, and the verdict: "result:
+ * PASS", or "result: FAIL" and "  violated: " before each line of
+ * violations (from ds4_diff_check; NULL: none). */
 int ds4_diff_format_text(const ds4_diff_report *r, const ds4_golden *a, const ds4_golden *b,
-                         const char *name_a, const char *name_b, bool quiet, ds4_buf *out,
-                         ds4err *err);
+                         const char *name_a, const char *name_b, bool quiet,
+                         const ds4_buf *violations, ds4_buf *out, ds4err *err);
 
 /* The same as one JSON object (docs/FORMATS.md), with the violation lines
  * from ds4_diff_check and the verdict. */

@@ -207,6 +207,9 @@ out:
     return rc;
 }
 
+/* The whole file, then the parser: each trace reader (golden_read.c,
+ * ds4dump.c, officialvec.c) ends with these few lines, for its own
+ * parser and result type. */
 int ds4_dump_read(const char *path, ds4_golden *g, ds4err *err) {
     char *buf;
     size_t len;

@@ -333,6 +333,9 @@ int ds4_golden_parse(const char *buf, size_t len, const char *name, ds4_golden *
     return rc;
 }
 
+/* The whole file, then the parser: each trace reader (golden_read.c,
+ * ds4dump.c, officialvec.c) ends with these few lines, for its own
+ * parser and result type. */
 int ds4_golden_read(const char *path, ds4_golden *g, ds4err *err) {
     char *buf;
     size_t len;

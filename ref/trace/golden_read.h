@@ -11,7 +11,6 @@
 
 #include "base/err.h"
 #include "trace/golden.h"
-#include "trace/golden_read.h"
 
 /* buf[0..len) into *g; `name` labels messages. */
 int ds4_golden_parse(const char *buf, size_t len, const char *name, ds4_golden *g,

@@ -150,15 +150,6 @@ int ds4_golden_format(const ds4_golden *g, ds4_buf *out, ds4err *err) {
     return out->failed ? ds4_golden_nomem(err) : 0;
 }
 
-int ds4_golden_write(const ds4_golden *g, const char *path, ds4err *err) {
-    ds4_buf b = {0};
-    int rc = ds4_golden_format(g, &b, err);
-    if (rc == 0) rc = ds4_write_file_atomic(path, b.p ? b.p : "", b.len, err);
-    if (rc) ds4err_prefix(err, "%s", path);
-    ds4_buf_free(&b);
-    return rc;
-}
-
 /* ------------------------------------------------------------ streaming */
 
 struct ds4_golden_writer {

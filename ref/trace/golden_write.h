@@ -21,7 +21,6 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "trace/golden.h"
-#include "trace/golden_write.h"
 
 /* The three kinds of line, exactly as they are written (with the '\n');
  * the reader compares every line it reads with these. */
@@ -32,9 +31,6 @@ void ds4_golden_put_end_line(ds4_buf *b, uint32_t n_steps, ds4_stop stop);
 /* The whole file (header, steps, end line) into *out.  Needs a ds4ref
  * golden with its end set. */
 int ds4_golden_format(const ds4_golden *g, ds4_buf *out, ds4err *err);
-
-/* Write the whole golden atomically. */
-int ds4_golden_write(const ds4_golden *g, const char *path, ds4err *err);
 
 typedef struct ds4_golden_writer ds4_golden_writer;
 

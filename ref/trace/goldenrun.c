@@ -320,8 +320,7 @@ int ds4_run_goldens(ds4_session *const *rows, const ds4_tokenizer *tok,
     free(x);
     free(end);
     if (failed) return -1;
-    if (!rc && first->stop && *first->stop)
-        return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted: outputs written and marked incomplete");
+    if (!rc) rc = ds4_gen_check_stop(first->stop, "outputs written and marked incomplete", err);
     return rc;
 }
 

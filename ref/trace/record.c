@@ -72,6 +72,9 @@ int ds4_rd_uint(const ds4_rd *r, const ds4_json *v, const char *what, uint64_t m
     return 0;
 }
 
+/* Not ds4_rd_f64 rounded to float: strtof rounds the decimal once, where
+ * strtod then (float) would round it twice and could miss the float it
+ * was printed from. */
 int ds4_rd_f32(const ds4_rd *r, const ds4_json *v, const char *what, float *out) {
     if (!v || v->type != DS4_JSON_NUMBER) return ds4_rd_fail(r, "%s: expected a number", what);
     char *end;

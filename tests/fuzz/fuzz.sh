@@ -33,7 +33,7 @@ build() {
         EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $san" "$out/libds4ref.a" "$out/tests/malformed.o"
     for t in "${targets[@]}"; do
         # shellcheck disable=SC2086
-        $cc $cflags -fsanitize=fuzzer "tests/fuzz/fuzz_$t.c" tests/fuzz/fuzzutil.c \
+        $cc $cflags -fsanitize=fuzzer "tests/fuzz/fuzz_$t.c" tests/fuzz/fuzzutil.c tests/chat_msgs.c \
             "$out/libds4ref.a" -lpcre2-8 -lm -o "$out/fuzz_$t"
     done
     # shellcheck disable=SC2086

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_msgs.h"
 #include "fuzzutil.h"
 #include "model/model.h"
 #include "quant/gguf.h"
@@ -111,7 +112,7 @@ static void check_chat_json(const char *text, size_t len, uint8_t mode) {
     if (ds4_json_parse(text, len, "messages", &doc, &err)) return;
     ds4_chat_msg *msgs;
     size_t n;
-    if (!ds4_chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err)) {
+    if (!chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err)) {
         ds4_chat_opts o = {.thinking = mode & 1, .effort_max = mode & 2, .keep_thinking = mode & 4,
                            .no_bos = mode & 8};
         ds4_buf out = {0};
