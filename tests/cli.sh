@@ -109,6 +109,23 @@ check "ds4ref sets a short OpenMP spin (${spin:-none reported})" short_spin "$sp
 spin=$(omp_spin OMP_WAIT_POLICY=active)
 check "ds4ref keeps the user's OpenMP wait policy (${spin:-none reported})" other_spin "$spin"
 
+# A batch of token rows: a golden and a dump per row, each row's steps those
+# its prompt gets alone; no official.vec case from a batch.
+printf '256 258 72 101 108 108 111 259 261\n256 258 87 104 97 116 259 261\n' > "$tmp/rows.txt"
+./ds4ref -m $model --batch-tokens "$tmp/rows.txt" -n 12 --ignore-eos --chunk 3 \
+    --golden-out "$tmp/rows.jsonl" --dump-logprobs "$tmp/rows.json" > /dev/null 2>&1
+for r in 0 1; do
+    sed -n "$((r + 1))p" "$tmp/rows.txt" > "$tmp/row$r.txt"
+    ./ds4ref -m $model --tokens-file "$tmp/row$r.txt" -n 12 --ignore-eos --golden-out "$tmp/one$r.jsonl" \
+        > /dev/null 2>&1
+    check "--batch-tokens: row $r's golden holds its prompt's steps" \
+        cmp -s <(tail -n +2 "$tmp/rows.jsonl.$r") <(tail -n +2 "$tmp/one$r.jsonl")
+    check "--batch-tokens: row $r's dump is its golden's" \
+        quiet ./ds4ref-diff --exact "$tmp/one$r.jsonl" "$tmp/rows.json.$r"
+done
+check "--batch-tokens with --vec-out -> 2" status_is 2 ./ds4ref -m $model --batch-tokens "$tmp/rows.txt" \
+    --vec-out "$tmp/rows.vec"
+
 # Teacher-forced logits: [n_tokens][n_vocab] f32.
 printf '256 258 72 101 108 108 111 259 261' > "$tmp/toks.txt"
 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 0 --logits-out "$tmp/l1.f32" 2> "$tmp/l1.err"

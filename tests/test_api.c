@@ -189,6 +189,12 @@ static void test_sessions(void **state) {
     assert_int_equal(n, 5);
     for (uint32_t i = 0; i < n; i++) assert_true(top[i].logit == all[29 * 512 + top[i].id]);
     assert_true(top[0].logit >= top[1].logit && top[0].logprob < 0);
+    /* A caller's own logits get the very same figures. */
+    ds4ref_logprob mine[5];
+    uint32_t n_mine;
+    assert_int_equal(ds4ref_top_logprobs(f->m, all + 29 * 512, 5, mine, &n_mine, &e), 0);
+    assert_int_equal(n_mine, 5);
+    assert_memory_equal(mine, top, sizeof(top));
     /* Errors: position out of range, bad token, truncation forward. */
     assert_int_equal(ds4ref_session_logits(s, 30, one, &e), DS4REF_E_RANGE);
     assert_non_null(strstr(e.message, "position 30"));
@@ -267,6 +273,36 @@ static void test_generate(void **state) {
     memset(both, 0, sizeof(both));
     assert_int_equal(ds4ref_generate_batch(rows, prompts, lens, 2, &go, record_row, both, &e), 0);
     assert_memory_equal(&both[1], &plain, sizeof(rec));
+    assert_true(st.deepest <= 3 && (st.deepest > 0) == (st.accepted > 0));
+    /* Recorded, each row into PATH.ROW: row 1's golden holds plain's steps. */
+    char *g = tu_path(f->dir, "rows.jsonl"), *g1 = tu_path(f->dir, "rows.jsonl.1"),
+         *g0 = tu_path(f->dir, "rows.jsonl.0");
+    go.golden_path = g;
+    memset(both, 0, sizeof(both));
+    assert_int_equal(ds4ref_generate_batch(rows, prompts, lens, 2, &go, record_row, both, &e), 0);
+    assert_memory_equal(&both[1], &plain, sizeof(rec));
+    ds4ref_golden *gold;
+    assert_int_equal(ds4ref_golden_read(g1, &gold, &e), 0);
+    assert_int_equal(gold->n_steps, 24);
+    assert_int_equal(gold->n_prompt, 6);
+    for (uint32_t i = 0; i < 24; i++) {
+        assert_int_equal(gold->steps[i].id, plain.ids[i]);
+        assert_memory_equal(gold->steps[i].logits_sha256, plain.digests[i], 32);
+    }
+    ds4ref_golden_free(gold);
+    assert_int_equal(ds4ref_golden_read(g0, &gold, &e), 0);
+    assert_int_equal(gold->n_prompt, 3);
+    ds4ref_golden_free(gold);
+    /* An official.vec case takes one prompt at a time. */
+    go.vec_path = g;
+    assert_int_equal(ds4ref_generate_batch(rows, prompts, lens, 2, &go, NULL, NULL, &e), DS4REF_E_ARG);
+    assert_non_null(strstr(e.message, "one prompt at a time"));
+    go.vec_path = go.golden_path = NULL;
+    remove(g0);
+    remove(g1);
+    free(g);
+    free(g0);
+    free(g1);
     /* Speculation without an MTP head, and an empty prompt, are refused. */
     go.mtp_draft = 17;
     assert_int_equal(ds4ref_generate(s, prompt, 6, &go, record, &spec, &e), DS4REF_E_ARG);
