@@ -547,6 +547,9 @@ typedef struct ds4ref_conform_options {
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed afterwards */
     double timeout;            /* seconds a cell may run (0: no limit) */
+    /* Set asynchronously (by a SIGINT handler): the running cell's command is
+     * killed and the call returns DS4REF_E_INTERRUPTED. */
+    volatile sig_atomic_t *stop;
     /* Called before each step of the run ("reference for chat", "draft=3
      * chunk=7 batch=2 code", finally "done"). */
     void (*progress)(void *ud, uint32_t done, uint32_t total, const char *what);

@@ -156,6 +156,24 @@ check "... nothing ran" test ! -s "$tmp/out.txt"
 check "--backend-help lists the placeholders and both presets" bash -c \
     './ds4ref-conform --backend-help | grep -q "{batch_tokens}" && ./ds4ref-conform --backend-help | grep -q "^  ds4:"'
 
+# Ctrl-C: the cell's command is killed, the run stops with 10, no work
+# folder is left behind.
+TMPDIR=$tmp/tmpdir
+mkdir -p "$TMPDIR"
+export TMPDIR
+./ds4ref-conform -q --no-cache --backend 'sleep 30; echo {out} {tokens_file}' \
+    --prompts tests/conform_prompts --matrix "draft=0 chunk=whole batch=1" > "$tmp/int.out" \
+    2> "$tmp/int.err" &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+check "Ctrl-C -> 10" test $? -eq 10
+check "... said so" grep -q 'interrupted in cell 1 of 1' "$tmp/int.err"
+check "... and the temporary work folder is gone" test -z "$(ls "$TMPDIR")"
+check "... and so is the backend" bash -c '! pgrep -f "sleep 3[0]; echo" > /dev/null'
+unset TMPDIR
+
 # The progress line, on a pseudo-terminal: one per cell, erased at the end.
 script -q -c "./ds4ref-conform --no-cache --backend ds4ref --prompts $tmp/prompts --matrix 'draft=0 chunk=whole batch=1,2' 2>&1 >/dev/null" /dev/null < /dev/null > "$tmp/tty.txt"
 check "progress on a terminal: [k/N] and the cell" grep -aq '\[4/4\] draft=0 chunk=whole batch=2 code' "$tmp/tty.txt"

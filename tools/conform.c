@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +68,8 @@ static const char usage_text[] =
     "\n"
     "exit status: 0 no cell failed (ties and cells not exercised are listed, not\n"
     "failed), 1 a cell failed or its backend run failed, 2 usage error, 3 I/O\n"
-    "error, 4 malformed input, 5 not a DS4 model, 6 out of memory, 13 the backend\n"
-    "ran in no cell at all.\n";
+    "error, 4 malformed input, 5 not a DS4 model, 6 out of memory, 10 interrupted,\n"
+    "13 the backend ran in no cell at all.\n";
 
 static const char placeholders_text[] =
     "A backend is a command line run with /bin/sh once per cell.  Placeholders:\n"
@@ -255,6 +256,15 @@ static void pick_defaults(cli *c, paths *p) {
     }
 }
 
+/* ---- Ctrl-C ---- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
 /* ---- progress ---- */
 
 static void progress(void *ud, uint32_t done, uint32_t total, const char *what) {
@@ -284,12 +294,21 @@ int main(int argc, char **argv) {
     pick_defaults(&c, &p);
     if (c.threads) ds4ref_set_threads((int)c.threads);
     if (!c.quiet && isatty(STDERR_FILENO)) c.o.progress = progress;
+    /* Ctrl-C stops the run and kills the cell's command, which runs in a
+     * process group of its own (a timeout must reach all it started). */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    c.o.stop = &interrupted;
     ds4ref_error err = {0};
     ds4ref_conform_result res;
     int rc = ds4ref_report_sigbus("ds4ref-conform", &err);
     if (!rc) rc = ds4ref_conform_run(&c.o, stdout, &res, &err);
     ds4ref_free(p.mtp);
     if (rc) {
+        if (c.o.progress) fputs("\r\033[K", stderr);
         fprintf(stderr, "ds4ref-conform: %s\n", err.message);
         return rc;
     }

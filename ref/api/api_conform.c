@@ -56,6 +56,7 @@ static int to_internal(const ds4ref_conform_options *o, ds4_cf_corpus *corpus, d
     in->cache_dir = o->cache_dir;
     in->work_dir = o->work_dir;
     in->timeout = o->timeout;
+    in->stop = o->stop;
     in->progress = o->progress;
     in->progress_ud = o->progress_ud;
     return 0;

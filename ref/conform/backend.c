@@ -34,8 +34,8 @@ static void sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
-int ds4_cf_spawn(const char *cmd, const char *log_path, double timeout, ds4_cf_exit *x,
-                 ds4err *err) {
+int ds4_cf_spawn(const char *cmd, const char *log_path, double timeout,
+                 volatile sig_atomic_t *stop, ds4_cf_exit *x, ds4err *err) {
     memset(x, 0, sizeof(*x));
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) return ds4err_set(err, DS4_E_IO, "%s: %s", log_path, strerror(errno));
@@ -49,21 +49,24 @@ int ds4_cf_spawn(const char *cmd, const char *log_path, double timeout, ds4_cf_e
     if (pid == 0) child(cmd, log_fd);
     close(log_fd);
     setpgid(pid, pid);   /* also here: whichever runs first */
+    /* Polled, so that a timeout or a stop request is seen within 20 ms. */
     int st = 0;
     long nap = 1;
+    bool stopped = false;
     for (;;) {
-        pid_t w = waitpid(pid, &st, timeout > 0 ? WNOHANG : 0);
+        pid_t w = waitpid(pid, &st, WNOHANG);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) return ds4err_set(err, DS4_E_IO, "waitpid: %s", strerror(errno));
-        if (timeout > 0 && now_sec() - start > timeout && !x->timed_out) {
-            x->timed_out = true;
+        bool late = timeout > 0 && now_sec() - start > timeout;
+        if ((late || (stop && *stop)) && !x->timed_out && !stopped) {
+            x->timed_out = late;
+            stopped = !late;
             kill(-pid, SIGKILL);
         }
-        if (timeout > 0) {
-            sleep_ms(nap);
-            if (nap < 50) nap *= 2;
-        }
+        sleep_ms(nap);
+        if (nap < 20) nap *= 2;
     }
+    if (stopped) return ds4err_set(err, DS4_E_INTERRUPTED, "interrupted");
     x->seconds = now_sec() - start;
     x->status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 255;
     return 0;

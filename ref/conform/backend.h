@@ -4,6 +4,7 @@
 #ifndef DS4_CONFORM_BACKEND_H
 #define DS4_CONFORM_BACKEND_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,9 +19,11 @@ typedef struct ds4_cf_exit {
 
 /* Run cmd with /bin/sh -c in its own process group, stdin from /dev/null,
  * stdout and stderr into log_path; kill the group after timeout seconds
- * (0: no limit).  An error only when the command could not be started. */
-int ds4_cf_spawn(const char *cmd, const char *log_path, double timeout, ds4_cf_exit *x,
-                 ds4err *err);
+ * (0: no limit), or as soon as *stop is set (stop may be NULL): then
+ * DS4_E_INTERRUPTED.  Otherwise an error only when the command could not be
+ * started. */
+int ds4_cf_spawn(const char *cmd, const char *log_path, double timeout,
+                 volatile sig_atomic_t *stop, ds4_cf_exit *x, ds4err *err);
 
 /* Speculative decoding as the backend reported it. */
 typedef struct ds4_cf_accept {

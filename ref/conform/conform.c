@@ -320,7 +320,7 @@ static int run_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
         rc = ds4_cf_expand(o->backend, &v, &cmd, err);
     }
     ds4_cf_exit x;
-    if (rc == 0) rc = ds4_cf_spawn(cmd.p, log, o->timeout, &x, err);
+    if (rc == 0) rc = ds4_cf_spawn(cmd.p, log, o->timeout, o->stop, &x, err);
     if (rc == 0) {
         snprintf(c->log, sizeof(c->log), "%s", log);
         c->exit_status = x.status;
@@ -468,6 +468,11 @@ int ds4_cf_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
     if (rc == 0) rc = open_work(&run, work, sizeof(work), &temporary, err);
     for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
         ds4_cf_cell *c = &res->cells[i];
+        if (o->stop && *o->stop) {
+            rc = ds4err_set(err, DS4_E_INTERRUPTED, "interrupted after %u of %u cells", i,
+                            res->n_cells);
+            break;
+        }
         char what[160];
         cell_label(res, c, what, sizeof(what));
         if (o->progress) o->progress(o->progress_ud, i, res->n_cells, what);
@@ -478,6 +483,9 @@ int ds4_cf_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
             continue;
         }
         rc = run_cell(&ref, res, &run, tok, c, i, work, err);
+        if (rc && err->code == DS4_E_INTERRUPTED)
+            ds4err_set(err, DS4_E_INTERRUPTED, "interrupted in cell %u of %u (%s)", i + 1,
+                       res->n_cells, what);
     }
     if (rc == 0) {
         if (res->greedy) check_consistency(res, &run, tok);

@@ -13,6 +13,7 @@
 #ifndef DS4_CONFORM_H
 #define DS4_CONFORM_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@ typedef struct ds4_cf_opts {
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed at the end */
     double timeout;            /* seconds per cell; 0: none */
+    volatile sig_atomic_t *stop;   /* NULL, or set asynchronously (SIGINT): the run stops */
     ds4_cf_progress_fn progress;
     void *progress_ud;
 } ds4_cf_opts;
