@@ -6,8 +6,9 @@
 
 CC      ?= cc
 # -O3: the portable kernels vectorize better; the bits are the same at any
-# level.  For speed build with ARCH=-march=native (AVX-512/AVX2 kernels,
-# docs/PERFORMANCE.md); the bits are the same there too.
+# level.  The AVX2, AVX-512 and NEON kernels are built whatever ARCH is and
+# chosen at run time (quant/dot.c), so ARCH is for cross builds only; the
+# bits are the same with every choice.
 OPT     ?= -O3
 ARCH    ?=
 CFLAGS  ?= $(OPT) $(ARCH) -g
