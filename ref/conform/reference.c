@@ -55,19 +55,22 @@ int ds4_cf_ref_init(ds4_cf_ref *r, ds4_engine *e, const ds4_tokenizer *tok, uint
     r->stop_at_eos = stop_at_eos;
     r->cache_dir = cache_dir;
     if (cache_dir && ds4_make_dirs(cache_dir, err)) return -1;
-    /* The model's identity names the cache entries: every tensor byte is
-     * read once, as a golden's header does. */
-    ds4_modelid id;
-    if (ds4_modelid_of(&e->m->file, &id, err)) return -1;
-    ds4_hex(id.metadata_sha256, 32, r->model_key);
-    ds4_hex(id.tensor_data_sha256, 32, r->model_key + 64);
-    ds4_modelid_free(&id);
+    /* The model's identity names the cache entries and goes into every
+     * reference golden's header: every tensor byte is read, once a run. */
+    if (ds4_modelid_of(&e->m->file, &r->id, err)) return -1;
+    ds4_hex(r->id.metadata_sha256, 32, r->model_key);
+    ds4_hex(r->id.tensor_data_sha256, 32, r->model_key + 64);
     ds4_session_opts so = {.ctx = ctx, .chunk = 0, .rollback = 0};
-    return ds4_session_init(&r->s, e, &so, err);
+    if (ds4_session_init(&r->s, e, &so, err)) {
+        ds4_modelid_free(&r->id);
+        return -1;
+    }
+    return 0;
 }
 
 void ds4_cf_ref_free(ds4_cf_ref *r) {
     ds4_session_free(&r->s);
+    ds4_modelid_free(&r->id);
     memset(r, 0, sizeof(*r));
 }
 
@@ -133,7 +136,7 @@ int ds4_cf_ref_golden(ds4_cf_ref *r, const int32_t *prompt, uint32_t n_prompt, d
         }
     }
     ds4_run_opts ro = {.n_steps = r->n_steps, .top_k = r->top_k, .stop_at_eos = r->stop_at_eos,
-                       .golden_path = path};
+                       .golden_path = path, .model_id = &r->id};
     int rc = ds4_run_golden(&r->s, r->tok, prompt, n_prompt, &ro, g, err);
     free(path);
     return rc;

@@ -36,7 +36,8 @@ typedef struct ds4_cf_ref {
     ds4_session s;         /* the session teacher forcing runs on */
     uint32_t ctx, top_k, n_steps;
     bool stop_at_eos;
-    char model_key[129];   /* hex of the model's two digests */
+    ds4_modelid id;        /* the model's identity, read once (it hashes every tensor) */
+    char model_key[129];   /* hex of its two digests */
     const char *cache_dir; /* NULL: nothing kept between runs */
 } ds4_cf_ref;
 

@@ -92,15 +92,17 @@ static int on_step(void *ud, uint32_t row, uint32_t step, const ds4_gen_step *st
     return r->o->on_step && r->o->on_step(r->o->step_ud, step, st);
 }
 
-static int fill_header(ds4_session *s, const int32_t *prompt, uint32_t n_prompt,
-                       const ds4_run_opts *o, ds4_golden_header *h, ds4err *err) {
-    const ds4_model *m = s->e->m;
+/* The header of a row's golden.  The identities are borrowed: the writer
+ * copies what it keeps. */
+static void fill_header(ds4_session *s, const int32_t *prompt, uint32_t n_prompt,
+                        const ds4_run_opts *o, const ds4_modelid *model, const ds4_modelid *mtp,
+                        ds4_golden_header *h) {
     memset(h, 0, sizeof(*h));
     snprintf(h->version, sizeof(h->version), "%s", DS4REF_VERSION);
-    if (ds4_modelid_of(&m->file, &h->model, err)) return -1;
-    if (m->mtp) {
+    h->model = *model;
+    if (mtp) {
         h->has_mtp = true;
-        if (ds4_modelid_of(&m->mtp->file, &h->mtp, err)) return -1;
+        h->mtp = *mtp;
     }
     h->settings.qat = s->e->opts.qat;
     h->settings.ctx = s->kv.ctx;
@@ -115,12 +117,27 @@ static int fill_header(ds4_session *s, const int32_t *prompt, uint32_t n_prompt,
         h->prompt_text = (uint8_t *)o->prompt_text;
         h->n_prompt_text = o->prompt_text_len;
     }
-    return 0;
 }
 
-static void free_header_ids(ds4_golden_header *h) {
-    ds4_modelid_free(&h->model);
-    if (h->has_mtp) ds4_modelid_free(&h->mtp);
+/* The identities every row's header records, read once: each reads every
+ * tensor byte of its file.  *model is the caller's when it gave one. */
+typedef struct run_ids {
+    ds4_modelid own, mtp;
+    const ds4_modelid *model;
+    bool has_mtp;
+} run_ids;
+
+static int ids_read(const ds4_model *m, const ds4_modelid *known, run_ids *ids, ds4err *err) {
+    memset(ids, 0, sizeof(*ids));
+    ids->model = known ? known : &ids->own;
+    if (!known && ds4_modelid_of(&m->file, &ids->own, err)) return -1;
+    ids->has_mtp = m->mtp != NULL;
+    return ids->has_mtp ? ds4_modelid_of(&m->mtp->file, &ids->mtp, err) : 0;
+}
+
+static void ids_free(run_ids *ids) {
+    ds4_modelid_free(&ids->own);
+    ds4_modelid_free(&ids->mtp);
 }
 
 /* The outputs besides the golden: the ds4 dump, the official.vec case and
@@ -249,13 +266,12 @@ static int copy_golden(const ds4_golden *g, ds4_golden *out, ds4err *err) {
 /* One row's golden writer and extra outputs, opened before the first token. */
 static int row_open(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prompt,
                     uint32_t n_prompt, const ds4_run_opts *o, const ds4_run_opts *first,
-                    run_ctx *r, extras *x, ds4err *err) {
+                    const run_ids *ids, run_ctx *r, extras *x, ds4err *err) {
     if (ds4_gen_check_prompt(s, prompt, n_prompt, err) || extras_open(o, x, err)) return -1;
     ds4_golden_header h;
-    int rc = fill_header(s, prompt, n_prompt, o, &h, err);
+    fill_header(s, prompt, n_prompt, o, ids->model, ids->has_mtp ? &ids->mtp : NULL, &h);
     h.settings.mtp_draft = first->spec && first->spec->drafter ? first->spec->n_draft : 0;
-    if (rc == 0) rc = ds4_golden_writer_open(&r->w, o->golden_path, &h, err);
-    free_header_ids(&h);
+    int rc = ds4_golden_writer_open(&r->w, o->golden_path, &h, err);
     if (rc) extras_abort(x);
     *r = (run_ctx){tok, o, r->w, err, false};
     return rc;
@@ -287,12 +303,15 @@ int ds4_run_goldens(ds4_session *const *rows, const ds4_tokenizer *tok,
     extras *x = calloc(n_rows, sizeof(*x));
     ds4_gen_end *end = calloc(n_rows, sizeof(*end));
     uint32_t opened = 0;
+    run_ids ids = {0};
     int rc = r && x && end ? 0 : ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    if (rc == 0) rc = ids_read(rows[0]->e->m, first->model_id, &ids, err);
     while (rc == 0 && opened < n_rows) {
         rc = row_open(rows[opened], tok, prompts[opened], n_prompt[opened], &o[opened], first,
-                      &r[opened], &x[opened], err);
+                      &ids, &r[opened], &x[opened], err);
         if (rc == 0) opened++;
     }
+    ids_free(&ids);
     if (rc) {
         for (uint32_t i = 0; i < opened; i++) {
             extras_abort(&x[i]);

@@ -45,6 +45,9 @@ typedef struct ds4_run_opts {
      * as plain greedy; goldens record greedy decoding only (temp 0). */
     const ds4_spec_cfg *spec;
     ds4_spec_stats *stats;        /* added to, when not NULL */
+    /* The base model's identity when the caller has it (NULL: it is
+     * computed here, which reads every tensor byte of the file). */
+    const ds4_modelid *model_id;
 } ds4_run_opts;
 
 /* Resolves a token id to its bytes: appends them to *out (which arrives
@@ -68,8 +71,8 @@ int ds4_run_golden(ds4_session *s, const ds4_tokenizer *tok, const int32_t *prom
  * prompt, every forward pass shared; each row's records are those it gets
  * alone).  o[r] names row r's outputs (official.vec cases are appended
  * by single runs only); the generation settings -- n_steps, top_k,
- * stop_at_eos, stop, spec, stats -- are o[0]'s, and o[r].on_step gets row
- * r's steps.  out: NULL or [n_rows] goldens. */
+ * stop_at_eos, stop, spec, stats, model_id -- are o[0]'s, and o[r].on_step
+ * gets row r's steps.  The model's identity is read once for all rows.  out: NULL or [n_rows] goldens. */
 int ds4_run_goldens(ds4_session *const *rows, const ds4_tokenizer *tok,
                     const int32_t *const *prompts, const uint32_t *n_prompt, uint32_t n_rows,
                     const ds4_run_opts *o, ds4_golden *out, ds4err *err);
