@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +24,10 @@ void ds4_cf_result_free(ds4_cf_result *r) {
         ds4_buf_free(&r->prompts[i].rendered);
         ds4_golden_free(&r->prompts[i].ref);
     }
-    for (uint32_t i = 0; r->tfs && i < r->n_tf; i++) ds4_cf_tf_free(&r->tfs[i]);
+    for (uint32_t i = 0; r->forced && i < r->n_forced; i++) ds4_cf_tf_free(&r->forced[i].tf);
     free(r->prompts);
     free(r->cells);
-    free(r->tfs);
-    free(r->tf_prompt);
+    free(r->forced);
     memset(r, 0, sizeof(*r));
 }
 
@@ -119,11 +117,12 @@ static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
     return 0;
 }
 
-static void cell_label(const ds4_cf_result *res, const ds4_cf_cell *c, char *out, size_t cap) {
+void ds4_cf_cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, bool with_prompt, char *out,
+                      size_t cap) {
     char ch[16];
-    snprintf(out, cap, "draft=%u chunk=%s batch=%u %s", c->draft,
-             ds4_cf_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch,
-             res->prompts[c->prompt].name);
+    snprintf(out, cap, "draft=%u chunk=%s batch=%u%s%s", c->draft,
+             ds4_cf_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch, with_prompt ? " " : "",
+             with_prompt ? r->prompts[c->prompt].name : "");
 }
 
 /* ---- the work folder ---- */
@@ -147,40 +146,44 @@ static char *path_in(const char *dir, const char *name, int row) {
     return b.p;
 }
 
-static int write_ids(const char *path, const int32_t *ids, uint32_t n, char sep, ds4err *err) {
-    ds4_buf b = {0};
-    for (uint32_t i = 0; i < n; i++) ds4_buf_printf(&b, "%" PRId32 "%c", ids[i], sep);
-    int rc = b.failed ? ds4err_set(err, DS4_E_NOMEM, "out of memory")
-                      : write_small(path, b.p ? b.p : "", b.len, err);
-    ds4_buf_free(&b);
+/* ids[0..n), each followed by sep. */
+static void put_ids(ds4_buf *b, const int32_t *ids, uint32_t n, char sep) {
+    for (uint32_t i = 0; i < n; i++) ds4_buf_printf(b, "%" PRId32 "%c", ids[i], sep);
+}
+
+/* b into DIR/NAME (row < 0) or DIR/NAME.ROW. */
+static int write_buf(const char *dir, const char *name, int row, const ds4_buf *b, ds4err *err) {
+    char *path = path_in(dir, name, row);
+    int rc = !path || b->failed ? ds4err_set(err, DS4_E_NOMEM, "out of memory")
+                                : write_small(path, b->p ? b->p : "", b->len, err);
+    free(path);
     return rc;
 }
 
-/* The cell's inputs: row 0's tokens and prompt files, every row's under
- * .ROW when there are several, and the batch_tokens file. */
+/* A row's tokens and prompt files, under .ROW (row >= 0) or not. */
+static int write_row(const ds4_cf_prompt *p, const char *dir, int row, ds4err *err) {
+    ds4_buf ids = {0};
+    put_ids(&ids, p->ids, p->n, '\n');
+    int rc = write_buf(dir, "tokens", row, &ids, err);
+    if (rc == 0) rc = write_buf(dir, "prompt", row, &p->rendered, err);
+    ds4_buf_free(&ids);
+    return rc;
+}
+
+/* The cell's inputs: row 0's files without a suffix, every row's with one
+ * when there are several, and the batch_tokens file (a row per line). */
 static int write_inputs(const ds4_cf_result *res, const ds4_cf_cell *c, const char *dir,
                         ds4err *err) {
+    int rc = write_row(&res->prompts[c->rows[0].prompt], dir, -1, err);
+    for (uint32_t r = 0; rc == 0 && c->batch > 1 && r < c->batch; r++)
+        rc = write_row(&res->prompts[c->rows[r].prompt], dir, (int)r, err);
     ds4_buf batch = {0};
-    int rc = 0;
-    for (int r = -1; rc == 0 && r < (int)c->batch; r++) {
-        if (r >= 0 && c->batch == 1) break;
-        const ds4_cf_prompt *p = &res->prompts[c->rows[r < 0 ? 0 : r].prompt];
-        char *tp = path_in(dir, "tokens", r), *pp = path_in(dir, "prompt", r);
-        rc = tp && pp ? 0 : ds4err_set(err, DS4_E_NOMEM, "out of memory");
-        if (rc == 0) rc = write_ids(tp, p->ids, p->n, '\n', err);
-        if (rc == 0) rc = write_small(pp, p->rendered.p, p->rendered.len, err);
-        free(tp);
-        free(pp);
-    }
     for (uint32_t r = 0; r < c->batch; r++) {
         const ds4_cf_prompt *p = &res->prompts[c->rows[r].prompt];
-        for (uint32_t i = 0; i < p->n; i++) ds4_buf_printf(&batch, i ? " %" PRId32 : "%" PRId32, p->ids[i]);
-        ds4_buf_putc(&batch, '\n');
+        put_ids(&batch, p->ids, p->n - 1, ' ');
+        ds4_buf_printf(&batch, "%" PRId32 "\n", p->ids[p->n - 1]);
     }
-    char *bp = path_in(dir, "batch_tokens", -1);
-    if (rc == 0) rc = batch.failed || !bp ? ds4err_set(err, DS4_E_NOMEM, "out of memory")
-                                          : write_small(bp, batch.p, batch.len, err);
-    free(bp);
+    if (rc == 0) rc = write_buf(dir, "batch_tokens", -1, &batch, err);
     ds4_buf_free(&batch);
     return rc;
 }
@@ -217,25 +220,24 @@ static int32_t tf_of(ds4_cf_ref *ref, ds4_cf_result *res, uint32_t prompt, const
         return -1;
     }
     for (uint32_t i = 0; i < n; i++) ids[i] = out->steps[i].tok.id;
-    for (uint32_t t = 0; t < res->n_tf; t++)
-        if (res->tf_prompt[t] == prompt && res->tfs[t].n == n &&
-            !memcmp(res->tfs[t].ids, ids, sizeof(int32_t) * n)) {
+    for (uint32_t t = 0; t < res->n_forced; t++) {
+        const ds4_cf_forced *f = &res->forced[t];
+        if (f->prompt == prompt && f->tf.n == n && !memcmp(f->tf.ids, ids, sizeof(int32_t) * n)) {
             free(ids);
             return (int32_t)t;
         }
-    ds4_cf_tf *tfs = realloc(res->tfs, sizeof(*tfs) * (res->n_tf + 1));
-    uint32_t *tp = tfs ? realloc(res->tf_prompt, sizeof(*tp) * (res->n_tf + 1)) : NULL;
-    if (tfs) res->tfs = tfs;
-    if (tp) res->tf_prompt = tp;
+    }
+    ds4_cf_forced *grown = realloc(res->forced, sizeof(*grown) * (res->n_forced + 1));
     int32_t at = -1;
-    if (!tfs || !tp) {
+    if (!grown) {
         ds4err_set(err, DS4_E_NOMEM, "out of memory");
     } else {
+        res->forced = grown;
+        ds4_cf_forced *f = &grown[res->n_forced];
         const ds4_cf_prompt *p = &res->prompts[prompt];
-        if (ds4_cf_ref_force(ref, p->ids, p->n, &p->ref, ids, n, &res->tfs[res->n_tf], err) == 0) {
-            res->tf_prompt[res->n_tf] = prompt;
-            at = (int32_t)res->n_tf++;
-        }
+        f->prompt = prompt;
+        if (ds4_cf_ref_force(ref, p->ids, p->n, &p->ref, ids, n, &f->tf, err) == 0)
+            at = (int32_t)res->n_forced++;
     }
     free(ids);
     return at;
@@ -264,7 +266,7 @@ static void check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts 
             snprintf(row->f.detail, sizeof(row->f.detail), "teacher forcing: %.300s", e.msg);
         } else {
             int32_t eos = ds4_tok_special(tok, DS4_SPECIAL_EOS);
-            ds4_cf_check_row(&p->ref, &out, &res->tfs[row->tf], o->n_tokens, eos, &o->limits, tok,
+            ds4_cf_check_row(&p->ref, &out, &res->forced[row->tf].tf, o->n_tokens, eos, &o->limits, tok,
                              &row->f);
         }
     }
@@ -323,7 +325,6 @@ static int run_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
     if (rc == 0) rc = ds4_cf_spawn(cmd.p, log, o->timeout, o->stop, &x, err);
     if (rc == 0) {
         snprintf(c->log, sizeof(c->log), "%s", log);
-        c->exit_status = x.status;
         c->seconds = x.seconds;
         char *text = NULL, last[200] = "";
         size_t len = 0;
@@ -360,19 +361,22 @@ static int run_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
 
 /* ---- across cells ---- */
 
-/* The base cell of prompt p: the lowest depth, the whole prompt (else the
- * largest chunk), the smallest batch; NULL when it left no record. */
+/* Is a a better base cell than b: a lower depth, then a smaller batch,
+ * then the whole prompt in one chunk, else a larger chunk? */
+static bool better_base(const ds4_cf_cell *a, const ds4_cf_cell *b) {
+    if (a->draft != b->draft) return a->draft < b->draft;
+    if (a->batch != b->batch) return a->batch < b->batch;
+    if ((a->chunk_spec == DS4_CF_WHOLE) != (b->chunk_spec == DS4_CF_WHOLE))
+        return a->chunk_spec == DS4_CF_WHOLE;
+    return a->chunk > b->chunk;
+}
+
+/* The base cell of prompt p (better_base), NULL when it left no record. */
 static const ds4_cf_cell *base_cell(const ds4_cf_result *res, uint32_t p) {
     const ds4_cf_cell *best = NULL;
     for (uint32_t i = 0; i < res->n_cells; i++) {
         const ds4_cf_cell *c = &res->cells[i];
-        if (c->prompt != p || c->status == DS4_CF_NA) continue;
-        if (!best || c->draft < best->draft ||
-            (c->draft == best->draft &&
-             (c->batch < best->batch ||
-              (c->batch == best->batch && best->chunk_spec != DS4_CF_WHOLE &&
-               (c->chunk_spec == DS4_CF_WHOLE || c->chunk > best->chunk)))))
-            best = c;
+        if (c->prompt == p && c->status != DS4_CF_NA && (!best || better_base(c, best))) best = c;
     }
     return best && best->rows[0].tf >= 0 ? best : NULL;
 }
@@ -382,10 +386,9 @@ static void check_consistency(ds4_cf_result *res, const ds4_cf_opts *o, const ds
     for (uint32_t p = 0; p < res->n_prompts; p++) {
         const ds4_cf_cell *base = base_cell(res, p);
         if (!base) continue;
-        char name[96], ch[16];
-        snprintf(name, sizeof(name), "draft=%u chunk=%s batch=%u", base->draft,
-                 ds4_cf_chunk_name(base->chunk_spec, ch, sizeof(ch)), base->batch);
-        const ds4_cf_tf *bt = &res->tfs[base->rows[0].tf];
+        char name[96];
+        ds4_cf_cell_name(res, base, false, name, sizeof(name));
+        const ds4_cf_tf *bt = &res->forced[base->rows[0].tf].tf;
         for (uint32_t i = 0; i < res->n_cells; i++) {
             ds4_cf_cell *c = &res->cells[i];
             if (c == base || c->status >= DS4_CF_FAIL) continue;
@@ -393,7 +396,7 @@ static void check_consistency(ds4_cf_result *res, const ds4_cf_opts *o, const ds
                 ds4_cf_row *row = &c->rows[r];
                 if (row->prompt != p || row->tf < 0) continue;
                 ds4_cf_finding f;
-                ds4_cf_check_same(bt, &res->tfs[row->tf], name, &o->limits, tok, &f);
+                ds4_cf_check_same(bt, &res->forced[row->tf].tf, name, &o->limits, tok, &f);
                 if (f.status > row->f.status) row->f = f;
             }
             cell_from_rows(c);
@@ -474,7 +477,7 @@ int ds4_cf_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
             break;
         }
         char what[160];
-        cell_label(res, c, what, sizeof(what));
+        ds4_cf_cell_name(res, c, true, what, sizeof(what));
         if (o->progress) o->progress(o->progress_ud, i, res->n_cells, what);
         const char *na = cell_na(&run, uses, c);
         if (na) {

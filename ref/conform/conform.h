@@ -64,6 +64,12 @@ typedef struct ds4_cf_prompt {
     bool cached;               /* the reference came from the cache */
 } ds4_cf_prompt;
 
+/* The reference teacher-forced on a stream that followed one prompt. */
+typedef struct ds4_cf_forced {
+    uint32_t prompt;
+    ds4_cf_tf tf;
+} ds4_cf_forced;
+
 typedef struct ds4_cf_row {
     uint32_t prompt;           /* index into the prompts */
     ds4_cf_finding f;
@@ -76,7 +82,6 @@ typedef struct ds4_cf_cell {
     int32_t row;               /* the row of f, -1 for the cell as a whole */
     ds4_cf_finding f;          /* what decided the status */
     ds4_cf_accept accept;      /* as the backend reported it */
-    int exit_status;
     double seconds;
     ds4_cf_row rows[DS4_CF_MAX_BATCH];
     char log[256];             /* the backend's log, when the work folder is kept */
@@ -89,12 +94,15 @@ typedef struct ds4_cf_result {
     ds4_cf_cell *cells;
     uint32_t count[DS4_CF_NSTATUS];
     uint32_t n_ran;            /* cells whose backend exited 0 and left its outputs */
-    uint32_t n_tf;
-    ds4_cf_tf *tfs;            /* teacher-forced records, shared by equal streams */
-    uint32_t *tf_prompt;       /* [n_tf] the prompt of each */
+    uint32_t n_forced;
+    ds4_cf_forced *forced;     /* teacher-forced records, shared by equal streams */
     uint32_t ctx;
     bool greedy;
 } ds4_cf_result;
+
+/* "draft=3 chunk=7 batch=2", then " PROMPT" when with_prompt. */
+void ds4_cf_cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, bool with_prompt, char *out,
+                      size_t cap);
 
 /* Run the matrix with the reference model on engine e (tok: its
  * tokenizer).  Returns 0 whenever the matrix ran, whatever the verdicts;

@@ -88,23 +88,19 @@ static void put_table(ds4_buf *b, const ds4_cf_result *r) {
     }
 }
 
-static void cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, char *out, size_t cap) {
-    char ch[16];
-    int n = snprintf(out, cap, "draft=%u chunk=%s batch=%u %s", c->draft,
-                     ds4_cf_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch,
-                     r->prompts[c->prompt].name);
-    if (c->row >= 0 && c->batch > 1 && n > 0 && (size_t)n < cap)
-        snprintf(out + n, cap - (size_t)n, ", row %d (%s)", c->row,
-                 r->prompts[c->rows[c->row].prompt].name);
-}
-
+/* "  draft=3 chunk=7 batch=2 chat, row 1 (code): DETAIL [gap G, |dlogprob| D]". */
 static void put_cell_line(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell *c) {
     char name[160];
-    cell_name(r, c, name, sizeof(name));
-    ds4_buf_printf(b, "  %s: %s", name, c->f.detail);
-    if (!isnan(c->f.gap) && c->status == DS4_CF_FAIL) ds4_buf_printf(b, " [gap %.3g", c->f.gap);
-    if (!isnan(c->f.gap) && c->status == DS4_CF_FAIL)
-        ds4_buf_printf(b, isnan(c->f.dlogprob) ? "]" : ", |dlogprob| %.3g]", c->f.dlogprob);
+    ds4_cf_cell_name(r, c, true, name, sizeof(name));
+    ds4_buf_printf(b, "  %s", name);
+    if (c->row >= 0 && c->batch > 1)
+        ds4_buf_printf(b, ", row %d (%s)", c->row, r->prompts[c->rows[c->row].prompt].name);
+    ds4_buf_printf(b, ": %s", c->f.detail);
+    if (c->status == DS4_CF_FAIL && !isnan(c->f.gap)) {
+        ds4_buf_printf(b, " [gap %.3g", c->f.gap);
+        if (!isnan(c->f.dlogprob)) ds4_buf_printf(b, ", |dlogprob| %.3g", c->f.dlogprob);
+        ds4_buf_putc(b, ']');
+    }
     if (c->log[0] && c->status == DS4_CF_ERROR) ds4_buf_printf(b, " (log: %s)", c->log);
     ds4_buf_putc(b, '\n');
 }
