@@ -6,23 +6,8 @@ set -uo pipefail
 model=models/tiny.gguf
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-check() {   # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-
-quiet() { "$@" > /dev/null 2>&1; }
-
-status_is() {   # status_is WANT COMMAND...: stdout into $tmp/out.txt, stderr into $tmp/stderr
-    local want=$1; shift
-    "$@" > "$tmp/out.txt" 2> "$tmp/stderr"
-    local got=$?
-    [ "$got" -eq "$want" ] || { echo "  exit status $got, expected $want: $(cat "$tmp/stderr")"; return 1; }
-    # An error (2 and up) says why on stderr; 1 is ds4ref-diff's verdict.
-    [ "$(wc -l < "$tmp/stderr")" -ge 1 ] || [ "$want" -le 1 ]
-}
+# shellcheck source=tests/checks.sh
+. tests/checks.sh
 
 # Goldens: bit-identical whatever the threads and chunk size.
 ./ds4ref -m $model -p "Hello there" -n 40 --ignore-eos -t 1 --chunk 1 --golden-out "$tmp/a.jsonl" > /dev/null

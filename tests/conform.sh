@@ -13,19 +13,8 @@ set -uo pipefail
 build=${1:-build}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-
-check() {   # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-
-status_is() {   # status_is WANT COMMAND...: stdout into $tmp/out.txt, stderr into $tmp/err.txt
-    local want=$1; shift
-    "$@" > "$tmp/out.txt" 2> "$tmp/err.txt"
-    local got=$?
-    [ "$got" -eq "$want" ] || { echo "  exit status $got, expected $want: $(tail -3 "$tmp/err.txt")"; return 1; }
-}
+# shellcheck source=tests/checks.sh
+. tests/checks.sh
 
 conform() { ./ds4ref-conform -q --no-cache "$@"; }
 
@@ -150,7 +139,7 @@ check "a cell past --timeout is killed and in error" status_is 13 conform --time
     --backend 'sleep 5; echo {out} {tokens_file}' "${one[@]}"
 check "... said so" grep -q 'ran past the 0.3 s timeout' "$tmp/out.txt"
 check "an unknown placeholder -> 2" status_is 2 conform --backend 'x {model} {nope} {out} {tokens_file}'
-check "... named" grep -q 'unknown placeholder {nope}' "$tmp/err.txt"
+check "... named" grep -q 'unknown placeholder {nope}' "$tmp/stderr"
 check "a bad --matrix -> 2" status_is 2 conform --backend ds4ref --matrix 'draft=99'
 check "no --backend -> 2" status_is 2 ./ds4ref-conform
 check "--json into a missing folder -> 3, before any cell" status_is 3 conform --backend ds4ref \

@@ -184,6 +184,9 @@ static void test_accept_lines(void **state) {
 
 enum { K = 3, STEPS = 3 };
 
+/* The reference's top 3 at every step: ids 10, 11, 12 with these logprobs. */
+static const double lps[K] = {-0.1, -2, -3};
+
 /* A teacher-forced record: at every step the reference's top 3 are ids
  * 10, 11, 12 with logprobs -0.1, -2, -3; committed ids as given, their
  * logprob from that list (or -9 off it). */
@@ -196,7 +199,6 @@ static void make_tf(ds4_cf_tf *tf, const int32_t *ids, uint32_t n) {
     tf->n_top = malloc(sizeof(uint32_t) * n);
     tf->top_ids = malloc(sizeof(int32_t) * n * K);
     tf->top_lp = malloc(sizeof(double) * n * K);
-    static const double lps[K] = {-0.1, -2, -3};
     for (uint32_t i = 0; i < n; i++) {
         tf->ids[i] = ids[i];
         tf->n_top[i] = K;
@@ -219,7 +221,6 @@ static void make_out(ds4_golden *g, const int32_t *ids, uint32_t n, double shift
     g->h.n_prompt = 2;
     g->steps = calloc(n, sizeof(ds4_golden_step));
     g->n_steps = g->cap_steps = n;
-    static const double lps[K] = {-0.1, -2, -3};
     for (uint32_t i = 0; i < n; i++) {
         ds4_golden_step *st = &g->steps[i];
         st->tok.id = ids[i];

@@ -313,5 +313,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (res.fail + res.error == 0) return 0;
-    return res.ran ? 1 : EXIT_NO_BACKEND;
+    if (res.ran) return 1;
+    fprintf(stderr, "ds4ref-conform: the backend ran in no cell (the report says why)\n");
+    return EXIT_NO_BACKEND;
 }
