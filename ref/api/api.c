@@ -404,21 +404,6 @@ static const ds4ref_generate_options *options_or_default(const ds4ref_generate_o
     return def;
 }
 
-/* A run recorded as a golden (and dump, vec case): the golden runner. */
-static int generate_recorded(ds4ref_session *s, const int32_t *prompt, uint32_t n_prompt,
-                             const ds4ref_generate_options *o, const ds4_gen_run *gr,
-                             step_bridge *b, ds4_spec_stats *st, ds4err *e) {
-    ds4_run_opts ro = {
-        .n_steps = gr->n_steps, .top_k = gr->top_k, .stop_at_eos = gr->stop_at_eos,
-        .golden_path = o->golden_path, .dump_path = o->dump_path, .vec_path = o->vec_path,
-        .vec_id = o->vec_id, .vec_prompt_path = o->vec_prompt_path,
-        .prompt_text = o->prompt_text, .prompt_text_len = o->prompt_text_len,
-        .on_step = bridge_step, .step_ud = b, .stop = o->stop, .spec = gr->spec, .stats = st,
-    };
-    const ds4_tokenizer *tok = s->model->m.has_tok ? &s->model->m.tok : NULL;
-    return ds4_run_golden(&s->s, tok, prompt, n_prompt, &ro, NULL, e);
-}
-
 /* "path.ROW", malloc'd (NULL path: NULL, and *ok stays as it was). */
 static char *row_path(const char *path, uint32_t row, bool *ok) {
     if (!path) return NULL;
@@ -429,13 +414,13 @@ static char *row_path(const char *path, uint32_t row, bool *ok) {
     return p;
 }
 
-/* Several rows recorded, each into its own outputs: PATH.ROW for every
- * row of more than one. */
-static int generate_recorded_rows(ds4_session *const *ss, const int32_t *const *prompts,
-                                  const uint32_t *lens, uint32_t n, const ds4ref_model *m,
-                                  const ds4ref_generate_options *o, const ds4_gen_run *gr,
-                                  ds4ref_row_step_fn fn, void *ud, ds4_spec_stats *st,
-                                  ds4err *e) {
+/* A run recorded as goldens (and dumps, a vec case) by the golden runner,
+ * each row into its own outputs: PATH.ROW for every row of more than one.
+ * bridge: the caller's callback, given to every row with its index. */
+static int generate_recorded(ds4_session *const *ss, const int32_t *const *prompts,
+                             const uint32_t *lens, uint32_t n, const ds4ref_model *m,
+                             const ds4ref_generate_options *o, const ds4_gen_run *gr,
+                             const step_bridge *bridge, ds4_spec_stats *st, ds4err *e) {
     if (n > 1 && o->vec_path)
         return ds4err_set(e, DS4_E_ARG, "official.vec cases are written one prompt at a time");
     ds4_run_opts *ro = calloc(n, sizeof(*ro));
@@ -443,7 +428,8 @@ static int generate_recorded_rows(ds4_session *const *ss, const int32_t *const *
     char **paths = calloc(2 * (size_t)n, sizeof(char *));
     bool ok = ro && b && paths;
     for (uint32_t i = 0; ok && i < n; i++) {
-        b[i] = (step_bridge){m, NULL, fn, ud, i};
+        b[i] = *bridge;
+        b[i].row = i;
         paths[2 * i] = n > 1 ? row_path(o->golden_path, i, &ok) : NULL;
         paths[2 * i + 1] = n > 1 ? row_path(o->dump_path, i, &ok) : NULL;
         ro[i] = (ds4_run_opts){
@@ -484,7 +470,7 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
     gr.stats = &st;
     int rc;
     if (o->golden_path || o->dump_path || o->vec_path) {
-        rc = generate_recorded(s, prompt, np, o, &gr, &b, &st, &e);
+        rc = generate_recorded(&ss, &prompt, &np, 1, s->model, o, &gr, &b, &st, &e);
     } else {
         rc = ds4_gen_rows(&ss, &prompt, &np, 1, &gr, NULL, NULL, &e);
         if (!rc) rc = ds4_gen_check_stop(o->stop, NULL, &e);
@@ -530,7 +516,7 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
         gr.ud = &b;
         gr.stats = &st;
         if (o->golden_path || o->dump_path || o->vec_path)
-            rc = generate_recorded_rows(ss, prompts, lens, n, m, o, &gr, fn, ud, &st, &e);
+            rc = generate_recorded(ss, prompts, lens, n, m, o, &gr, &b, &st, &e);
         else
             rc = ds4_gen_rows(ss, prompts, lens, n, &gr, NULL, NULL, &e);
         if (!rc) rc = ds4_gen_check_stop(o->stop, NULL, &e);
