@@ -7,36 +7,50 @@
 CC      ?= cc
 # -O3: the portable kernels vectorize better; the bits are the same at any
 # level.  The AVX2, AVX-512 and NEON kernels are built whatever ARCH is and
-# chosen at run time (quant/dot.c), so ARCH is for cross builds only; the
+# chosen at run time (src/quant/dot.c), so ARCH is for cross builds only; the
 # bits are the same with every choice.
 OPT     ?= -O3
 ARCH    ?=
 CFLAGS  ?= $(OPT) $(ARCH) -g
-# -fPIC: the same objects make libds4ref.a and libds4ref.so.
+# -fPIC: the same objects make the static and the shared libraries.
+# One source root (src/, internal headers named "layer/file.h") and one
+# include root for what is installed (include/).
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
-            -ffp-contract=off -fno-fast-math -fopenmp -I. -Iref -Iinclude
+            -ffp-contract=off -fno-fast-math -fopenmp -Isrc -Iinclude
 LDLIBS  = -lpcre2-8 -lm
 BUILD  ?= build
-# Where the binaries go; tools/portability.sh gives each build of its matrix its own.
+# Where the binaries go; scripts/portability.sh gives each build of its matrix its own.
 BINDIR ?= .
 
 ALL_CFLAGS = $(BASEFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS = -fopenmp $(LDFLAGS) $(EXTRA_LDFLAGS)
 
-# The library: base/ (utilities), quant/ (GGUF, block formats, kernels) and
-# ref/*/ (the model and everything built on it); docs/ARCHITECTURE.md.
-LIB_SRC   = $(sort $(wildcard base/*.c quant/*.c ref/*/*.c))
+# Two libraries (docs/ARCHITECTURE.md), each a list of src/ folders, lowest
+# layer first.  libds4ref is the model and the formats it reads and writes
+# (include/ds4ref.h); libds4check compares and drives other backends
+# (include/ds4check.h) and is the only one that starts processes.
+MODEL_DIRS = base quant text model format forward decode run api
+CHECK_DIRS = diff conform check
+MODEL_SRC = $(sort $(wildcard $(patsubst %,src/%/*.c,$(MODEL_DIRS))))
+CHECK_SRC = $(sort $(wildcard $(patsubst %,src/%/*.c,$(CHECK_DIRS))))
 # ds4ref-conform's prompt corpus, compiled in from vectors/conform/*.txt.
 CORPUS    = $(sort $(wildcard vectors/conform/*.txt))
-LIB_OBJ   = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC)) $(BUILD)/ref/conform/corpus_data.o
-HEADERS   = $(wildcard base/*.h quant/*.h ref/*/*.h include/*.h tests/*.h tools/*.h)
+MODEL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(MODEL_SRC))
+CHECK_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(CHECK_SRC)) $(BUILD)/src/conform/corpus_data.o
+HEADERS   = $(wildcard src/*/*.h include/*.h tests/*.h programs/*.h)
+LIBS      = $(BUILD)/libds4check.a $(BUILD)/libds4ref.a
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
 TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c tests/script_drafter.c tests/chat_msgs.c))
 
-# tools/ds4ref.c is the ds4ref command; every other tools/NAME.c is ds4ref-NAME.
-TOOLS     = $(addprefix $(BINDIR)/,ds4ref ds4_test $(patsubst tools/%.c,ds4ref-%,$(sort $(filter-out tools/ds4ref.c,$(wildcard tools/*.c)))))
+# The installed programs, each named here: programs/NAME.c is ds4ref-NAME
+# (programs/ds4ref.c is ds4ref), and bench/bench.c is ds4ref-bench.
+# MODEL_PROGRAMS link libds4ref only, CHECK_PROGRAMS libds4check too.
+MODEL_PROGRAMS = $(addprefix $(BINDIR)/,ds4ref ds4ref-mkmodel ds4ref-gguf)
+CHECK_PROGRAMS = $(addprefix $(BINDIR)/,ds4ref-diff ds4ref-conform)
+PROGRAMS  = $(MODEL_PROGRAMS) $(CHECK_PROGRAMS) $(BINDIR)/ds4ref-bench
+TOOLS     = $(PROGRAMS) $(BINDIR)/ds4_test
 
 DEFAULT_MODEL = models/tiny.gguf
 # ds4ref-conform's default: a tiny model whose MTP head drafts what it decodes.
@@ -44,56 +58,69 @@ SPEC_MODEL = models/tiny-spec.gguf
 
 .PHONY: all test check-unit clean valgrind vectors bench
 all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(SPEC_MODEL) $(BUILD)/libds4ref.so \
-     $(BUILD)/conform-backend
+     $(BUILD)/libds4check.so $(BUILD)/conform-backend
 
 $(BUILD)/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -c $< -o $@
 
-$(BUILD)/gen/corpus_data.c: $(CORPUS) tools/embed_prompts.sh
+$(BUILD)/gen/corpus_data.c: $(CORPUS) scripts/embed_prompts.sh
 	@mkdir -p $(dir $@)
-	tools/embed_prompts.sh $@ $(CORPUS)
-$(BUILD)/ref/conform/corpus_data.o: $(BUILD)/gen/corpus_data.c ref/conform/corpus.h
+	scripts/embed_prompts.sh $@ $(CORPUS)
+$(BUILD)/src/conform/corpus_data.o: $(BUILD)/gen/corpus_data.c src/conform/corpus.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-# The kernel variants (quant/dot_kern.h): each file is compiled for its own
-# instruction set, and quant/dot.c runs the best one the CPU has.  Every
+# The kernel variants (src/quant/dot_kern.h): each file is compiled for its own
+# instruction set, and src/quant/dot.c runs the best one the CPU has.  Every
 # variant gives the same bits, so the default build is as fast as the CPU
 # allows without being tied to it; ARCH= is for cross builds.
 TARGET_MACHINE := $(shell $(CC) -dumpmachine)
 ifneq ($(filter x86_64%,$(TARGET_MACHINE)),)
-$(BUILD)/quant/dot_avx2.o: KERNEL_FLAGS = -mavx2 -mfma -mf16c
-$(BUILD)/quant/dot_avx512.o: KERNEL_FLAGS = -mavx512f -mavx512dq -mavx2 -mfma -mf16c
+$(BUILD)/src/quant/dot_avx2.o: KERNEL_FLAGS = -mavx2 -mfma -mf16c
+$(BUILD)/src/quant/dot_avx512.o: KERNEL_FLAGS = -mavx512f -mavx512dq -mavx2 -mfma -mf16c
 endif
 
-# The shared library exports the public API (include/ds4ref.h) only.
-$(BUILD)/libds4ref.so: $(LIB_OBJ) ref/api/ds4ref.map
-	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4ref.so.1 -Wl,--version-script=ref/api/ds4ref.map \
-	    -o $@ $(LIB_OBJ) $(LDLIBS)
+# Each shared library exports its public header's functions only.
+# libds4check.so carries the parts of the model it uses, so that it needs
+# no internal symbol of libds4ref.so: its API passes paths, never handles.
+$(BUILD)/libds4ref.so: $(MODEL_OBJ) src/api/ds4ref.map
+	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4ref.so.1 -Wl,--version-script=src/api/ds4ref.map \
+	    -o $@ $(MODEL_OBJ) $(LDLIBS)
+$(BUILD)/libds4check.so: $(CHECK_OBJ) $(BUILD)/libds4ref.a src/check/ds4check.map
+	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4check.so.1 -Wl,--version-script=src/check/ds4check.map \
+	    -o $@ $(CHECK_OBJ) $(BUILD)/libds4ref.a $(LDLIBS)
 
-$(BUILD)/libds4ref.a: $(LIB_OBJ)
+$(BUILD)/libds4ref.a: $(MODEL_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libds4check.a: $(CHECK_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BINDIR)/ds4ref: $(BUILD)/tools/ds4ref.o $(BUILD)/libds4ref.a
+$(BINDIR)/ds4ref: $(BUILD)/programs/ds4ref.o $(BUILD)/libds4ref.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BINDIR)/ds4ref-mkmodel $(BINDIR)/ds4ref-gguf: $(BINDIR)/ds4ref-%: $(BUILD)/programs/%.o $(BUILD)/libds4ref.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+$(CHECK_PROGRAMS): $(BINDIR)/ds4ref-%: $(BUILD)/programs/%.o $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+# The benchmark measures what the API hides (kernels, engine, KV state): the
+# one program that includes internal headers (scripts/layers.sh).
+$(BINDIR)/ds4ref-bench: $(BUILD)/bench/bench.o $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 DS4T_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/ds4t_*.c)))
 
 $(BINDIR)/ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/tests/greedy.o $(BUILD)/tests/script_drafter.o \
-                    $(BUILD)/libds4ref.a
+                    $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/ds4ref-%: $(BUILD)/tools/%.o $(BUILD)/libds4ref.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(BUILD)/libds4ref.a
+$(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
 
 # test_ops checks the matrix kernels against OpenBLAS's cblas_dgemm: the only
 # binary that links OpenBLAS (the library never does).
-$(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(TEST_COMMON) $(BUILD)/libds4ref.a
+$(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(TEST_COMMON) $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lopenblas $(LDLIBS)
 
 # The official-model oracle (vectors/official/README.md) is committed
@@ -128,7 +155,7 @@ test: all
 	@tests/run_tests.sh $(BUILD)
 
 vectors: ds4ref ds4ref-mkmodel
-	tools/make_vectors.sh
+	scripts/make_vectors.sh
 
 # Throughput (docs/PERFORMANCE.md): decode/prefill CSV on the default tiny
 # model and the matrix kernels.  bench-fullwidth also makes the 2.4 GB
@@ -172,9 +199,9 @@ bench-fulldepth: $(BINDIR)/ds4ref-bench $(FULLDEPTH_MODEL)
 # docs/PORTABILITY.md.  portability-short is the subset that make test runs.
 .PHONY: portability portability-short
 portability:
-	tools/portability.sh full
+	scripts/portability.sh full
 portability-short:
-	tools/portability.sh short
+	scripts/portability.sh short
 
 # Sanitizers (docs/RELIABILITY.md): the whole tree built with clang and ASan
 # (with LeakSanitizer) or UBSan, then `make test` on it.  Each builds in
@@ -189,7 +216,7 @@ ubsan: SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-fram
 .PHONY: asan ubsan fuzz fuzz-smoke
 asan ubsan:
 	@mkdir -p $(BUILD)/$@
-	@for f in Makefile README.md ds4ref.pc.in examples include base quant ref tests tools vectors; do \
+	@for f in Makefile README.md ds4ref.pc.in ds4check.pc.in examples include src programs bench scripts tests vectors; do \
 	    if [ -e $$f ]; then ln -sfn $(CURDIR)/$$f $(BUILD)/$@/$$f; fi; done
 	@if [ -e ../shared ]; then ln -sfn $(abspath ../shared) $(BUILD)/shared; fi
 	DS4REF_SANITIZER=$@ $(MAKE) -C $(BUILD)/$@ CC=$(SAN_CC) OPT=-O1 BUILD=build BINDIR=. \
@@ -205,28 +232,30 @@ fuzz-smoke:
 python-test: all
 	DS4REF_BIN_DIR=$(abspath $(BINDIR)) tests/python.sh $(BUILD)
 
-# Mutation check (tools/mutants.sh): each one-line mutation of the math
+# Mutation check (scripts/mutants.sh): each one-line mutation of the math
 # sources listed in tests/mutants.txt, applied to a scratch copy of the tree
 # in $(BUILD)/mutants, must make a fast test fail; prints the kill table.
 .PHONY: mutants
 mutants:
-	tools/mutants.sh $(BUILD)/mutants
+	scripts/mutants.sh $(BUILD)/mutants
 
-# make install PREFIX=/usr/local: header, libraries, the ds4ref programs,
-# pkg-config file.  ds4_test is not installed: it runs from the source tree
-# (vectors/, ../shared), and its name would be too generic in a bin/.
+# make install PREFIX=/usr/local: the two headers, libraries and pkg-config
+# files, and the programs.  ds4_test is not installed: it runs from the
+# source tree (vectors/, ../shared), and its name would be too generic in a
+# bin/.
 PREFIX ?= /usr/local
-VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' base/version.h)
+VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' src/base/version.h)
 .PHONY: install examples
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/ds4ref.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(BUILD)/libds4ref.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libds4ref.so $(DESTDIR)$(PREFIX)/lib/libds4ref.so.1
-	ln -sf libds4ref.so.1 $(DESTDIR)$(PREFIX)/lib/libds4ref.so
-	install -m 755 $(filter-out $(BINDIR)/ds4_test,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ds4ref.pc.in \
-	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ds4ref.pc
+	install -m 644 include/ds4ref.h include/ds4check.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libds4ref.a $(BUILD)/libds4check.a $(DESTDIR)$(PREFIX)/lib/
+	for l in ds4ref ds4check; do \
+	    install -m 755 $(BUILD)/lib$$l.so $(DESTDIR)$(PREFIX)/lib/lib$$l.so.1 && \
+	    ln -sf lib$$l.so.1 $(DESTDIR)$(PREFIX)/lib/lib$$l.so && \
+	    sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $$l.pc.in \
+	        > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$l.pc || exit 1; done
+	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
 
 # The examples, built against this tree's library.
 examples: $(BUILD)/examples/compare_head

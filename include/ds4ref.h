@@ -315,7 +315,7 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
 
 enum ds4ref_tap_kind { DS4REF_TAP_F32, DS4REF_TAP_I32, DS4REF_TAP_F64 };
 
-/* One intermediate value of one token (names in ref/forward/engine.h):
+/* One intermediate value of one token (names in src/forward/engine.h):
  * hc_attn, hc_ffn, attn_out, ffn_out, experts, expert_weights, expert_scores,
  * indexer_scores, indexer_sel, comp_row, idx_row.  layer = n_layer for the
  * MTP block.  data is valid during the callback only. */
@@ -386,90 +386,41 @@ int ds4ref_gguf_describe(const char *path, FILE *out, ds4ref_error *err);
  * Errors: DS4REF_E_IO, DS4REF_E_FORMAT, DS4REF_E_ARG (no such tensor). */
 int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_error *err);
 
-/* ---------------------------------------------------------------- diffing */
-
-/* Comparing two token streams with log-probabilities, as ds4ref-diff does
- * (the figures are defined in docs/FORMATS.md, section 4).  Either file may
- * be a ds4ref golden, a ds4 --dump-logprobs JSON or an official.vec file;
- * the kind is told from the content (a file of none of these kinds is
- * DS4REF_E_FORMAT, "not a golden, ds4 dump or official.vec").  The first
- * file is the reference. */
-typedef struct ds4ref_diff_options {
-    const char *case_id;       /* the case of an official.vec file (NULL: it must hold one) */
-    int all_steps;             /* also compare the steps after the first divergence */
-    int json;                  /* the report as one JSON object (else text) */
-    int quiet;                 /* text report without the per-step lines */
-    /* Thresholds; a negative value (or NAN) leaves one unchecked.  A
-     * threshold whose figure cannot be measured counts as violated.  With
-     * none at all (and no exact), min_top1 = 1 is checked: a divergence
-     * fails. */
-    double max_dlogprob;       /* largest |dlogprob| over the common tokens */
-    double min_top1;           /* share of the compared steps whose tokens agree */
-    double min_top5_overlap;   /* mean top-5 overlap fraction */
-    double min_top20_overlap;  /* mean top-20 overlap fraction */
-    double max_kl;             /* largest per-step KL(reference || other) */
-    int exact;                 /* require bit-identity in everything both record */
-} ds4ref_diff_options;
-
-/* No threshold given (so min_top1 = 1 applies), text report with the
- * per-step lines. */
-void ds4ref_diff_options_init(ds4ref_diff_options *o);
-
-typedef struct ds4ref_diff_result {
-    uint32_t violations;       /* thresholds violated (differing prompts count): 0 = pass */
-    int exact;                 /* bit-identical in everything both sides record */
-    int prompt_differs;
-    int64_t first_divergence;  /* first step whose tokens differ; -1: none */
-    uint32_t n_steps_a;        /* steps of the reference (golden) */
-    uint32_t n_steps_b;        /* steps of the other file */
-    uint32_t n_compared;       /* steps compared */
-    double top1;               /* share of the compared steps whose tokens agree (NAN: none) */
-    double max_dlogprob;       /* NAN when no token is common to both sides */
-    double max_kl;             /* NAN when no step has a KL */
-} ds4ref_diff_result;
-
-/* Compare `other` with `golden` under o (NULL: the defaults of
- * ds4ref_diff_options_init) and write the report of `ds4ref-diff` to
- * report (NULL: none): the text report ends with "result: PASS" or
- * "result: FAIL" and one "  violated: ..." line per violation.  Returns 0
- * whenever the comparison was made, whatever the verdict; *result (may be
- * NULL) gets the verdict and the main figures.  Errors: DS4REF_E_IO
- * (cannot read a file, or write the report), DS4REF_E_FORMAT (malformed
- * file), DS4REF_E_ARG (no or an unknown official.vec case), DS4REF_E_NOMEM. */
-int ds4ref_diff_files(const char *golden, const char *other, const ds4ref_diff_options *o,
-                      FILE *report, ds4ref_diff_result *result, ds4ref_error *err);
-
 /* ------------------------------------------------------------------ files */
 
-/* The library's own file handling, for programs that want the same rules
- * for the files they write themselves (the ds4ref command's --logits-out).
- *
- * ds4ref_read_file: the whole of path (a regular file, a pipe, /dev/stdin)
+/* ds4ref_read_file: the whole of path (a regular file, a pipe, /dev/stdin)
  * with a NUL appended (not counted in *len); free *data with ds4ref_free.
- * Errors: DS4REF_E_IO, DS4REF_E_NOMEM (more than 1 GiB, or out of memory).
- *
- * ds4ref_output: an atomic writer.  The bytes go to a temporary file next to
- * path, and only commit renames a complete, fsync'ed file over it, so a
- * reader sees the old file or the whole new one, never a truncated one; a
- * symbolic link keeps pointing at the replaced file; a target that exists
- * and is not a regular file (/dev/null, a FIFO) is written in place.
- * Opening it checks at once that the file can be created, so a program can
- * open its outputs before hours of computation.  Errors name the target. */
+ * The programs read their prompt and token files through it, with the
+ * library's limits and errors.  Errors: DS4REF_E_IO, DS4REF_E_NOMEM (more
+ * than 1 GiB, or out of memory). */
 int ds4ref_read_file(const char *path, char **data, size_t *len, ds4ref_error *err);
 
-typedef struct ds4ref_output ds4ref_output;
-int ds4ref_output_open(const char *path, ds4ref_output **out, ds4ref_error *err);
-int ds4ref_output_write(ds4ref_output *o, const void *data, size_t n, ds4ref_error *err);
+/* The logits file (ds4ref --logits-out; README, "Output formats"): rows of
+ * n_vocab f32, little-endian, row-major, no header.
+ *
+ * It is written atomically: the rows go to a temporary file next to path,
+ * and only commit renames the complete, fsync'ed file over it, so a reader
+ * sees the old file or the whole new one, never a truncated one; a symbolic
+ * link keeps pointing at the replaced file; a target that exists and is not
+ * a regular file (/dev/null, a FIFO) is written in place.  Opening checks at
+ * once that the file can be created, so a program can open it before hours
+ * of computation.  Errors name the file. */
+typedef struct ds4ref_logits_file ds4ref_logits_file;
+int ds4ref_logits_open(const char *path, uint32_t n_vocab, ds4ref_logits_file **out,
+                       ds4ref_error *err);
+/* n_rows rows of n_vocab logits each. */
+int ds4ref_logits_write(ds4ref_logits_file *f, const float *logits, size_t n_rows,
+                        ds4ref_error *err);
 /* Commit and release (on failure the target keeps its old content). */
-int ds4ref_output_commit(ds4ref_output *o, ds4ref_error *err);
+int ds4ref_logits_commit(ds4ref_logits_file *f, ds4ref_error *err);
 /* Release without committing: the temporary file is removed.  NULL is fine. */
-void ds4ref_output_abort(ds4ref_output *o);
+void ds4ref_logits_abort(ds4ref_logits_file *f);
 
 /* ---------------------------------------------------------- reading goldens */
 
 /* A golden stream file (ds4ref --golden-out; docs/FORMATS.md, section 2) read
  * into memory, for a program that wants the recorded numbers themselves
- * rather than a comparison (ds4ref_diff_files).  The reader is the strict
+ * rather than a comparison (ds4check_diff_files).  The reader is the strict
  * one ds4ref-diff uses: every key, number spelling, digest and count is
  * checked.  Every pointer below stays valid until ds4ref_golden_free. */
 
@@ -519,64 +470,6 @@ int ds4ref_golden_read(const char *path, ds4ref_golden **out, ds4ref_error *err)
 
 /* Release a golden from ds4ref_golden_read (NULL: nothing). */
 void ds4ref_golden_free(ds4ref_golden *g);
-
-/* ------------------------------------------------------------ conformance */
-
-/* ds4ref-conform (docs/CONFORM.md): run another backend's command over the
- * speculative-decoding matrix -- MTP draft depths, prefill chunks, batch
- * sizes, prompts -- and check every cell against the reference. */
-typedef struct ds4ref_conform_options {
-    const char *model_path;    /* the model, given to the backend and opened here */
-    const char *mtp_path;      /* its MTP head, or NULL (speculative cells are then n/a) */
-    const char *backend;       /* a preset ("ds4ref", "ds4") or a command template */
-    const char *ds4ref_path;   /* what {ds4ref} names (NULL: "ds4ref") */
-    const char *matrix;        /* NULL: the default; or "draft=0,2,4 chunk=64,whole batch=1" */
-    const char *prompts_dir;   /* NULL: the built-in corpus; or a folder of NAME.txt */
-    uint32_t n_tokens;         /* steps per row (default 32) */
-    uint32_t top_k;            /* alternatives the backend records (default 20) */
-    uint32_t ctx;              /* 0: the model's, at most 32768 */
-    int qat;                   /* the reference's FP8/FP4 simulation (default 1) */
-    double temperature;        /* 0: greedy (default) */
-    uint64_t seed;             /* default 1 */
-    int exact;                 /* bit-identity instead of the tolerance checks */
-    double max_gap;            /* nats (default 0.5) */
-    double tie_eps;            /* nats (default 0.05) */
-    double max_dlogprob;       /* default 0.5; NAN: unchecked */
-    double min_top5_overlap;   /* default NAN: unchecked */
-    double min_top20_overlap;  /* default NAN: unchecked */
-    const char *cache_dir;     /* NULL: no cache */
-    const char *work_dir;      /* NULL: a temporary folder, removed afterwards */
-    double timeout;            /* seconds a cell may run (0: no limit) */
-    /* Set asynchronously (by a SIGINT handler): the running cell's command is
-     * killed and the call returns DS4REF_E_INTERRUPTED. */
-    volatile sig_atomic_t *stop;
-    /* Called before each step of the run ("reference for chat", "draft=3
-     * chunk=7 batch=2 code", finally "done"). */
-    void (*progress)(void *ud, uint32_t done, uint32_t total, const char *what);
-    void *progress_ud;
-    /* Every cell as JSON, written atomically when the run ends (opened
-     * before it starts); NULL: none. */
-    const char *json_path;
-} ds4ref_conform_options;
-
-void ds4ref_conform_options_init(ds4ref_conform_options *o);
-
-typedef struct ds4ref_conform_result {
-    uint32_t cells, pass, fail, error, tie, not_exercised, na;
-    uint32_t ran;              /* cells whose backend ran and wrote its outputs */
-} ds4ref_conform_result;
-
-/* Run the matrix; the text report (table, failures, smallest failing cell
- * of each prompt, summary) goes to report (NULL: none).  Returns 0
- * whenever the matrix ran, whatever the verdicts (read them in *res); an
- * error is about the setup: the model, a bad template or matrix, a prompt
- * that does not fit the context, a folder or file that cannot be written. */
-int ds4ref_conform_run(const ds4ref_conform_options *o, FILE *report,
-                       ds4ref_conform_result *res, ds4ref_error *err);
-
-/* The backend presets, i = 0, 1, ...: their name, command template and a
- * line about them; 0 past the last. */
-int ds4ref_conform_preset(uint32_t i, const char **name, const char **tmpl, const char **about);
 
 #ifdef __cplusplus
 }

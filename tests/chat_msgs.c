@@ -20,7 +20,7 @@ static int opt_string(const ds4_json *m, const char *key, size_t i, const char *
     *len = 0;
     if (!v || v->type == DS4_JSON_NULL) return 0;
     if (v->type != DS4_JSON_STRING)
-        return ds4err_set(err, DS4_E_ARG, "chat: messages[%zu].%s must be a string (byte %zu)", i,
+        return ds4_err_set(err, DS4_E_ARG, "chat: messages[%zu].%s must be a string (byte %zu)", i,
                           key, v->offset);
     *s = v->str;
     *len = v->len;
@@ -39,7 +39,7 @@ static int msg_from_json(const ds4_json *m, size_t i, ds4_chat_msg *out, ds4err 
     while (k < sizeof(role_names) / sizeof(role_names[0]) && !ds4_json_is_str(role, role_names[k].name))
         k++;
     if (m->type != DS4_JSON_OBJECT || k == sizeof(role_names) / sizeof(role_names[0]))
-        return ds4err_set(err, DS4_E_ARG, "chat: messages[%zu] (byte %zu) needs a \"role\" of "
+        return ds4_err_set(err, DS4_E_ARG, "chat: messages[%zu] (byte %zu) needs a \"role\" of "
                           "system, user, assistant, developer, latest_reminder or tool", i, m->offset);
     out->role = role_names[k].role;
     const ds4_json *content = ds4_json_get(m, "content");
@@ -52,7 +52,7 @@ static int msg_from_json(const ds4_json *m, size_t i, ds4_chat_msg *out, ds4err 
     if (opt_string(m, "reasoning_content", i, &out->reasoning, &out->reasoning_len, err) ||
         opt_string(m, "task", i, &out->task, &task_len, err))
         return -1;
-    out->wo_eos = ds4_py_truthy(ds4_json_get(m, "wo_eos"));
+    out->wo_eos = ds4_pyjson_truthy(ds4_json_get(m, "wo_eos"));
     out->tools = opt_json(m, "tools");
     out->response_format = opt_json(m, "response_format");
     out->tool_calls = opt_json(m, "tool_calls");
@@ -64,9 +64,9 @@ int chat_msgs_from_json(const ds4_json *arr, ds4_chat_msg **msgs, size_t *n, ds4
     *msgs = NULL;
     *n = 0;
     if (!arr || arr->type != DS4_JSON_ARRAY)
-        return ds4err_set(err, DS4_E_ARG, "chat: expected a JSON array of messages");
+        return ds4_err_set(err, DS4_E_ARG, "chat: expected a JSON array of messages");
     ds4_chat_msg *v = malloc((arr->n ? arr->n : 1) * sizeof(ds4_chat_msg));
-    if (!v) return ds4err_set(err, DS4_E_NOMEM, "chat: out of memory");
+    if (!v) return ds4_err_set(err, DS4_E_NOMEM, "chat: out of memory");
     for (size_t i = 0; i < arr->n; i++) {
         if (msg_from_json(&arr->elems[i], i, &v[i], err)) {
             free(v);

@@ -74,7 +74,7 @@ check "on a terminal with --mtp and --golden-out: the golden is the plain one" \
 check "on a terminal with --logits-out: the logits are written" \
     test "$(stat -c %s "$tmp/tty.f32")" -eq $((32 * 512 * 4))
 
-# The OpenMP spin the programs set for themselves (tools/wait_policy.h), as
+# The OpenMP spin the programs set for themselves (programs/wait_policy.h), as
 # the OpenMP runtime of a running ds4ref reports it (OMP_DISPLAY_ENV, on
 # stderr when the runtime starts, so no timing is involved): libgomp (gcc
 # builds, which execute themselves again to set it: the last report is the

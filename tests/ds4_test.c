@@ -17,7 +17,7 @@
 #include "base/reslimit.h"
 #include "base/version.h"
 #include "ds4t.h"
-#include "../tools/wait_policy.h"
+#include "../programs/wait_policy.h"
 
 extern const ds4t_entry ds4t_golden_vectors, ds4t_logprob_vectors;
 extern const ds4t_entry ds4t_mtp_verify_depth;
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     /* A model truncated while a test reads it ends with one line and
      * DS4_EXIT_SIGBUS, not "Bus error". */
     ds4err err = {0};
-    if (ds4_sigbus_install("ds4_test", &err)) {
+    if (ds4_reslimit_sigbus_install("ds4_test", &err)) {
         fprintf(stderr, "ds4_test: %s\n", err.msg);
         return err.code;
     }

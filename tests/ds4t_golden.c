@@ -11,16 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fileio.h"
+#include "base/file.h"
 #include "base/sha256.h"
 #include "decode/session.h"
 #include "ds4t.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "text/chat.h"
-#include "trace/diffmetrics.h"
-#include "trace/golden_read.h"
-#include "trace/goldenrun.h"
+#include "diff/diff.h"
+#include "format/golden_read.h"
+#include "run/run.h"
 
 typedef struct entry {
     char name[128], config[32], types[8], qat[8], prompt[256], model_sha[65], golden_sha[65];
@@ -32,7 +32,7 @@ static int file_sha256(const char *path, char out[65]) {
     char *buf;
     size_t len;
     ds4err err = {0};
-    if (ds4_read_file(path, (size_t)1 << 32, &buf, &len, &err)) return -1;
+    if (ds4_file_read(path, (size_t)1 << 32, &buf, &len, &err)) return -1;
     ds4_sha256_hex(buf, len, out);
     free(buf);
     return 0;
@@ -43,7 +43,7 @@ static int prompt_ids(const ds4_model *m, const char *path, ds4_tokens *ids) {
     size_t len;
     ds4err err = {0};
     const ds4_tokenizer *tok;
-    if (ds4_read_file(path, 1 << 20, &text, &len, &err) || ds4_model_tokenizer(m, &tok, &err)) {
+    if (ds4_file_read(path, 1 << 20, &text, &len, &err) || ds4_model_tokenizer(m, &tok, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
         return -1;
     }
@@ -100,14 +100,14 @@ static void check_entry(const entry *e, const char *dir) {
             } else {
                 ds4_diff_report r;
                 ds4_diff_opts dopt = {.all_steps = true};
-                if (ds4_diff_compute(&want, &got, &dopt, &r, &err)) {
+                if (ds4chk_diff_compute(&want, &got, &dopt, &r, &err)) {
                     DS4T_CHECK(0, "%s", err.msg);
                 } else {
                     DS4T_CHECK(r.exact, "%s: regenerated golden differs: first inexact step %lld (%s), "
                                "first divergence %lld", e->name, (long long)r.first_inexact,
                                r.first_inexact >= 0 ? r.steps[r.first_inexact].inexact : "-",
                                (long long)r.first_divergence);
-                    ds4_diff_report_free(&r);
+                    ds4chk_diff_report_free(&r);
                 }
                 ds4_golden_free(&got);
             }

@@ -19,13 +19,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/fileio.h"
+#include "base/file.h"
 #include "decode/session.h"
 #include "decode/step.h"
 #include "ds4t.h"
 #include "model/model.h"
 #include "text/chat.h"
-#include "trace/officialvec.h"
+#include "format/lpvec.h"
 
 #define LOGPROB_TOLERANCE 4.0
 #define LOCAL_TOP_K 20
@@ -41,9 +41,9 @@ static int read_prompt(const char *vec_path, const char *case_path, char **text,
     if (slash) snprintf(beside, sizeof(beside), "%.*s/prompts/%s", (int)(slash - vec_path), vec_path, base);
     else snprintf(beside, sizeof(beside), "prompts/%s", base);
     const size_t limit = (size_t)1 << 26;
-    if (access(beside, F_OK) == 0) return ds4_read_file(beside, limit, text, len, err);
-    if (access(case_path, F_OK) == 0) return ds4_read_file(case_path, limit, text, len, err);
-    return ds4err_set(err, DS4_E_IO, "prompt file not found: neither %s nor %s exists", beside,
+    if (access(beside, F_OK) == 0) return ds4_file_read(beside, limit, text, len, err);
+    if (access(case_path, F_OK) == 0) return ds4_file_read(case_path, limit, text, len, err);
+    return ds4_err_set(err, DS4_E_IO, "prompt file not found: neither %s nor %s exists", beside,
                       case_path);
 }
 
@@ -76,7 +76,7 @@ static void run_case(ds4_engine *e, const ds4_model *m, const ds4_lpv_case *c, c
     } else {
         for (uint32_t i = 0; i < c->n_steps; i++) {
             ds4_gen_step st = {0};
-            if (ds4_gen_step_from_logits(s.logits, m->cfg.n_vocab, LOCAL_TOP_K, &st, &err)) {
+            if (ds4_step_from_logits(s.logits, m->cfg.n_vocab, LOCAL_TOP_K, &st, &err)) {
                 DS4T_CHECK(0, "case %s: %s", c->id, err.msg);
                 break;
             }
@@ -102,7 +102,7 @@ static void run_case(ds4_engine *e, const ds4_model *m, const ds4_lpv_case *c, c
             }
             ds4_buf_free(&sel);
             int32_t next = st.token;
-            ds4_gen_steps_free(&st, 1);
+            ds4_step_list_free(&st, 1);
             if (i + 1 < c->n_steps && ds4_session_eval(&s, &next, 1, NULL, NULL, &err)) {
                 DS4T_CHECK(0, "case %s: %s", c->id, err.msg);
                 break;
@@ -122,14 +122,14 @@ static int run(void) {
     if (access(vec, R_OK)) return ds4t_skip("vector file %s not found (set DS4_TEST_VECTOR_FILE)", vec);
     ds4err err = {0};
     ds4_lpv_file f;
-    if (ds4_lpv_read(vec, &f, &err)) {
+    if (ds4_lpvec_read(vec, &f, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
         return DS4T_FAIL;
     }
     ds4_model m;
     if (ds4_model_open(&m, model, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
-        ds4_lpv_free(&f);
+        ds4_lpvec_free(&f);
         return DS4T_FAIL;
     }
     const ds4_tokenizer *tok;
@@ -152,7 +152,7 @@ static int run(void) {
         ds4_engine_free(&e);
     }
     ds4_model_close(&m);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
     return DS4T_PASS;
 }
 

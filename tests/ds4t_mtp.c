@@ -145,7 +145,7 @@ static double teacher_force(const fixture *f, ds4_engine *e, const greedy *g,
     uint32_t V = f->m.cfg.n_vocab;
     worst = 0;
     for (uint32_t i = 0; i < n; i++) {
-        int32_t t = steps[i].token, best = ds4_argmax(s.logits, V);
+        int32_t t = steps[i].token, best = ds4_sample_argmax(s.logits, V);
         double gap = (double)s.logits[best] - (double)s.logits[t];
         if (gap > worst) worst = gap;
         DS4T_CHECK(best == t, "step %u: committed token %d is not the argmax %d (gap %g)", i, t, best, gap);
@@ -211,7 +211,7 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
         if (so.ctx > ctx) ctx = so.ctx;
         streams[r] = malloc(sizeof(int32_t) * (rows[r].np + rows[r].n));
         if (!streams[r]) {
-            ds4err_set(&err, DS4_E_NOMEM, "out of memory");
+            ds4_err_set(&err, DS4_E_NOMEM, "out of memory");
             goto out;
         }
         memcpy(streams[r], rows[r].prompt, sizeof(int32_t) * rows[r].np);
@@ -232,12 +232,12 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
 out:
     DS4T_CHECK(!err.msg[0], "%s: %s", what, err.msg);
     for (uint32_t r = 0; r < n_init; r++) {
-        ds4_gen_steps_free(sr[r].steps, sr[r].n_done);
+        ds4_step_list_free(sr[r].steps, sr[r].n_done);
         free(sr[r].steps);
         ds4_session_free(&s[r]);
     }
     for (uint32_t r = 0; r < 2; r++) free(streams[r]);
-    ds4_drafter_free(d);
+    ds4_spec_drafter_free(d);
     ds4_engine_free(&e);
 }
 
@@ -295,7 +295,7 @@ static int run(void) {
         }
     }
     for (int r = 0; r < 2; r++) {
-        ds4_gen_steps_free(rows[r].steps, rows[r].n);
+        ds4_step_list_free(rows[r].steps, rows[r].n);
         free(rows[r].steps);
     }
     ds4_engine_free(&e);

@@ -11,9 +11,9 @@ int ds4_generate_greedy(ds4_session *s, const ds4_gen_opts *o, ds4_gen_step *ste
     memset(steps, 0, sizeof(*steps) * o->n_steps);
     for (uint32_t i = 0; i < o->n_steps; i++) {
         if (!s->has_logits)
-            return ds4err_set(err, DS4_E_ARG, "nothing evaluated yet: no logits to continue from");
-        if (ds4_gen_step_from_logits(s->logits, n_vocab, o->top_k, &steps[i], err)) {
-            ds4_gen_steps_free(steps, i + 1);
+            return ds4_err_set(err, DS4_E_ARG, "nothing evaluated yet: no logits to continue from");
+        if (ds4_step_from_logits(s->logits, n_vocab, o->top_k, &steps[i], err)) {
+            ds4_step_list_free(steps, i + 1);
             return -1;
         }
         *n_done = i + 1;

@@ -18,7 +18,7 @@
  * Step i records the argmax of the logits, then feeds it back (except
  * after the last step, and never after EOS when stop_at_eos is set).
  * steps: n_steps entries whose arrays this function allocates; free them
- * with ds4_gen_steps_free.  *n_done = steps produced.  cb (may be NULL) is
+ * with ds4_step_list_free.  *n_done = steps produced.  cb (may be NULL) is
  * called after each step; non-zero stops. */
 int ds4_generate_greedy(ds4_session *s, const ds4_gen_opts *o, ds4_gen_step *steps,
                         uint32_t *n_done, ds4_gen_cb cb, void *ud, ds4err *err);

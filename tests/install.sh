@@ -27,11 +27,18 @@ if ! env -u LD_LIBRARY_PATH HOME="$home" bash -e -c "$recipe" > "$home/log" 2>&1
 fi
 grep "max |dlogit|" "$home/log"
 prefix=$home/.local
-# The shared library exports the public API and nothing else.
-if nm -D --defined-only "$prefix/lib/libds4ref.so.1" | awk '$2 == "T" && $3 !~ /^ds4ref_/' | grep -q .; then
-    echo "libds4ref.so exports symbols outside the public API"; exit 1
-fi
+# Each shared library exports its public API and nothing else, and the
+# checking library installs with its header and pkg-config file.
+for l in ds4ref ds4check; do
+    if nm -D --defined-only "$prefix/lib/lib$l.so.1" | awk -v p="^${l}_" '$2 == "T" && $3 !~ p' | grep -q .; then
+        echo "lib$l.so exports symbols outside the public API"; exit 1
+    fi
+    test -f "$prefix/include/$l.h"
+    env PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --exists "$l" ||
+        { echo "install: pkg-config does not find $l"; exit 1; }
+done
 test -x "$prefix/bin/ds4ref"
+test -x "$prefix/bin/ds4ref-conform"
 if ls "$prefix/bin" | grep -v '^ds4ref' | grep -q .; then
     echo "install: bin/ holds programs without the ds4ref name: $(ls "$prefix/bin" | tr '\n' ' ')"
     exit 1

@@ -22,7 +22,7 @@ void *off_read(const char *name, size_t bytes);
 int32_t *off_tokens(void);
 
 /* selections.qat_{off,on}.txt: the expert and indexer selections of the
- * official debug dumps (tools/make_official.sh).  Layer OFF_SEL_MTP is the
+ * official debug dumps (scripts/make_official.sh).  Layer OFF_SEL_MTP is the
  * MTP block, whose rows are MTP positions. */
 enum { OFF_SEL_MAX = 16, OFF_SEL_LAYERS = 8, OFF_SEL_MTP = OFF_SEL_LAYERS - 1 };
 

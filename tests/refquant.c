@@ -116,7 +116,7 @@ float rq_iq2_elem(const uint8_t *blk, int e) {
     const int neg = j < 7 ? (k >> j) & 1 : rq_parity7(k);
     const float d = (float)rq_f16((uint16_t)rd16(blk));
     const float db = d * (0.5f + (float)s) * 0.25f;
-    const float v = (float)((ds4_iq2xxs_grid[g] >> (8 * j)) & 0xff);
+    const float v = (float)((ds4_formats_iq2xxs_grid[g] >> (8 * j)) & 0xff);
     return db * v * (neg ? -1.0f : 1.0f);
 }
 

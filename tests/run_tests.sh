@@ -24,17 +24,35 @@ done
 
 # The library's layering (docs/ARCHITECTURE.md), and proof that the check
 # catches the faults it looks for.
-run "layers: includes and calls go downward, no cycles" tools/layers.sh "$build"
+run "layers: includes and calls go downward, no cycles" scripts/layers.sh "$build"
 run "layers: a cycle, a self-include and an upward edge are reported" bash -c '
     e=$(mktemp); trap "rm -f $e" EXIT
-    printf "%s\n" "ref/text/json.c ref/decode/session.h" "ref/forward/a.c ref/forward/b.c" \
-        "ref/forward/b.c ref/forward/a.c" > "$e"
-    out=$(tools/layers.sh --edges "$e") && exit 1
-    grep -q "upward edge ref/text/json.c -> ref/decode/session.h" <<< "$out" &&
+    printf "%s\n" "src/text/json.c src/decode/session.h" "src/forward/a.c src/forward/b.c" \
+        "src/forward/b.c src/forward/a.c" "src/api/api.c src/conform/conform.h" > "$e"
+    out=$(scripts/layers.sh --edges "$e") && exit 1
+    grep -q "upward edge src/text/json.c -> src/decode/session.h" <<< "$out" &&
+    grep -q "upward edge src/api/api.c -> src/conform/conform.h" <<< "$out" &&
     grep -q "cycle" <<< "$out" || exit 1
-    printf "%s\n" "ref/trace/golden.c ref/trace/golden.h" "ref/trace/golden.h ref/trace/golden.h" > "$e"
-    out=$(tools/layers.sh --edges "$e") && exit 1
-    grep -q "ref/trace/golden.h depends on itself" <<< "$out"'
+    printf "%s\n" "src/format/golden.c src/format/golden.h" "src/format/golden.h src/format/golden.h" > "$e"
+    out=$(scripts/layers.sh --edges "$e") && exit 1
+    grep -q "src/format/golden.h depends on itself" <<< "$out" || exit 1
+    d=$(mktemp -d); trap "rm -rf $e $d" EXIT
+    printf "#include \"ds4ref.h\"\n#include \"decode/session.h\"\n" > "$d/p.c"
+    out=$(scripts/layers.sh --programs "$d") && exit 1
+    grep -q "p.c includes \"decode/session.h\": programs use the public headers only" <<< "$out"'
+# Symbol names (docs/ARCHITECTURE.md, Names): every global symbol of the two
+# archives carries its library's prefix and its file's; and the check fails
+# on a symbol without them (gguf_open, ggml's name) or in the wrong file.
+run "symbols: the libraries' and the files' prefixes" scripts/symbols.sh "$build"
+run "symbols: a symbol without its prefixes is reported" bash -c '
+    e=$(mktemp); trap "rm -f $e" EXIT
+    printf "%s\n" "libds4ref.a src/quant/gguf.o gguf_open" "libds4ref.a src/quant/gguf.o ds4_gguf_open" \
+        "libds4ref.a src/forward/moe.o ds4_attention" "libds4check.a src/diff/diff.o ds4_diff_check" > "$e"
+    out=$(scripts/symbols.sh --list "$e") && exit 1
+    grep -q "gguf.o defines gguf_open, outside" <<< "$out" &&
+    grep -q "moe.o defines ds4_attention, which does not start with ds4_moe" <<< "$out" &&
+    grep -q "diff.o defines ds4_diff_check, outside" <<< "$out" &&
+    [ "$(grep -c defines <<< "$out")" = 3 ]'
 
 run "ds4_test" ./ds4_test
 # The --logprob-vectors code path on the default synthetic model, with an
@@ -65,7 +83,7 @@ elif command -v valgrind >/dev/null 2>&1; then
     while read -r name args; do
         case "$name" in ''|'#'*) continue ;; esac
         # GOMP_SPINCOUNT: set here, the programs do not execute themselves
-        # again to set it (tools/wait_policy.h), which would leave valgrind.
+        # again to set it (programs/wait_policy.h), which would leave valgrind.
         # shellcheck disable=SC2086
         run "valgrind $name $args" env OMP_NUM_THREADS=2 DS4REF_VALGRIND=1 GOMP_SPINCOUNT=10000 \
             valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
@@ -93,7 +111,7 @@ else
     done
 fi
 
-# Mutation check (tools/mutants.sh, about two minutes on 2 cores): every
+# Mutation check (scripts/mutants.sh, about two minutes on 2 cores): every
 # one-line mutation of tests/mutants.txt must make a fast test fail.  Not
 # inside the sanitizer runs, which test the same sources.
 if [ -z "${DS4REF_SANITIZER:-}" ]; then

@@ -31,7 +31,7 @@ static int script_propose(ds4_drafter *d, ds4_draft_req *reqs, uint32_t n_reqs,
     for (uint32_t i = 0; i < n_reqs; i++) {
         ds4_draft_req *q = &reqs[i];
         if (q->row >= d->n_rows)
-            return ds4err_set(err, DS4_E_ARG, "draft request for row %u of a %u-row drafter", q->row,
+            return ds4_err_set(err, DS4_E_ARG, "draft request for row %u of a %u-row drafter", q->row,
                               d->n_rows);
         script_row *r = &sd->rows[q->row];
         uint32_t wrong = r->n_err ? r->err_depth[r->calls % r->n_err] : 0;
@@ -62,7 +62,7 @@ int script_drafter_new(ds4_drafter **out, const drafter_script *rows, uint32_t n
                            uint32_t n_vocab, ds4err *err) {
     *out = NULL;
     script_drafter *sd = calloc(1, sizeof(*sd));
-    if (!sd) return ds4err_set(err, DS4_E_NOMEM, "out of memory");
+    if (!sd) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     sd->base = (ds4_drafter){n_rows, false, script_commit, script_propose, script_destroy};
     sd->n_vocab = n_vocab;
     sd->rows = calloc(n_rows ? n_rows : 1, sizeof(script_row));
@@ -81,5 +81,5 @@ int script_drafter_new(ds4_drafter **out, const drafter_script *rows, uint32_t n
     return 0;
 oom:
     script_destroy(&sd->base);
-    return ds4err_set(err, DS4_E_NOMEM, "out of memory for a %u-row scripted drafter", n_rows);
+    return ds4_err_set(err, DS4_E_NOMEM, "out of memory for a %u-row scripted drafter", n_rows);
 }

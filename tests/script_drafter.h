@@ -23,7 +23,7 @@ typedef struct drafter_script {
     uint32_t n_err;
 } drafter_script;
 
-/* A drafter for rows[0..n_rows) (copied); free it with ds4_drafter_free. */
+/* A drafter for rows[0..n_rows) (copied); free it with ds4_spec_drafter_free. */
 int script_drafter_new(ds4_drafter **out, const drafter_script *rows, uint32_t n_rows,
                        uint32_t n_vocab, ds4err *err);
 

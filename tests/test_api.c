@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "ds4check.h"
 #include "ds4ref.h"
 #include "refquant.h"
 #include "testutil.h"
@@ -781,15 +782,15 @@ static void test_diff(void **state) {
     ds4ref_model_close(m);
 
     /* Identical files: exact, nothing violated, PASS. */
-    ds4ref_diff_options o;
-    ds4ref_diff_options_init(&o);
+    ds4check_diff_options o;
+    ds4check_diff_options_init(&o);
     o.exact = 1;
     o.max_dlogprob = 0;
     o.min_top1 = 1;
-    ds4ref_diff_result res;
+    ds4check_diff_result res;
     capture c;
     capture_open(&c);
-    assert_int_equal(ds4ref_diff_files(g1, g1, &o, c.f, &res, &e), 0);
+    assert_int_equal(ds4check_diff_files(g1, g1, &o, c.f, &res, &e), 0);
     capture_close(&c);
     assert_int_equal(res.violations, 0);
     assert_true(res.exact);
@@ -804,9 +805,9 @@ static void test_diff(void **state) {
     free(c.p);
 
     /* The same stream as a ds4 dump: the tokens, not the bits. */
-    ds4ref_diff_options_init(&o);
+    ds4check_diff_options_init(&o);
     o.min_top1 = 1;
-    assert_int_equal(ds4ref_diff_files(g1, d1, &o, NULL, &res, &e), 0);
+    assert_int_equal(ds4check_diff_files(g1, d1, &o, NULL, &res, &e), 0);
     assert_int_equal(res.violations, 0);
     assert_int_equal(res.first_divergence, -1);
     assert_true(res.max_dlogprob < 1e-6);
@@ -816,10 +817,10 @@ static void test_diff(void **state) {
     int64_t first = -1;
     for (uint32_t i = 0; i < 24 && first < 0; i++)
         if (r1.ids[i] != r2.ids[i]) first = i;
-    ds4ref_diff_options_init(&o);
+    ds4check_diff_options_init(&o);
     o.exact = 1;
     capture_open(&c);
-    assert_int_equal(ds4ref_diff_files(g1, g2, &o, c.f, &res, &e), 0);
+    assert_int_equal(ds4check_diff_files(g1, g2, &o, c.f, &res, &e), 0);
     capture_close(&c);
     assert_int_equal(res.violations, 1);
     assert_false(res.exact);
@@ -832,42 +833,42 @@ static void test_diff(void **state) {
     /* Quiet: no per-step lines; JSON: one object with the verdict. */
     o.quiet = 1;
     capture_open(&c);
-    assert_int_equal(ds4ref_diff_files(g1, g2, &o, c.f, &res, &e), 0);
+    assert_int_equal(ds4check_diff_files(g1, g2, &o, c.f, &res, &e), 0);
     capture_close(&c);
     assert_true(c.len < full_len);
     assert_null(strstr(c.p, "\n   0 "));
     free(c.p);
     o.json = 1;
     capture_open(&c);
-    assert_int_equal(ds4ref_diff_files(g1, g2, &o, c.f, &res, &e), 0);
+    assert_int_equal(ds4check_diff_files(g1, g2, &o, c.f, &res, &e), 0);
     capture_close(&c);
     assert_true(c.len > 0 && c.p[0] == '{');
     assert_null(strstr(c.p, "result: FAIL"));
     free(c.p);
     /* A threshold that holds: nothing violated; NAN is no threshold. */
-    ds4ref_diff_options_init(&o);
+    ds4check_diff_options_init(&o);
     o.max_dlogprob = 1e9;
     o.max_kl = NAN;
-    assert_int_equal(ds4ref_diff_files(g1, g2, &o, NULL, &res, &e), 0);
+    assert_int_equal(ds4check_diff_files(g1, g2, &o, NULL, &res, &e), 0);
     assert_int_equal(res.violations, 0);
-    assert_int_equal(ds4ref_diff_files(g1, g2, NULL, NULL, NULL, &e), 0);
+    assert_int_equal(ds4check_diff_files(g1, g2, NULL, NULL, NULL, &e), 0);
 
     /* Errors: a missing file, a malformed one, an unknown .vec case. */
-    assert_int_equal(ds4ref_diff_files(g1, "/nonexistent/b.jsonl", &o, NULL, &res, &e),
+    assert_int_equal(ds4check_diff_files(g1, "/nonexistent/b.jsonl", &o, NULL, &res, &e),
                      DS4REF_E_IO);
     assert_non_null(strstr(e.message, "/nonexistent/b.jsonl"));
     char *bad = tu_path(f->dir, "bad.vec");
     FILE *b = fopen(bad, "wb");
     fputs("GGUFxxxx", b);
     fclose(b);
-    assert_int_equal(ds4ref_diff_files(bad, g1, &o, NULL, &res, &e), DS4REF_E_FORMAT);
+    assert_int_equal(ds4check_diff_files(bad, g1, &o, NULL, &res, &e), DS4REF_E_FORMAT);
     o.case_id = "nope";
-    assert_int_equal(ds4ref_diff_files(g1, "vectors/tiny.vec", &o, NULL, &res, &e),
+    assert_int_equal(ds4check_diff_files(g1, "vectors/tiny.vec", &o, NULL, &res, &e),
                      DS4REF_E_ARG);
-    assert_int_equal(ds4ref_diff_files(NULL, g1, &o, NULL, &res, &e), DS4REF_E_ARG);
+    assert_int_equal(ds4check_diff_files(NULL, g1, &o, NULL, &res, &e), DS4REF_E_ARG);
     FILE *full = fopen("/dev/full", "w");
     if (full) {
-        assert_int_equal(ds4ref_diff_files(g1, g2, NULL, full, &res, &e), DS4REF_E_IO);
+        assert_int_equal(ds4check_diff_files(g1, g2, NULL, full, &res, &e), DS4REF_E_IO);
         assert_non_null(strstr(e.message, "cannot write the report"));
         fclose(full);
     }
@@ -908,38 +909,43 @@ static void test_threads_grow(void **state) {
     free(b);
 }
 
-/* ds4ref_read_file and ds4ref_output: a round trip, an aborted write that
+/* ds4ref_read_file and the logits file: a round trip whose bytes are the
+ * values' little-endian encodings written out by hand, an aborted write that
  * leaves the old file, and errors that name the path. */
 static void test_files(void **state) {
     fixture *f = *state;
     char *path = tu_path(f->dir, "out.bin"), *missing = tu_path(f->dir, "no/such/dir/out.bin");
     ds4ref_error e;
-    ds4ref_output *o;
-    assert_int_equal(ds4ref_output_open(path, &o, &e), 0);
-    assert_int_equal(ds4ref_output_write(o, "abc", 3, &e), 0);
-    assert_int_equal(ds4ref_output_write(o, "\0de", 3, &e), 0);
-    assert_int_equal(ds4ref_output_commit(o, &e), 0);
+    ds4ref_logits_file *o;
+    const float rows[2][2] = {{1.0f, -2.0f}, {0.5f, 0x1p-149f}};
+    const unsigned char want[16] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0,
+                                    0x00, 0x00, 0x00, 0x3f, 0x01, 0x00, 0x00, 0x00};
+    assert_int_equal(ds4ref_logits_open(path, 2, &o, &e), 0);
+    assert_int_equal(ds4ref_logits_write(o, rows[0], 1, &e), 0);
+    assert_int_equal(ds4ref_logits_write(o, rows[1], 1, &e), 0);
+    assert_int_equal(ds4ref_logits_commit(o, &e), 0);
     char *data;
     size_t len;
     assert_int_equal(ds4ref_read_file(path, &data, &len, &e), 0);
-    assert_int_equal(len, 6);
-    assert_memory_equal(data, "abc\0de", 6);
-    assert_int_equal(data[6], '\0');
+    assert_int_equal(len, 16);
+    assert_memory_equal(data, want, 16);
+    assert_int_equal(data[16], '\0');
     ds4ref_free(data);
 
     /* Aborted: the target keeps its old bytes and no temporary file stays. */
-    assert_int_equal(ds4ref_output_open(path, &o, &e), 0);
-    assert_int_equal(ds4ref_output_write(o, "new", 3, &e), 0);
-    ds4ref_output_abort(o);
+    assert_int_equal(ds4ref_logits_open(path, 2, &o, &e), 0);
+    assert_int_equal(ds4ref_logits_write(o, rows[1], 1, &e), 0);
+    ds4ref_logits_abort(o);
     assert_int_equal(ds4ref_read_file(path, &data, &len, &e), 0);
-    assert_int_equal(len, 6);
+    assert_int_equal(len, 16);
     ds4ref_free(data);
     assert_int_equal(tu_count_entries(f->dir), 3);   /* tiny.gguf, tiny-mtp.gguf, out.bin */
 
     /* Errors name the file and come before anything is written. */
-    assert_int_equal(ds4ref_output_open(missing, &o, &e), DS4REF_E_IO);
+    assert_int_equal(ds4ref_logits_open(missing, 2, &o, &e), DS4REF_E_IO);
     assert_null(o);
     assert_non_null(strstr(e.message, missing));
+    assert_int_equal(ds4ref_logits_open(path, 0, &o, &e), DS4REF_E_ARG);
     assert_int_equal(ds4ref_read_file(missing, &data, &len, &e), DS4REF_E_IO);
     assert_non_null(strstr(e.message, missing));
     remove(path);

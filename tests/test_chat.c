@@ -1,4 +1,4 @@
-/* Tests for ref/text/chat.c, the DeepSeek V4 chat renderer.
+/* Tests for src/text/chat.c, the DeepSeek V4 chat renderer.
  *
  * Rendered text is compared with
  *   - the official encoder's published fixtures (DeepSeek-V4-Flash
@@ -662,8 +662,8 @@ static void tiny_init(tiny *v) {
         v->tok[V_HE + i].len = strlen(words[i]);
     }
     for (int s = 0; s < DS4_SPECIAL_COUNT; s++) {
-        v->tok[V_BOS + s].ptr = ds4_special_str(s);
-        v->tok[V_BOS + s].len = strlen(ds4_special_str(s));
+        v->tok[V_BOS + s].ptr = ds4_tok_special_str(s);
+        v->tok[V_BOS + s].len = strlen(ds4_tok_special_str(s));
     }
     /* "Ġwor" and "Ġworl" are merge results without tokens of their own. */
     static const char *const merges[] = {"h e", "l l", "he ll", "hell o", "\xC4\xA0 w",
@@ -788,7 +788,7 @@ static int v4like_setup(void **state) {
     }
     v4like *o = calloc(1, sizeof(*o));
     ds4err err = {0};
-    if (!o || ds4_vocab_from_hf_json(&o->v, SHARED_TOKENIZER, &err)) {
+    if (!o || ds4_hf_vocab_from_json(&o->v, SHARED_TOKENIZER, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         free(o);
         return -1;
@@ -800,7 +800,7 @@ static int v4like_setup(void **state) {
     }
     if (ds4_tok_init(&o->t, o->v.tokens, o->v.n_tokens, o->v.types, o->v.merges, o->v.n_merges, &err)) {
         fprintf(stderr, "%s\n", err.msg);
-        ds4_vocab_free(&o->v);
+        ds4_hf_vocab_free(&o->v);
         free(o);
         return -1;
     }
@@ -812,7 +812,7 @@ static int v4like_teardown(void **state) {
     v4like *o = *state;
     if (o) {
         ds4_tok_free(&o->t);
-        ds4_vocab_free(&o->v);
+        ds4_hf_vocab_free(&o->v);
         free(o);
     }
     return 0;

@@ -23,7 +23,7 @@
 
 static char *expand(const char *tmpl, const ds4_cf_vars *v, ds4err *err) {
     ds4_buf b = {0};
-    if (ds4_cf_expand(tmpl, v, &b, err)) {
+    if (ds4chk_template_expand(tmpl, v, &b, err)) {
         ds4_buf_free(&b);
         return NULL;
     }
@@ -80,7 +80,7 @@ static void test_template_check(void **state) {
     (void)state;
     ds4err err = {0};
     uint32_t uses;
-    assert_int_equal(ds4_cf_template_check("a {tokens_file} {out} {draft}", &uses, &err), 0);
+    assert_int_equal(ds4chk_template_check("a {tokens_file} {out} {draft}", &uses, &err), 0);
     assert_int_equal(uses, 1u << DS4_CF_TOKENS_FILE | 1u << DS4_CF_OUT | 1u << DS4_CF_DRAFT);
     static const struct {
         const char *t, *msg;
@@ -93,19 +93,19 @@ static void test_template_check(void **state) {
         {"a {out {tokens_file}", "unknown placeholder"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        assert_int_not_equal(ds4_cf_template_check(bad[i].t, &uses, &err), 0);
+        assert_int_not_equal(ds4chk_template_check(bad[i].t, &uses, &err), 0);
         assert_int_equal(err.code, DS4_E_ARG);
         if (!strstr(err.msg, bad[i].msg)) fail_msg("%s: %s", bad[i].t, err.msg);
     }
     /* The presets are valid templates. */
     const char *name, *tmpl, *about;
     uint32_t n = 0;
-    for (; ds4_cf_preset_at(n, &name, &tmpl, &about); n++) {
-        assert_int_equal(ds4_cf_template_check(tmpl, &uses, &err), 0);
-        assert_ptr_equal(ds4_cf_preset(name), tmpl);
+    for (; ds4chk_template_preset_at(n, &name, &tmpl, &about); n++) {
+        assert_int_equal(ds4chk_template_check(tmpl, &uses, &err), 0);
+        assert_ptr_equal(ds4chk_template_preset(name), tmpl);
     }
     assert_int_equal(n, 2);
-    assert_null(ds4_cf_preset("nope"));
+    assert_null(ds4chk_template_preset("nope"));
 }
 
 /* ---- the matrix ---- */
@@ -114,13 +114,13 @@ static void test_matrix(void **state) {
     (void)state;
     ds4err err = {0};
     ds4_cf_matrix m;
-    ds4_cf_matrix_default(&m);
+    ds4chk_matrix_default(&m);
     assert_int_equal(m.draft.n, 7);
     assert_int_equal(m.draft.v[6], 8);
     assert_int_equal(m.chunk.n, 4);
     assert_int_equal(m.chunk.v[3], DS4_CF_WHOLE);
     assert_int_equal(m.batch.n, 3);
-    assert_int_equal(ds4_cf_matrix_parse(&m, "  draft=0,2,2,4   chunk=whole,64 ", &err), 0);
+    assert_int_equal(ds4chk_matrix_parse(&m, "  draft=0,2,2,4   chunk=whole,64 ", &err), 0);
     assert_int_equal(m.draft.n, 3);   /* the repeat is dropped */
     assert_int_equal(m.draft.v[2], 4);
     assert_int_equal(m.chunk.n, 2);
@@ -131,15 +131,15 @@ static void test_matrix(void **state) {
                                       "draft=", "depth=1", "draft=1,,2", "draft=whole",
                                       "chunk=-1", "batch=1x"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        ds4_cf_matrix_default(&m);
-        assert_int_not_equal(ds4_cf_matrix_parse(&m, bad[i], &err), 0);
+        ds4chk_matrix_default(&m);
+        assert_int_not_equal(ds4chk_matrix_parse(&m, bad[i], &err), 0);
         assert_int_equal(err.code, DS4_E_ARG);
         assert_non_null(strstr(err.msg, "--matrix"));
         assert_int_equal(m.draft.n, 7);   /* nothing changed */
     }
     char buf[16];
-    assert_string_equal(ds4_cf_chunk_name(DS4_CF_WHOLE, buf, sizeof(buf)), "whole");
-    assert_string_equal(ds4_cf_chunk_name(64, buf, sizeof(buf)), "64");
+    assert_string_equal(ds4chk_matrix_chunk_name(DS4_CF_WHOLE, buf, sizeof(buf)), "whole");
+    assert_string_equal(ds4chk_matrix_chunk_name(64, buf, sizeof(buf)), "64");
 }
 
 /* ---- a backend's log ---- */
@@ -149,14 +149,14 @@ static void test_accept_lines(void **state) {
     ds4_cf_accept a;
     const char *ours = "prefill...\nmtp accept: iters=4 proposed=10 accepted=7 rate=70.0% "
                        "per_iter=1.75 deepest=3\nds4ref: prefill: 1 t/s\n";
-    ds4_cf_read_accept(ours, strlen(ours), &a);
+    ds4chk_backend_read_accept(ours, strlen(ours), &a);
     assert_true(a.known && a.has_deepest);
     assert_int_equal(a.proposed, 10);
     assert_int_equal(a.accepted, 7);
     assert_int_equal(a.deepest, 3);
     /* Without deepest= (an older line): known, no depth. */
     const char *old = "mtp accept: iters=4 proposed=10 accepted=7 rate=70.0% per_iter=1.75";
-    ds4_cf_read_accept(old, strlen(old), &a);
+    ds4chk_backend_read_accept(old, strlen(old), &a);
     assert_true(a.known && !a.has_deepest);
     /* ds4's DS4_MTP_SPEC_LOG lines add up; the deepest is the most one
      * cycle accepted. */
@@ -164,19 +164,19 @@ static void test_accept_lines(void **state) {
                       "ds4: mtp spec miss first draft=12\n"
                       "ds4: mtp spec seq partial drafted=4 verified=2 accepted=1\n"
                       "ds4: mtp spec seq accept drafted=2 accepted=2\n";
-    ds4_cf_read_accept(ds4, strlen(ds4), &a);
+    ds4chk_backend_read_accept(ds4, strlen(ds4), &a);
     assert_true(a.known && a.has_deepest);
     assert_int_equal(a.proposed, 9);
     assert_int_equal(a.accepted, 6);
     assert_int_equal(a.deepest, 3);
     const char *none = "nothing here\naccepted=3\n";
-    ds4_cf_read_accept(none, strlen(none), &a);
+    ds4chk_backend_read_accept(none, strlen(none), &a);
     assert_false(a.known);
     char last[16];
     const char *log = "one\ntwo \x1b[0m end\n\n";
-    ds4_cf_last_line(log, strlen(log), last, sizeof(last));
+    ds4chk_backend_last_line(log, strlen(log), last, sizeof(last));
     assert_string_equal(last, "two ?[0m end");
-    ds4_cf_last_line("", 0, last, sizeof(last));
+    ds4chk_backend_last_line("", 0, last, sizeof(last));
     assert_string_equal(last, "");
 }
 
@@ -250,28 +250,28 @@ static void test_verdict_row(void **state) {
     const int32_t good[STEPS] = {10, 10, 10};
     make_tf(&tf, good, STEPS);
     make_out(&out, good, STEPS, 0.3);
-    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     /* 0.6 off: |dlogprob| fails at step 0. */
     ds4_golden_free(&out);
     make_out(&out, good, STEPS, 0.6);
-    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 0);
     assert_true(fabs(f.dlogprob - 0.6) < 1e-12);
     assert_non_null(strstr(f.detail, "|dlogprob| 0.6"));
     /* ...unless no |dlogprob| limit is set. */
     l.max_dlogprob = NAN;
-    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     l = tolerance();
     ds4_golden_free(&out);
-    ds4_cf_tf_free(&tf);
+    ds4chk_reference_tf_free(&tf);
     /* Step 1 commits the second choice, 1.9 nats below the argmax. */
     const int32_t wrong[STEPS] = {10, 11, 10};
     make_tf(&tf, wrong, STEPS);
     make_out(&out, wrong, STEPS, 0);
-    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 1);
     assert_int_equal(f.token, 11);
@@ -279,11 +279,11 @@ static void test_verdict_row(void **state) {
     assert_non_null(strstr(f.detail, "1.9 nats below the reference's argmax 10"));
     /* With a looser gap it passes; sampled runs do not check the gap. */
     l.max_gap = 2;
-    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     l = tolerance();
     l.greedy = false;
-    ds4_cf_check_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     l = tolerance();
     /* Two steps of three without the end token: stopped early. */
@@ -294,19 +294,19 @@ static void test_verdict_row(void **state) {
     make_tf(&tf2, two, 2);
     ds4_golden out2;
     make_out(&out2, two, 2, 0);
-    ds4_cf_check_row(NULL, &out2, &tf2, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out2, &tf2, STEPS, -1, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 2);
     assert_non_null(strstr(f.detail, "stopped after 2 of 3"));
     /* ...but ending on the end token is a complete run. */
-    ds4_cf_check_row(NULL, &out2, &tf2, STEPS, 10, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out2, &tf2, STEPS, 10, &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     out.n_steps = STEPS;
     tf.n = STEPS;
     ds4_golden_free(&out2);
-    ds4_cf_tf_free(&tf2);
+    ds4chk_reference_tf_free(&tf2);
     ds4_golden_free(&out);
-    ds4_cf_tf_free(&tf);
+    ds4chk_reference_tf_free(&tf);
 }
 
 static void test_verdict_usable(void **state) {
@@ -316,20 +316,20 @@ static void test_verdict_usable(void **state) {
     const int32_t ids[STEPS] = {10, 10, 600};
     const int32_t prompt[2] = {1, 2};
     make_out(&out, ids, STEPS, 0);
-    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_false(ds4chk_verdict_usable(&out, prompt, 2, STEPS, 512, &f));
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 2);
     assert_non_null(strstr(f.detail, "outside the vocabulary"));
     out.steps[2].tok.id = 11;
-    assert_true(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
-    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS - 1, 512, &f));
+    assert_true(ds4chk_verdict_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_false(ds4chk_verdict_usable(&out, prompt, 2, STEPS - 1, 512, &f));
     assert_non_null(strstr(f.detail, "3 steps written, 2 asked for"));
     out.h.n_prompt = 3;
-    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_false(ds4chk_verdict_usable(&out, prompt, 2, STEPS, 512, &f));
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_non_null(strstr(f.detail, "prompt has 3 tokens"));
     out.has_ids = false;
-    assert_false(ds4_cf_check_usable(&out, prompt, 2, STEPS, 512, &f));
+    assert_false(ds4chk_verdict_usable(&out, prompt, 2, STEPS, 512, &f));
     assert_int_equal(f.status, DS4_CF_ERROR);
     ds4_golden_free(&out);
 }
@@ -342,24 +342,24 @@ static void test_verdict_same(void **state) {
     const int32_t a[STEPS] = {10, 10, 10}, b[STEPS] = {10, 11, 12};
     make_tf(&base, a, STEPS);
     make_tf(&row, a, STEPS);
-    ds4_cf_check_same(&base, &row, "draft=0", &l, NULL, &f);
+    ds4chk_verdict_same(&base, &row, "draft=0", &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
-    ds4_cf_tf_free(&row);
+    ds4chk_reference_tf_free(&row);
     /* Step 1 differs and the reference puts the two 1.9 nats apart. */
     make_tf(&row, b, STEPS);
-    ds4_cf_check_same(&base, &row, "draft=0", &l, NULL, &f);
+    ds4chk_verdict_same(&base, &row, "draft=0", &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 1);
     assert_non_null(strstr(f.detail, "in the draft=0 stream"));
     /* A near-tie there: a tie, not a failure. */
     row.lp[1] = base.lp[1] - 0.01;
-    ds4_cf_check_same(&base, &row, "draft=0", &l, NULL, &f);
+    ds4chk_verdict_same(&base, &row, "draft=0", &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_TIE);
     assert_int_equal(f.step, 1);
-    ds4_cf_tf_free(&row);
-    ds4_cf_tf_free(&base);
-    assert_string_equal(ds4_cf_status_name(DS4_CF_NOT_EXERCISED), "not exercised");
-    assert_string_equal(ds4_cf_status_name(DS4_CF_NA), "n/a");
+    ds4chk_reference_tf_free(&row);
+    ds4chk_reference_tf_free(&base);
+    assert_string_equal(ds4chk_verdict_status_name(DS4_CF_NOT_EXERCISED), "not exercised");
+    assert_string_equal(ds4chk_verdict_status_name(DS4_CF_NA), "n/a");
 }
 
 int main(void) {

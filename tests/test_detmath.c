@@ -1,4 +1,4 @@
-/* Tests of base/detmath.c.
+/* Tests of src/base/detmath.c.
  *
  * Three independent references:
  *   - exact tables: inputs whose correctly rounded result was computed
@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/detmath.h"
+#include "testutil.h"
 
 struct unary_case {
     double x;
@@ -250,14 +251,14 @@ static void check_unary(const char *name, double (*f)(double), const struct unar
 
 static void test_exact_tables(void **state) {
     (void)state;
-    check_unary("exp", ds4_exp, exp_cases, N_OF(exp_cases));
-    check_unary("log", ds4_log, log_cases, N_OF(log_cases));
-    check_unary("log1p", ds4_log1p, log1p_cases, N_OF(log1p_cases));
-    check_unary("sin", ds4_sin, sin_cases, N_OF(sin_cases));
-    check_unary("cos", ds4_cos, cos_cases, N_OF(cos_cases));
+    check_unary("exp", ds4_det_exp, exp_cases, N_OF(exp_cases));
+    check_unary("log", ds4_det_log, log_cases, N_OF(log_cases));
+    check_unary("log1p", ds4_det_log1p, log1p_cases, N_OF(log1p_cases));
+    check_unary("sin", ds4_det_sin, sin_cases, N_OF(sin_cases));
+    check_unary("cos", ds4_det_cos, cos_cases, N_OF(cos_cases));
     int bad = 0;
     for (size_t i = 0; i < N_OF(pow_cases); i++) {
-        double got = ds4_pow(pow_cases[i].b, pow_cases[i].e);
+        double got = ds4_det_pow(pow_cases[i].b, pow_cases[i].e);
         if (dbits(got) != pow_cases[i].want) {
             print_error("pow(%a, %a) = %a, want 0x%016llx\n", pow_cases[i].b, pow_cases[i].e,
                         got, (unsigned long long)pow_cases[i].want);
@@ -272,18 +273,18 @@ static void test_exact_tables(void **state) {
  * doubles around correctly rounded exp / log1p values. */
 static void test_activation_tables(void **state) {
     (void)state;
-    check_unary("sigmoid", ds4_sigmoid, sigmoid_cases, N_OF(sigmoid_cases));
-    check_unary("silu", ds4_silu, silu_cases, N_OF(silu_cases));
-    check_unary("softplus", ds4_softplus, softplus_cases, N_OF(softplus_cases));
+    check_unary("sigmoid", ds4_det_sigmoid, sigmoid_cases, N_OF(sigmoid_cases));
+    check_unary("silu", ds4_det_silu, silu_cases, N_OF(silu_cases));
+    check_unary("softplus", ds4_det_softplus, softplus_cases, N_OF(softplus_cases));
 }
 
 static void test_sincos_matches_sin_cos(void **state) {
     (void)state;
     for (size_t i = 0; i < N_OF(sin_cases); i++) {
         double s, c;
-        ds4_sincos(sin_cases[i].x, &s, &c);
+        ds4_det_sincos(sin_cases[i].x, &s, &c);
         assert_true(dbits(s) == sin_cases[i].want);
-        assert_true(dbits(c) == dbits(ds4_cos(sin_cases[i].x)));
+        assert_true(dbits(c) == dbits(ds4_det_cos(sin_cases[i].x)));
     }
 }
 
@@ -299,87 +300,87 @@ static void assert_bits(double got, double want) {
 static void test_specials(void **state) {
     (void)state;
     const double inf = INFINITY, nan = NAN;
-    assert_bits(ds4_exp(0.0), 1.0);
-    assert_bits(ds4_exp(-0.0), 1.0);
-    assert_bits(ds4_exp(-inf), 0.0);
-    assert_bits(ds4_exp(inf), inf);
-    assert_bits(ds4_exp(nan), nan);
-    assert_bits(ds4_exp(709.78), 0x1.fe9ce5c4c52b4p+1023); /* last finite region */
-    assert_bits(ds4_exp(0x1.62e42fefa39fp+9), inf);       /* just above ln(DBL_MAX) */
-    assert_bits(ds4_exp(710.0), inf);
-    assert_bits(ds4_exp(1000.0), inf);
-    assert_bits(ds4_exp(-745.0), 0x0.0000000000001p-1022); /* 0.57 * 2^-1074: rounds up */
-    assert_bits(ds4_exp(-746.0), 0.0);
-    assert_bits(ds4_exp(-1e300), 0.0);
+    assert_bits(ds4_det_exp(0.0), 1.0);
+    assert_bits(ds4_det_exp(-0.0), 1.0);
+    assert_bits(ds4_det_exp(-inf), 0.0);
+    assert_bits(ds4_det_exp(inf), inf);
+    assert_bits(ds4_det_exp(nan), nan);
+    assert_bits(ds4_det_exp(709.78), 0x1.fe9ce5c4c52b4p+1023); /* last finite region */
+    assert_bits(ds4_det_exp(0x1.62e42fefa39fp+9), inf);       /* just above ln(DBL_MAX) */
+    assert_bits(ds4_det_exp(710.0), inf);
+    assert_bits(ds4_det_exp(1000.0), inf);
+    assert_bits(ds4_det_exp(-745.0), 0x0.0000000000001p-1022); /* 0.57 * 2^-1074: rounds up */
+    assert_bits(ds4_det_exp(-746.0), 0.0);
+    assert_bits(ds4_det_exp(-1e300), 0.0);
 
-    assert_bits(ds4_log(1.0), 0.0);
-    assert_bits(ds4_log(0.0), -inf);
-    assert_bits(ds4_log(-0.0), -inf);
-    assert_bits(ds4_log(-1.0), nan);
-    assert_bits(ds4_log(-inf), nan);
-    assert_bits(ds4_log(inf), inf);
-    assert_bits(ds4_log(nan), nan);
-    assert_bits(ds4_log(0x1p-1074), -0x1.74385446d71c3p+9); /* -1074 ln 2 */
-    assert_bits(ds4_log(DBL_MAX), 0x1.62e42fefa39efp+9);
+    assert_bits(ds4_det_log(1.0), 0.0);
+    assert_bits(ds4_det_log(0.0), -inf);
+    assert_bits(ds4_det_log(-0.0), -inf);
+    assert_bits(ds4_det_log(-1.0), nan);
+    assert_bits(ds4_det_log(-inf), nan);
+    assert_bits(ds4_det_log(inf), inf);
+    assert_bits(ds4_det_log(nan), nan);
+    assert_bits(ds4_det_log(0x1p-1074), -0x1.74385446d71c3p+9); /* -1074 ln 2 */
+    assert_bits(ds4_det_log(DBL_MAX), 0x1.62e42fefa39efp+9);
 
-    assert_bits(ds4_log1p(0.0), 0.0);
-    assert_bits(ds4_log1p(-0.0), -0.0);
-    assert_bits(ds4_log1p(-1.0), -inf);
-    assert_bits(ds4_log1p(-1.5), nan);
-    assert_bits(ds4_log1p(inf), inf);
-    assert_bits(ds4_log1p(nan), nan);
-    assert_bits(ds4_log1p(0x1p-1074), 0x1p-1074);
-    assert_bits(ds4_log1p(-0x1p-60), -0x1p-60);
-    assert_bits(ds4_log1p(DBL_MAX), 0x1.62e42fefa39efp+9);
+    assert_bits(ds4_det_log1p(0.0), 0.0);
+    assert_bits(ds4_det_log1p(-0.0), -0.0);
+    assert_bits(ds4_det_log1p(-1.0), -inf);
+    assert_bits(ds4_det_log1p(-1.5), nan);
+    assert_bits(ds4_det_log1p(inf), inf);
+    assert_bits(ds4_det_log1p(nan), nan);
+    assert_bits(ds4_det_log1p(0x1p-1074), 0x1p-1074);
+    assert_bits(ds4_det_log1p(-0x1p-60), -0x1p-60);
+    assert_bits(ds4_det_log1p(DBL_MAX), 0x1.62e42fefa39efp+9);
 
-    assert_bits(ds4_sin(0.0), 0.0);
-    assert_bits(ds4_sin(-0.0), -0.0);
-    assert_bits(ds4_sin(0x1p-1074), 0x1p-1074);
-    assert_bits(ds4_sin(-0x1p-30), -0x1p-30);
-    assert_bits(ds4_sin(inf), nan);
-    assert_bits(ds4_sin(-inf), nan);
-    assert_bits(ds4_sin(nan), nan);
-    assert_bits(ds4_cos(0.0), 1.0);
-    assert_bits(ds4_cos(-0.0), 1.0);
-    assert_bits(ds4_cos(0x1p-30), 1.0);
-    assert_bits(ds4_cos(inf), nan);
-    assert_bits(ds4_cos(nan), nan);
+    assert_bits(ds4_det_sin(0.0), 0.0);
+    assert_bits(ds4_det_sin(-0.0), -0.0);
+    assert_bits(ds4_det_sin(0x1p-1074), 0x1p-1074);
+    assert_bits(ds4_det_sin(-0x1p-30), -0x1p-30);
+    assert_bits(ds4_det_sin(inf), nan);
+    assert_bits(ds4_det_sin(-inf), nan);
+    assert_bits(ds4_det_sin(nan), nan);
+    assert_bits(ds4_det_cos(0.0), 1.0);
+    assert_bits(ds4_det_cos(-0.0), 1.0);
+    assert_bits(ds4_det_cos(0x1p-30), 1.0);
+    assert_bits(ds4_det_cos(inf), nan);
+    assert_bits(ds4_det_cos(nan), nan);
     /* sin/cos are odd/even functions bit for bit. */
-    assert_bits(ds4_sin(-1234.5), -ds4_sin(1234.5));
-    assert_bits(ds4_cos(-1234.5), ds4_cos(1234.5));
+    assert_bits(ds4_det_sin(-1234.5), -ds4_det_sin(1234.5));
+    assert_bits(ds4_det_cos(-1234.5), ds4_det_cos(1234.5));
     /* The largest double: the reduction must still be exact.  Values from
      * mpmath: sin(DBL_MAX) = 0.00496195478918406..., cos = -0.99998768942655... */
-    assert_bits(ds4_sin(DBL_MAX), 0x1.452fc98b34e97p-8);
-    assert_bits(ds4_cos(DBL_MAX), -0x1.fffe62ecfab75p-1);
+    assert_bits(ds4_det_sin(DBL_MAX), 0x1.452fc98b34e97p-8);
+    assert_bits(ds4_det_cos(DBL_MAX), -0x1.fffe62ecfab75p-1);
 
-    assert_bits(ds4_pow(123.0, 0.0), 1.0);
-    assert_bits(ds4_pow(nan, 0.0), 1.0);
-    assert_bits(ds4_pow(1.0, nan), 1.0);
-    assert_bits(ds4_pow(1.0, inf), 1.0);
-    assert_bits(ds4_pow(nan, 2.0), nan);
-    assert_bits(ds4_pow(2.0, nan), nan);
-    assert_bits(ds4_pow(-2.0, 2.0), nan);
-    assert_bits(ds4_pow(0.0, 3.0), 0.0);
-    assert_bits(ds4_pow(0.0, -3.0), inf);
-    assert_bits(ds4_pow(inf, 2.0), inf);
-    assert_bits(ds4_pow(inf, -2.0), 0.0);
-    assert_bits(ds4_pow(2.0, 1024.0), inf);
-    assert_bits(ds4_pow(2.0, -1074.0), 0x1p-1074);
-    assert_bits(ds4_pow(2.0, -1076.0), 0.0);
-    assert_bits(ds4_pow(2.0, 10.0), 1024.0);
-    assert_bits(ds4_pow(10.0, 22.0), 1e22); /* exact, and needs > 53 bits on the way */
-    assert_bits(ds4_pow(0.5, inf), 0.0);
-    assert_bits(ds4_pow(2.0, inf), inf);
-    assert_bits(ds4_pow(2.0, -inf), 0.0);
+    assert_bits(ds4_det_pow(123.0, 0.0), 1.0);
+    assert_bits(ds4_det_pow(nan, 0.0), 1.0);
+    assert_bits(ds4_det_pow(1.0, nan), 1.0);
+    assert_bits(ds4_det_pow(1.0, inf), 1.0);
+    assert_bits(ds4_det_pow(nan, 2.0), nan);
+    assert_bits(ds4_det_pow(2.0, nan), nan);
+    assert_bits(ds4_det_pow(-2.0, 2.0), nan);
+    assert_bits(ds4_det_pow(0.0, 3.0), 0.0);
+    assert_bits(ds4_det_pow(0.0, -3.0), inf);
+    assert_bits(ds4_det_pow(inf, 2.0), inf);
+    assert_bits(ds4_det_pow(inf, -2.0), 0.0);
+    assert_bits(ds4_det_pow(2.0, 1024.0), inf);
+    assert_bits(ds4_det_pow(2.0, -1074.0), 0x1p-1074);
+    assert_bits(ds4_det_pow(2.0, -1076.0), 0.0);
+    assert_bits(ds4_det_pow(2.0, 10.0), 1024.0);
+    assert_bits(ds4_det_pow(10.0, 22.0), 1e22); /* exact, and needs > 53 bits on the way */
+    assert_bits(ds4_det_pow(0.5, inf), 0.0);
+    assert_bits(ds4_det_pow(2.0, inf), inf);
+    assert_bits(ds4_det_pow(2.0, -inf), 0.0);
 
-    assert_bits(ds4_sigmoid(inf), 1.0);
-    assert_bits(ds4_sigmoid(-inf), 0.0);
-    assert_bits(ds4_sigmoid(nan), nan);
-    assert_bits(ds4_silu(inf), inf);
-    assert_bits(ds4_silu(-1000.0), -0.0); /* -1000 / Inf, as torch's x / (1 + exp(-x)) */
-    assert_bits(ds4_softplus(20.0000001), 20.0000001);
-    assert_bits(ds4_softplus(-inf), 0.0);
-    assert_bits(ds4_softplus(inf), inf);
+    assert_bits(ds4_det_sigmoid(inf), 1.0);
+    assert_bits(ds4_det_sigmoid(-inf), 0.0);
+    assert_bits(ds4_det_sigmoid(nan), nan);
+    assert_bits(ds4_det_silu(inf), inf);
+    assert_bits(ds4_det_silu(-1000.0), -0.0); /* -1000 / Inf, as torch's x / (1 + exp(-x)) */
+    assert_bits(ds4_det_softplus(20.0000001), 20.0000001);
+    assert_bits(ds4_det_softplus(-inf), 0.0);
+    assert_bits(ds4_det_softplus(inf), inf);
 }
 
 /* ---- comparison with the C library's long double functions ---- */
@@ -387,14 +388,11 @@ static void test_specials(void **state) {
 static uint64_t rng = 0x243f6a8885a308d3ULL;
 
 static uint64_t rnd(void) {
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return tu_splitmix64(&rng);
 }
 
 static double uni(double a, double b) {
-    return a + (b - a) * ((double)(rnd() >> 11) * 0x1p-53);
+    return tu_uniform(&rng, a, b);
 }
 
 /* Uniform in log scale over [2^lo, 2^hi). */
@@ -471,26 +469,26 @@ static void test_vs_long_double(void **state) {
         skip();
     }
     const struct ld_case cases[] = {
-        {"exp", ds4_exp, expl, g_exp_all},
-        {"exp", ds4_exp, expl, g_exp_small},
-        {"exp", ds4_exp, expl, g_exp_softmax},
-        {"exp", ds4_exp, expl, g_exp_subnormal},
-        {"log", ds4_log, logl, g_log_all},
-        {"log", ds4_log, logl, g_log_near1},
-        {"log", ds4_log, logl, g_log_sub},
-        {"log1p", ds4_log1p, log1pl, g_log1p_unit},
-        {"log1p", ds4_log1p, log1pl, g_log1p_small},
-        {"log1p", ds4_log1p, log1pl, g_log1p_big},
-        {"sin", ds4_sin, sinl, g_trig_rope},
-        {"sin", ds4_sin, sinl, g_trig_2p22},
-        {"sin", ds4_sin, sinl, g_trig_small},
-        {"sin", ds4_sin, sinl, g_trig_huge},
-        {"sin", ds4_sin, sinl, g_trig_tiny},
-        {"cos", ds4_cos, cosl, g_trig_rope},
-        {"cos", ds4_cos, cosl, g_trig_2p22},
-        {"cos", ds4_cos, cosl, g_trig_small},
-        {"cos", ds4_cos, cosl, g_trig_huge},
-        {"cos", ds4_cos, cosl, g_trig_tiny},
+        {"exp", ds4_det_exp, expl, g_exp_all},
+        {"exp", ds4_det_exp, expl, g_exp_small},
+        {"exp", ds4_det_exp, expl, g_exp_softmax},
+        {"exp", ds4_det_exp, expl, g_exp_subnormal},
+        {"log", ds4_det_log, logl, g_log_all},
+        {"log", ds4_det_log, logl, g_log_near1},
+        {"log", ds4_det_log, logl, g_log_sub},
+        {"log1p", ds4_det_log1p, log1pl, g_log1p_unit},
+        {"log1p", ds4_det_log1p, log1pl, g_log1p_small},
+        {"log1p", ds4_det_log1p, log1pl, g_log1p_big},
+        {"sin", ds4_det_sin, sinl, g_trig_rope},
+        {"sin", ds4_det_sin, sinl, g_trig_2p22},
+        {"sin", ds4_det_sin, sinl, g_trig_small},
+        {"sin", ds4_det_sin, sinl, g_trig_huge},
+        {"sin", ds4_det_sin, sinl, g_trig_tiny},
+        {"cos", ds4_det_cos, cosl, g_trig_rope},
+        {"cos", ds4_det_cos, cosl, g_trig_2p22},
+        {"cos", ds4_det_cos, cosl, g_trig_small},
+        {"cos", ds4_det_cos, cosl, g_trig_huge},
+        {"cos", ds4_det_cos, cosl, g_trig_tiny},
     };
     int bad = 0;
     for (size_t i = 0; i < N_OF(cases); i++) {
@@ -514,7 +512,7 @@ static void test_pow_vs_long_double(void **state) {
     for (int i = 0; i < N_RANDOM; i++) {
         double b = i % 2 ? logu(-30.0, 30.0) : (i % 4 ? 10000.0 : 160000.0);
         double e = i % 2 ? uni(-20.0, 20.0) : (double)(rnd() % 64) / 64;
-        double got = ds4_pow(b, e);
+        double got = ds4_det_pow(b, e);
         double err = ulp_err(got, powl(b, e));
         if (!(err <= worst))
             worst = err;
@@ -526,7 +524,7 @@ static void test_pow_vs_long_double(void **state) {
     print_message("pow: max %.4f ulp over %d inputs\n", worst, N_RANDOM);
 }
 
-/* ds4_pow_f32 must be the correctly rounded float: compare with the long
+/* ds4_det_pow_f32 must be the correctly rounded float: compare with the long
  * double power rounded to float, skipping the (rare) inputs where the long
  * double value is too close to a float tie to decide. */
 static void test_pow_f32(void **state) {
@@ -545,7 +543,7 @@ static void test_pow_f32(void **state) {
         if (fabsl(v - tie) < fabsl(v) * 0x1p-50L)
             continue;
         checked++;
-        float got = ds4_pow_f32(b, e);
+        float got = ds4_det_pow_f32(b, e);
         if (fbits(got) != fbits(want)) {
             print_error("pow_f32(%a, %a) = %a, want %a\n", b, e, got, want);
             fail();
@@ -558,20 +556,20 @@ static void test_f32_round_sum(void **state) {
     (void)state;
     /* 1 + 2^-24 is a tie between the floats 1 and 1 + 2^-23; the tiny second
      * term decides it, although a double sum would absorb it. */
-    assert_true(fbits(ds4_f32_round_sum(1.0 + 0x1p-24, 0x1p-80)) == fbits(1.0f + 0x1p-23f));
-    assert_true(fbits(ds4_f32_round_sum(1.0 + 0x1p-24, -0x1p-80)) == fbits(1.0f));
-    assert_true(fbits(ds4_f32_round_sum(1.0 + 0x1p-24, 0.0)) == fbits(1.0f)); /* exact tie: even */
+    assert_true(fbits(ds4_det_round_sum_f32(1.0 + 0x1p-24, 0x1p-80)) == fbits(1.0f + 0x1p-23f));
+    assert_true(fbits(ds4_det_round_sum_f32(1.0 + 0x1p-24, -0x1p-80)) == fbits(1.0f));
+    assert_true(fbits(ds4_det_round_sum_f32(1.0 + 0x1p-24, 0.0)) == fbits(1.0f)); /* exact tie: even */
     /* -(1 + 1.5*2^-23) is a tie that would go to the even -(1 + 2^-22); a
      * nudge toward zero puts it below the tie. */
-    assert_true(fbits(ds4_f32_round_sum(-1.0 - 3 * 0x1p-24, 0.0)) == fbits(-1.0f - 0x1p-22f));
-    assert_true(fbits(ds4_f32_round_sum(-1.0 - 3 * 0x1p-24, 0x1p-90)) == fbits(-1.0f - 0x1p-23f));
+    assert_true(fbits(ds4_det_round_sum_f32(-1.0 - 3 * 0x1p-24, 0.0)) == fbits(-1.0f - 0x1p-22f));
+    assert_true(fbits(ds4_det_round_sum_f32(-1.0 - 3 * 0x1p-24, 0x1p-90)) == fbits(-1.0f - 0x1p-23f));
     /* Below a power of two: 2 - 2^-24 is the tie between 2 - 2^-23 and 2
      * (even: 2); a nudge down makes it round down. */
-    assert_true(fbits(ds4_f32_round_sum(2.0 - 0x1p-24, 0.0)) == fbits(2.0f));
-    assert_true(fbits(ds4_f32_round_sum(2.0 - 0x1p-24, -0x1p-90)) == fbits(2.0f - 0x1p-23f));
-    assert_true(fbits(ds4_f32_round_sum(2.0 - 0x1p-24, 0x1p-90)) == fbits(2.0f));
-    assert_true(fbits(ds4_f32_round_sum(3.0, -3.0)) == fbits(0.0f));
-    assert_true(fbits(ds4_f32_round_sum(1e300, 1e300)) == fbits(INFINITY));
+    assert_true(fbits(ds4_det_round_sum_f32(2.0 - 0x1p-24, 0.0)) == fbits(2.0f));
+    assert_true(fbits(ds4_det_round_sum_f32(2.0 - 0x1p-24, -0x1p-90)) == fbits(2.0f - 0x1p-23f));
+    assert_true(fbits(ds4_det_round_sum_f32(2.0 - 0x1p-24, 0x1p-90)) == fbits(2.0f));
+    assert_true(fbits(ds4_det_round_sum_f32(3.0, -3.0)) == fbits(0.0f));
+    assert_true(fbits(ds4_det_round_sum_f32(1e300, 1e300)) == fbits(INFINITY));
 
     /* Random sums against long double, which holds them exactly when the
      * exponents are within 11 of each other (53 + 11 <= 64 bits). */
@@ -583,8 +581,8 @@ static void test_f32_round_sum(void **state) {
         long double exact = (long double)a + b;
         assert_true((long double)a + b - a == b); /* the sum really is exact */
         float want = (float)exact;
-        if (fbits(ds4_f32_round_sum(a, b)) != fbits(want)) {
-            print_error("round_sum(%a, %a) = %a, want %a\n", a, b, ds4_f32_round_sum(a, b), want);
+        if (fbits(ds4_det_round_sum_f32(a, b)) != fbits(want)) {
+            print_error("round_sum(%a, %a) = %a, want %a\n", a, b, ds4_det_round_sum_f32(a, b), want);
             fail();
         }
     }

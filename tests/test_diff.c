@@ -1,4 +1,4 @@
-/* The comparison behind ds4ref-diff (ref/trace/diffmetrics.h) on constructed
+/* The comparison behind ds4ref-diff (src/diff/diff.h) on constructed
  * goldens whose expected figures are worked out by hand below (KL with the C
  * library's exp/log, not ds4ref's). */
 #include <stdarg.h>
@@ -12,14 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fileio.h"
+#include "base/file.h"
 #include "testutil.h"
 #include "text/json.h"
-#include "trace/diffmetrics.h"
-#include "trace/ds4dump.h"
-#include "trace/golden.h"
-#include "trace/golden_write.h"
-#include "trace/officialvec.h"
+#include "diff/diff.h"
+#include "format/trace.h"
+#include "format/dump.h"
+#include "format/golden.h"
+#include "format/golden_write.h"
+#include "format/lpvec.h"
 
 enum { MAXK = 8 };
 
@@ -78,7 +79,7 @@ static void golden_a(ds4_golden *g) {
 static void compute(const ds4_golden *a, const ds4_golden *b, bool all, ds4_diff_report *r) {
     ds4_diff_opts o = {.all_steps = all};
     ds4err err = {0};
-    assert_int_equal(ds4_diff_compute(a, b, &o, r, &err), 0);
+    assert_int_equal(ds4chk_diff_compute(a, b, &o, r, &err), 0);
 }
 
 /* No threshold checked. */
@@ -89,15 +90,15 @@ static void limits_none(ds4_diff_limits *l) {
 /* The golden g written whole to path. */
 static int golden_write(const ds4_golden *g, const char *path, ds4err *err) {
     ds4_buf b = {0};
-    int rc = ds4_golden_format(g, &b, err);
-    if (rc == 0) rc = ds4_write_file_atomic(path, b.p ? b.p : "", b.len, err);
+    int rc = ds4_golden_write_text(g, &b, err);
+    if (rc == 0) rc = ds4_file_write_atomic(path, b.p ? b.p : "", b.len, err);
     ds4_buf_free(&b);
     return rc;
 }
 
 static uint32_t violations(const ds4_diff_report *r, const ds4_diff_limits *l, const char *need) {
     ds4_buf why = {0};
-    uint32_t n = ds4_diff_check(r, l, &why);
+    uint32_t n = ds4chk_diff_check(r, l, &why);
     if (need) {
         assert_non_null(why.p);
         if (!strstr(why.p, need)) fprintf(stderr, "violations: %s\n", why.p);
@@ -139,14 +140,14 @@ static void test_identical(void **state) {
     l.min_top20 = 1;
     l.max_kl = 0;
     assert_int_equal(violations(&r, &l, NULL), 0);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
 
     /* Settings that do not change numbers do not break exactness. */
     b.h.settings.chunk = 1;
     compute(&a, &b, false, &r);
     assert_true(r.exact);
     assert_non_null(strstr(r.notes.p, "chunk 8 vs 1"));
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
 }
@@ -176,7 +177,7 @@ static void test_one_bit_fails_exact(void **state) {
     assert_int_equal(violations(&r, &l, NULL), 0);
     l.exact = true;
     assert_int_equal(violations(&r, &l, "--exact: step 1 differs (top[3].logprob)"), 1);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
 
     /* The logits digest alone. */
     b.steps[1].top[3].logprob = x;
@@ -185,7 +186,7 @@ static void test_one_bit_fails_exact(void **state) {
     assert_false(r.exact);
     assert_int_equal(r.first_inexact, 2);
     assert_string_equal(r.steps[2].inexact, "logits_sha256");
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
 }
@@ -247,7 +248,7 @@ static void test_known_figures(void **state) {
     l.min_top20 = 0.76;
     l.max_kl = kl * 0.999;
     assert_int_equal(violations(&r, &l, "--max-kl"), 4);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
 }
@@ -286,8 +287,8 @@ static void test_divergence(void **state) {
     ds4_buf text = {0}, why = {0};
     ds4err err = {0};
     l.min_top1 = 0.7;
-    assert_int_equal(ds4_diff_check(&r, &l, &why), 1);
-    assert_int_equal(ds4_diff_format_text(&r, &a, &b, "A.jsonl", "B.jsonl", false, &why, &text,
+    assert_int_equal(ds4chk_diff_check(&r, &l, &why), 1);
+    assert_int_equal(ds4chk_diff_format_text(&r, &a, &b, "A.jsonl", "B.jsonl", false, &why, &text,
                                           &err), 0);
     assert_non_null(strstr(text.p, "divergence at step 2: A chose \"t10\"(10), B chose "
                                    "\"t11\"(11); later steps follow different prefixes"));
@@ -297,13 +298,13 @@ static void test_divergence(void **state) {
     assert_non_null(strstr(text.p, "\nresult: FAIL\n  violated: --min-top1 0.7: got 0.666667\n"));
     ds4_buf_free(&text);
     ds4_buf_free(&why);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
 
     compute(&a, &b, true, &r);
     assert_int_equal(r.n_compared, 4);
     assert_int_equal(r.n_agree, 3);
     assert_true(r.top1 == 0.75);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
 
     /* B one step short, otherwise equal (a 16-step official.vec against a
      * longer golden, say): every compared token reproduced, the rest noted. */
@@ -320,7 +321,7 @@ static void test_divergence(void **state) {
     assert_false(r.exact);
     assert_non_null(strstr(r.notes.p, "B is incomplete (stop: interrupted)"));
     assert_non_null(strstr(r.notes.p, "A has 4 steps, B has 3"));
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
 }
@@ -343,7 +344,7 @@ static void test_prompt_and_model(void **state) {
     ds4_diff_limits l;
     limits_none(&l);
     assert_int_equal(violations(&r, &l, "prompts differ"), 1);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&b);
 
     /* Same everything, one tensor of the model differs. */
@@ -366,7 +367,7 @@ static void test_prompt_and_model(void **state) {
     assert_non_null(strstr(r.notes.p, "1 tensor changed: blk.0.ffn"));
     l.exact = true;
     assert_int_equal(violations(&r, &l, "outside the steps"), 1);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
 }
@@ -387,7 +388,7 @@ static void test_against_dump_and_vec(void **state) {
     assert_true(r.exact);   /* at the f32 precision the dump carries */
     assert_non_null(strstr(r.notes.p, "prompt compared by token count only"));
     assert_true(r.max_dlp > 0 && r.max_dlp < 1e-7);   /* double vs its f32 rounding */
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
 
     /* One f32 ulp in the dump is a difference. */
     float f32 = (float)d.steps[3].top[5].logprob;
@@ -395,16 +396,16 @@ static void test_against_dump_and_vec(void **state) {
     compute(&a, &d, false, &r);
     assert_false(r.exact);
     assert_string_equal(r.steps[3].inexact, "top[5].logprob");
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&d);
 
     /* An official.vec case with one alternative a step: matched by bytes. */
     ds4_lpv_append_opts o = {"x", "p", 1, false};
-    assert_int_equal(ds4_lpv_format_case(&a, &o, &text, &err), 0);
+    assert_int_equal(ds4_lpvec_format_case(&a, &o, &text, &err), 0);
     ds4_lpv_file f;
-    assert_int_equal(ds4_lpv_parse(text.p, text.len, "v.vec", &f, &err), 0);
-    assert_int_equal(ds4_lpv_to_golden(&f.cases[0], &v, &err), 0);
-    ds4_lpv_free(&f);
+    assert_int_equal(ds4_lpvec_parse(text.p, text.len, "v.vec", &f, &err), 0);
+    assert_int_equal(ds4_lpvec_to_golden(&f.cases[0], &v, &err), 0);
+    ds4_lpvec_free(&f);
     ds4_buf_free(&text);
     compute(&a, &v, false, &r);
     assert_true(r.top1 == 1.0);
@@ -416,7 +417,7 @@ static void test_against_dump_and_vec(void **state) {
     limits_none(&l);
     l.max_kl = 1;
     assert_int_equal(violations(&r, &l, "--max-kl 1: nothing to measure"), 1);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&v);
     ds4_golden_free(&a);
 }
@@ -435,9 +436,9 @@ static void test_json_report(void **state) {
     limits_none(&l);
     l.max_dlogprob = 0.1;
     ds4_buf why = {0}, out = {0};
-    assert_int_equal(ds4_diff_check(&r, &l, &why), 1);
+    assert_int_equal(ds4chk_diff_check(&r, &l, &why), 1);
     ds4err err = {0};
-    assert_int_equal(ds4_diff_format_json(&r, &a, &b, "a", "b", &why, &out, &err), 0);
+    assert_int_equal(ds4chk_diff_format_json(&r, &a, &b, "a", "b", &why, &out, &err), 0);
     ds4_json_doc *doc;
     int rc = ds4_json_parse(out.p, out.len, "report", &doc, &err);
     if (rc) fprintf(stderr, "%s\n%s\n", err.msg, out.p);
@@ -458,7 +459,7 @@ static void test_json_report(void **state) {
     ds4_json_free(doc);
     ds4_buf_free(&why);
     ds4_buf_free(&out);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
     ds4_golden_free(&a);
     ds4_golden_free(&b);
 }
@@ -472,10 +473,10 @@ static void test_load_detects_kind(void **state) {
     ds4err err = {0};
     assert_int_equal(golden_write(&a, pg, &err), 0);
     ds4_afile fd;
-    assert_int_equal(ds4_afile_open(&fd, pd, &err), 0);
+    assert_int_equal(ds4_file_atomic_open(&fd, pd, &err), 0);
     assert_int_equal(ds4_dump_write(&a, &fd, &err), 0);
     ds4_lpv_append_opts o1 = {"one", "p", 3, false}, o2 = {"two", "p", 3, false};
-    assert_int_equal(ds4_lpv_append(pv, &a, &o1, &err), 0);
+    assert_int_equal(ds4_lpvec_append(pv, &a, &o1, &err), 0);
 
     assert_int_equal(ds4_trace_load(pg, NULL, &g, &err), 0);
     assert_int_equal(g.kind, DS4_TRACE_GOLDEN);
@@ -486,7 +487,7 @@ static void test_load_detects_kind(void **state) {
     assert_int_equal(ds4_trace_load(pv, NULL, &g, &err), 0);   /* the only case */
     assert_int_equal(g.kind, DS4_TRACE_VEC);
     ds4_golden_free(&g);
-    assert_int_equal(ds4_lpv_append(pv, &a, &o2, &err), 0);
+    assert_int_equal(ds4_lpvec_append(pv, &a, &o2, &err), 0);
     assert_int_not_equal(ds4_trace_load(pv, NULL, &g, &err), 0);
     assert_int_equal(err.code, DS4_E_ARG);
     assert_non_null(strstr(err.msg, "2 cases (one, two)"));
@@ -499,11 +500,11 @@ static void test_load_detects_kind(void **state) {
     /* A corrupted golden is a format error naming its line. */
     char *buf;
     size_t len;
-    assert_int_equal(ds4_read_file(pg, 1 << 20, &buf, &len, &err), 0);
+    assert_int_equal(ds4_file_read(pg, 1 << 20, &buf, &len, &err), 0);
     char *third = strchr(strchr(buf, '\n') + 1, '\n') + 1;
     char *dig = strstr(third, "logits_sha256\":\"") + 16;
     dig[10] = 'X';
-    assert_int_equal(ds4_write_file_atomic(pg, buf, len, &err), 0);
+    assert_int_equal(ds4_file_write_atomic(pg, buf, len, &err), 0);
     free(buf);
     assert_int_not_equal(ds4_trace_load(pg, NULL, &g, &err), 0);
     assert_int_equal(err.code, DS4_E_FORMAT);
@@ -513,7 +514,7 @@ static void test_load_detects_kind(void **state) {
     static const char *const others[] = {"GGUF\x03\x00\x00\x00", "hello\n", "[1,2]\n",
                                          "{\"foo\":1}\n", "# a comment\nstep 0 41 0\n"};
     for (size_t k = 0; k < sizeof(others) / sizeof(others[0]); k++) {
-        assert_int_equal(ds4_write_file_atomic(pv, others[k], strlen(others[k]), &err), 0);
+        assert_int_equal(ds4_file_write_atomic(pv, others[k], strlen(others[k]), &err), 0);
         assert_int_not_equal(ds4_trace_load(pv, NULL, &g, &err), 0);
         assert_int_equal(err.code, DS4_E_FORMAT);
         if (!strstr(err.msg, "v.vec: not a golden, ds4 dump or official.vec (it begins"))

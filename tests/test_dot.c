@@ -1,4 +1,4 @@
-/* Tests of quant/dot.c: the canonical summation order and the matrix
+/* Tests of src/quant/dot.c: the canonical summation order and the matrix
  * kernels built on it.
  *
  * The reference is ref_dot below: a deliberately naive transcription of the
@@ -21,14 +21,12 @@
 
 #include "quant/dot.h"
 #include "quant/formats.h"
+#include "testutil.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint64_t rnd(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return tu_splitmix64(&rng_state);
 }
 
 /* Uniform in [-1, 1). */
@@ -142,7 +140,7 @@ static void test_dot_f32_vs_reference(void **state) {
         }
         const double want = ref_dot(a, b, n);
         assert_same_double(ds4_dot_f32(a, b, n), want, "dot_f32", (long)n);
-        assert_same_double(ds4_sumsq_f32(a, n), ref_dot(a, a, n), "sumsq", (long)n);
+        assert_same_double(ds4_dot_sumsq_f32(a, n), ref_dot(a, a, n), "sumsq", (long)n);
         differs_from_sequential |= dbits(sequential_dot(a, b, n)) != dbits(want);
     }
     assert_true(differs_from_sequential);
@@ -163,8 +161,8 @@ enum { NTYPES = sizeof(all_types) / sizeof(all_types[0]) };
 /* Random stored data of `type` whose values are all finite: the scales (and
  * F16/BF16/F32 elements) get a moderate exponent. */
 static void fill_row(uint32_t type, uint8_t *p, uint64_t n) {
-    const ds4_type_info *t = ds4_type_info_get(type);
-    const uint64_t bytes = ds4_row_bytes(type, n);
+    const ds4_type_info *t = ds4_types_info(type);
+    const uint64_t bytes = ds4_types_row_bytes(type, n);
     for (uint64_t i = 0; i < bytes; i++) p[i] = (uint8_t)rnd();
     for (uint64_t b = 0; b < n / t->blck; b++) {
         uint8_t *blk = p + b * t->bytes;
@@ -184,7 +182,7 @@ static void fill_row(uint32_t type, uint8_t *p, uint64_t n) {
 static double ref_dot_row(uint32_t type, const uint8_t *row, const float *x, uint64_t n) {
     float *w = malloc(sizeof(float) * (n ? n : 1));
     assert_non_null(w);
-    assert_int_equal(ds4_dequant_row(type, row, w, n), 0);
+    assert_int_equal(ds4_formats_dequant_row(type, row, w, n), 0);
     const double d = ref_dot(w, x, n);
     free(w);
     return d;
@@ -197,19 +195,19 @@ static void test_dot_row_every_type(void **state) {
     static const uint64_t widths256[] = {256, 512, 768, 1280, 4096};
     for (int ti = 0; ti < NTYPES; ti++) {
         const uint32_t type = all_types[ti];
-        const uint32_t blck = ds4_type_info_get(type)->blck;
+        const uint32_t blck = ds4_types_info(type)->blck;
         const uint64_t *widths = blck == 1 ? widths1 : blck == 32 ? widths32 : widths256;
         const int nw = blck == 1 ? 9 : blck == 32 ? 6 : 5;
         for (int wi = 0; wi < nw; wi++) {
             const uint64_t n = widths[wi];
-            uint8_t *row = malloc(ds4_row_bytes(type, n));
+            uint8_t *row = malloc(ds4_types_row_bytes(type, n));
             float *x = malloc(sizeof(float) * n);
             assert_non_null(row);
             assert_non_null(x);
             fill_row(type, row, n);
             for (uint64_t i = 0; i < n; i++) x[i] = rnd_wide();
             assert_same_double(ds4_dot_row(type, row, x, n), ref_dot_row(type, row, x, n),
-                               ds4_type_name(type), (long)n);
+                               ds4_types_name(type), (long)n);
             free(row);
             free(x);
         }
@@ -236,7 +234,7 @@ typedef struct {
 } mcase;
 
 static void mcase_init(mcase *c, uint32_t type, uint64_t cols, uint64_t rows, int maxT) {
-    const uint64_t rb = ds4_row_bytes(type, cols);
+    const uint64_t rb = ds4_types_row_bytes(type, cols);
     c->data = malloc(rb * rows);
     assert_non_null(c->data);
     for (uint64_t r = 0; r < rows; r++) fill_row(type, c->data + r * rb, cols);
@@ -260,7 +258,7 @@ static void mcase_free(mcase *c) {
     free(c->want);
 }
 
-/* Runs ds4_matmul (r1 == 0) or ds4_matmul_rows [r0, r1) with T tokens into
+/* Runs ds4_dot_matmul (r1 == 0) or ds4_dot_matmul_rows [r0, r1) with T tokens into
  * a padded output and checks every value and that nothing else changed. */
 static void mcase_check(const mcase *c, int T, uint64_t r0, uint64_t r1, int use_rows) {
     const uint64_t rows = c->W.rows, ldy = rows + 3;
@@ -268,8 +266,8 @@ static void mcase_check(const mcase *c, int T, uint64_t r0, uint64_t r1, int use
     float *y = malloc(sizeof(float) * ldy * (uint64_t)T);
     assert_non_null(y);
     for (uint64_t i = 0; i < ldy * (uint64_t)T; i++) y[i] = sentinel;
-    if (use_rows) ds4_matmul_rows(&c->W, r0, r1, c->x, c->ldx, T, y, ldy);
-    else ds4_matmul(&c->W, c->x, c->ldx, T, y, ldy);
+    if (use_rows) ds4_dot_matmul_rows(&c->W, r0, r1, c->x, c->ldx, T, y, ldy);
+    else ds4_dot_matmul(&c->W, c->x, c->ldx, T, y, ldy);
     for (int t = 0; t < T; t++)
         for (uint64_t r = 0; r < ldy; r++) {
             const float got = y[(uint64_t)t * ldy + r];
@@ -277,7 +275,7 @@ static void mcase_check(const mcase *c, int T, uint64_t r0, uint64_t r1, int use
             const float want = inside ? c->want[(uint64_t)t * rows + r] : sentinel;
             if (fbits(got) != fbits(want)) {
                 print_error("%s matmul%s T=%d t=%d r=%llu: got %a want %a\n",
-                            ds4_type_name(c->W.type), use_rows ? "_rows" : "", T, t,
+                            ds4_types_name(c->W.type), use_rows ? "_rows" : "", T, t,
                             (unsigned long long)r, (double)got, (double)want);
                 fail();
             }
@@ -293,7 +291,7 @@ static void test_matmul_batch_and_threads(void **state) {
     const int saved = omp_get_max_threads();
     for (int ti = 0; ti < NTYPES; ti++) {
         const uint32_t type = all_types[ti];
-        const uint32_t blck = ds4_type_info_get(type)->blck;
+        const uint32_t blck = ds4_types_info(type)->blck;
         const uint64_t cols = blck == 1 ? 300 : blck == 32 ? 800 : 768;
         mcase c;
         mcase_init(&c, type, cols, 37, 70);
@@ -326,11 +324,11 @@ static void test_matmul_invalid(void **state) {
     uint8_t data[34 * 4] = {0};
     float x[64] = {0}, y[4];
     ds4_mat bad_type = {2, 32, 4, 34, data};
-    ds4_matmul(&bad_type, x, 32, 1, y, 4);
+    ds4_dot_matmul(&bad_type, x, 32, 1, y, 4);
     for (int r = 0; r < 4; r++) assert_true(isnan(y[r]));
     ds4_mat bad_cols = {DS4_TYPE_Q8_0, 48, 2, 34, data};
     y[0] = y[1] = 0;
-    ds4_matmul_rows(&bad_cols, 0, 2, x, 48, 1, y, 2);
+    ds4_dot_matmul_rows(&bad_cols, 0, 2, x, 48, 1, y, 2);
     assert_true(isnan(y[0]) && isnan(y[1]));
 }
 
@@ -339,7 +337,7 @@ static void test_matmul_invalid(void **state) {
 static void test_mat_expert(void **state) {
     (void)state;
     enum { COLS = 64, ROWS = 3, E = 4 };
-    const uint64_t rb = ds4_row_bytes(DS4_TYPE_Q8_0, COLS);
+    const uint64_t rb = ds4_types_row_bytes(DS4_TYPE_Q8_0, COLS);
     uint8_t *data = malloc(rb * ROWS * E);
     assert_non_null(data);
     fill_row(DS4_TYPE_Q8_0, data, (uint64_t)COLS * ROWS * E);
@@ -347,13 +345,13 @@ static void test_mat_expert(void **state) {
     float x[COLS], y[ROWS];
     for (int i = 0; i < COLS; i++) x[i] = rnd_unit();
     for (uint64_t e = 0; e < E; e++) {
-        const ds4_mat m = ds4_mat_expert(&all, e);
+        const ds4_mat m = ds4_dot_expert(&all, e);
         assert_int_equal(m.type, DS4_TYPE_Q8_0);
         assert_int_equal(m.cols, COLS);
         assert_int_equal(m.rows, ROWS);
         assert_int_equal(m.row_bytes, rb);
         assert_ptr_equal(m.data, data + e * ROWS * rb);
-        ds4_matmul(&m, x, COLS, 1, y, ROWS);
+        ds4_dot_matmul(&m, x, COLS, 1, y, ROWS);
         for (uint64_t r = 0; r < ROWS; r++) {
             const float want = (float)ref_dot_row(DS4_TYPE_Q8_0, data + (e * ROWS + r) * rb, x, COLS);
             assert_int_equal(fbits(y[r]), fbits(want));
@@ -430,22 +428,22 @@ static void check_variants_vs_portable(const ds4_mat *W, const float *x, uint64_
     assert_non_null(a);
     assert_non_null(b);
     use("portable");
-    ds4_matmul_rows(W, 0, rows, x, ldx, T, b, rows);
+    ds4_dot_matmul_rows(W, 0, rows, x, ldx, T, b, rows);
     const double row0 = ds4_dot_row(W->type, W->data, x, W->cols);
     for (int v = 0; v + 1 < nv; v++) {
         use(names[v]);
-        ds4_matmul_rows(W, 0, rows, x, ldx, T, a, rows);
+        ds4_dot_matmul_rows(W, 0, rows, x, ldx, T, a, rows);
         for (uint64_t i = 0; i < rows * (uint64_t)T; i++) {
             if (fbits(a[i]) != fbits(b[i]) && !(isnan(a[i]) && isnan(b[i]))) {
                 print_error("%s %s cols=%llu T=%d [%llu]: %a, portable %a\n", names[v],
-                            ds4_type_name(W->type), (unsigned long long)W->cols, T,
+                            ds4_types_name(W->type), (unsigned long long)W->cols, T,
                             (unsigned long long)i, (double)a[i], (double)b[i]);
                 fail();
             }
         }
         const double r = ds4_dot_row(W->type, W->data, x, W->cols);
         if (dbits(r) != dbits(row0) && !(isnan(r) && isnan(row0))) {
-            print_error("%s %s ds4_dot_row: %a, portable %a\n", names[v], ds4_type_name(W->type), r,
+            print_error("%s %s ds4_dot_row: %a, portable %a\n", names[v], ds4_types_name(W->type), r,
                         row0);
             fail();
         }
@@ -494,10 +492,10 @@ static void test_variants_match_portable(void **state) {
     static const int Ts[] = {1, 2, 7, 8, 9, 17};
     for (int ti = 0; ti < NTYPES; ti++) {
         const uint32_t type = all_types[ti];
-        const uint32_t blck = ds4_type_info_get(type)->blck;
+        const uint32_t blck = ds4_types_info(type)->blck;
         const uint64_t widths[] = {blck == 1 ? 23 : blck, blck == 1 ? 531 : blck * (blck == 32 ? 17 : 3)};
         for (int wi = 0; wi < 2; wi++) {
-            const uint64_t cols = widths[wi], rows = 13, rb = ds4_row_bytes(type, cols);
+            const uint64_t cols = widths[wi], rows = 13, rb = ds4_types_row_bytes(type, cols);
             uint8_t *data = malloc(rb * rows);
             float *x = malloc(sizeof(float) * cols * 17);
             assert_non_null(data);
@@ -507,7 +505,7 @@ static void test_variants_match_portable(void **state) {
             const ds4_mat W = {type, cols, rows, rb, data};
             for (int q = 0; q < 6; q++) check_variants_vs_portable(&W, x, cols, Ts[q]);
             /* Special scales: row 3's first block and row 7's last block. */
-            const ds4_type_info *t = ds4_type_info_get(type);
+            const ds4_type_info *t = ds4_types_info(type);
             if (t->blck > 1) {
                 static const int off[] = {[DS4_TYPE_Q8_0] = 0, [DS4_TYPE_Q2_K] = 80,
                                           [DS4_TYPE_Q4_K] = 2, [DS4_TYPE_IQ2_XXS] = 0};

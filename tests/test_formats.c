@@ -1,4 +1,4 @@
-/* Tests of quant/formats.c: half/bfloat conversions and the block
+/* Tests of src/quant/formats.c: half/bfloat conversions and the block
  * dequantizers.
  *
  * Every expected value is computed independently of the code under test:
@@ -21,6 +21,7 @@
 
 #include "quant/formats.h"
 #include "refquant.h"
+#include "testutil.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -40,12 +41,8 @@ static float ffrom(uint32_t u) {
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 
-/* splitmix64 */
 static uint64_t rnd(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return tu_splitmix64(&rng_state);
 }
 
 static void put16(uint8_t *p, uint32_t v) {
@@ -80,7 +77,7 @@ static void assert_same_float(float got, float want, const char *what, long idx)
 static void test_f16_to_f32_exhaustive(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 65536; h++) {
-        const float got = ds4_f16_to_f32((uint16_t)h);
+        const float got = ds4_formats_f16_to_f32((uint16_t)h);
         const int e = (h >> 10) & 31, m = h & 1023;
         if (e == 31 && m) {
             /* NaN: sign kept, payload shifted to the top of the f32 mantissa. */
@@ -106,7 +103,7 @@ static void test_f16_row_exhaustive(void **state) {
         for (uint32_t i = 0; i < 65536; i++)
             hs[i] = (uint16_t)(order == 0 ? i : (i * 40503u + 12345u) & 0xffff);
         for (uint32_t i = 0; i < 65536; i++) put16(raw + 2 * i, hs[i]);
-        assert_int_equal(ds4_dequant_row(DS4_TYPE_F16, raw, y, 65536), 0);
+        assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F16, raw, y, 65536), 0);
         for (uint32_t i = 0; i < 65536; i++) {
             const uint16_t h = hs[i];
             const int e = (h >> 10) & 31, m = h & 1023;
@@ -151,7 +148,7 @@ static uint16_t ref_f32_to_f16(float f) {
 }
 
 static void check_f32_to_f16(float f) {
-    const uint16_t got = ds4_f32_to_f16(f), want = ref_f32_to_f16(f);
+    const uint16_t got = ds4_formats_f32_to_f16(f), want = ref_f32_to_f16(f);
     if (got != want) {
         print_error("f32_to_f16(%a = 0x%08x): got 0x%04x want 0x%04x\n", (double)f,
                     fbits(f), got, want);
@@ -191,7 +188,7 @@ static void test_f32_to_f16_rounding(void **state) {
         {0x7f800001, 0x7e00}, {0xff812345, 0xfe00},   /* signalling NaN, payloads */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const uint16_t got = ds4_f32_to_f16(ffrom(cases[i].f));
+        const uint16_t got = ds4_formats_f32_to_f16(ffrom(cases[i].f));
         if (got != cases[i].h) {
             print_error("f32_to_f16(0x%08x): got 0x%04x want 0x%04x\n", cases[i].f, got, cases[i].h);
             fail();
@@ -204,7 +201,7 @@ static void test_f32_to_f16_rounding(void **state) {
     for (uint32_t h = 0; h < 0x7c00; h++) {
         for (uint32_t s = 0; s < 2; s++) {
             const uint16_t hh = (uint16_t)(h | s << 15);
-            assert_int_equal(ds4_f32_to_f16(ds4_f16_to_f32(hh)), hh);
+            assert_int_equal(ds4_formats_f32_to_f16(ds4_formats_f16_to_f32(hh)), hh);
         }
         const double next = h + 1 < 0x7c00 ? f16_table[h + 1] : 65536.0;
         const float mid = (float)((f16_table[h] + next) / 2);   /* exact */
@@ -244,7 +241,7 @@ static void test_bf16(void **state) {
     (void)state;
     /* bf16 -> f32: exhaustive against the field formula. */
     for (uint32_t h = 0; h < 65536; h++) {
-        const float got = ds4_bf16_to_f32((uint16_t)h);
+        const float got = ds4_formats_bf16_to_f32((uint16_t)h);
         if (((h >> 7) & 255) == 255 && (h & 127)) {
             assert_true(isnan(got));
             assert_int_equal(fbits(got), h << 16);
@@ -265,7 +262,7 @@ static void test_bf16(void **state) {
         {0x80000001, 0x8000},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        assert_int_equal(ds4_f32_to_bf16(ffrom(cases[i].f)), cases[i].h);
+        assert_int_equal(ds4_formats_f32_to_bf16(ffrom(cases[i].f)), cases[i].h);
         assert_int_equal(ref_f32_to_bf16(ffrom(cases[i].f)), cases[i].h);
     }
 
@@ -273,7 +270,7 @@ static void test_bf16(void **state) {
      * dropped low bits. */
     static const uint32_t nans[] = {0x7f800001, 0xff800001, 0x7fc00000, 0x7fffffff, 0xffff0000};
     for (size_t i = 0; i < sizeof(nans) / sizeof(nans[0]); i++) {
-        const uint16_t h = ds4_f32_to_bf16(ffrom(nans[i]));
+        const uint16_t h = ds4_formats_f32_to_bf16(ffrom(nans[i]));
         assert_int_equal(h & 0x7f80, 0x7f80);
         assert_true((h & 0x7f) != 0);
         assert_int_equal(h & 0x8000, (nans[i] >> 16) & 0x8000);
@@ -281,11 +278,11 @@ static void test_bf16(void **state) {
 
     for (uint64_t u = 0; u < (1ull << 32); u += 65521) {
         const float f = ffrom((uint32_t)u);
-        if (!isnan(f)) assert_int_equal(ds4_f32_to_bf16(f), ref_f32_to_bf16(f));
+        if (!isnan(f)) assert_int_equal(ds4_formats_f32_to_bf16(f), ref_f32_to_bf16(f));
     }
     for (int i = 0; i < 100000; i++) {
         const float f = ffrom((uint32_t)rnd());
-        if (!isnan(f)) assert_int_equal(ds4_f32_to_bf16(f), ref_f32_to_bf16(f));
+        if (!isnan(f)) assert_int_equal(ds4_formats_f32_to_bf16(f), ref_f32_to_bf16(f));
     }
 
     /* A BF16 row. */
@@ -297,7 +294,7 @@ static void test_bf16(void **state) {
         if ((hs[i] & 0x7f80) == 0x7f80) hs[i] &= 0xbfff;   /* keep it finite */
         put16(raw + 2 * i, hs[i]);
     }
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_BF16, raw, y, 64), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_BF16, raw, y, 64), 0);
     for (int i = 0; i < 64; i++) assert_same_float(y[i], (float)rq_bf16(hs[i]), "bf16 row", i);
 }
 
@@ -314,7 +311,7 @@ static void test_f32_row(void **state) {
     float y[N];
     /* Start at an odd address: rows inside a GGUF need not be aligned. */
     for (int i = 0; i < N; i++) put32(raw + 1 + 4 * i, v[i]);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_F32, raw + 1, y, N), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F32, raw + 1, y, N), 0);
     for (int i = 0; i < N; i++) assert_int_equal(fbits(y[i]), v[i]);
 }
 
@@ -333,7 +330,7 @@ static void test_i32_row(void **state) {
     uint8_t raw[4 * N];
     float y[N];
     for (int i = 0; i < N; i++) put32(raw + 4 * i, (uint32_t)(cases[i].v & 0xffffffff));
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_I32, raw, y, N), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_I32, raw, y, N), 0);
     for (int i = 0; i < N; i++) assert_same_float(y[i], cases[i].f, "i32", i);
 }
 
@@ -355,7 +352,7 @@ static void test_q8_0(void **state) {
         put16(raw + 34 * b, scales[b / 8]);
         for (int i = 0; i < 32; i++) raw[34 * b + 2 + i] = (uint8_t)(32 * (b % 8) + i);
     }
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_Q8_0, raw, y, 32 * NB), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q8_0, raw, y, 32 * NB), 0);
     for (int e = 0; e < 32 * NB; e++) {
         const int b = e / 32, i = e % 32;
         const int q = (32 * (b % 8) + i) - ((32 * (b % 8) + i) >= 128 ? 256 : 0);
@@ -382,7 +379,7 @@ static void test_q2_K_element_order(void **state) {
             int byte, shift;
             rq_q2k_pos(e, &byte, &shift);
             blk[16 + byte] = (uint8_t)(q << shift);
-            assert_int_equal(ds4_dequant_row(DS4_TYPE_Q2_K, blk, y, 256), 0);
+            assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q2_K, blk, y, 256), 0);
             for (int i = 0; i < 256; i++) {
                 const int sc = blk[i / 16];
                 const float d = (float)rq_f16(0x3a3b), dmin = (float)rq_f16(0x2d1f);
@@ -404,7 +401,7 @@ static void test_q2_K_random(void **state) {
         put16(raw + 84 * b + 80, rnd_f16_scale());
         put16(raw + 84 * b + 82, rnd_f16_scale());
     }
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_Q2_K, raw, y, 256 * NB), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q2_K, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++)
         assert_same_float(y[e], rq_q2k_elem(raw + 84 * (e / 256), e % 256), "q2_K", e);
 }
@@ -428,7 +425,7 @@ static void test_q4_K_scales(void **state) {
             blk[4 + i] = (uint8_t)(1 << k);
             int is_min, j, w;
             rq_q4k_bit_owner(i, k, &is_min, &j, &w);
-            assert_int_equal(ds4_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
+            assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
             for (int e = 0; e < 256; e++) {
                 const float want = e / 32 == j ? (float)(is_min ? -w : w) : 0.0f;
                 assert_same_float(y[e], want, "q4_K scale bit", 256 * (8 * i + k) + e);
@@ -451,7 +448,7 @@ static void test_q4_K_scales(void **state) {
     for (int e = 0; e < 128; e++) blk[16 + e] = (uint8_t)(e * 37 + 11);
     put16(blk + 0, 0x2b45);
     put16(blk + 2, 0x2411);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
     for (int e = 0; e < 256; e++) {
         const int j = e / 32;
         const uint8_t byte = blk[16 + 32 * (e / 64) + e % 32];
@@ -472,7 +469,7 @@ static void test_q4_K_random(void **state) {
         put16(raw + 144 * b, rnd_f16_scale());
         put16(raw + 144 * b + 2, rnd_f16_scale());
     }
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_Q4_K, raw, y, 256 * NB), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++)
         assert_same_float(y[e], rq_q4k_elem(raw + 144 * (e / 256), e % 256), "q4_K", e);
 }
@@ -488,27 +485,27 @@ static void test_q4_K_random(void **state) {
 static void test_iq2xxs_tables(void **state) {
     (void)state;
     for (int k = 0; k < 128; k++)
-        assert_int_equal(ds4_ksigns_iq2xs[k], k | rq_parity7(k) << 7);
+        assert_int_equal(ds4_formats_ksigns_iq2xs[k], k | rq_parity7(k) << 7);
 
     uint64_t h = 0xcbf29ce484222325ull;
     for (int g = 0; g < 256; g++)
         for (int j = 0; j < 8; j++) {
-            h ^= (ds4_iq2xxs_grid[g] >> (8 * j)) & 0xff;
+            h ^= (ds4_formats_iq2xxs_grid[g] >> (8 * j)) & 0xff;
             h *= 0x100000001b3ull;
         }
     assert_int_equal(h, 0xbb4ee025b5ac6e8eull);
 
-    assert_int_equal(ds4_iq2xxs_grid[0], 0x0808080808080808ull);
-    assert_int_equal(ds4_iq2xxs_grid[1], 0x080808080808082bull);
-    assert_int_equal(ds4_iq2xxs_grid[37], 0x0808190819080808ull);
-    assert_int_equal(ds4_iq2xxs_grid[100], 0x08192b0808081908ull);
-    assert_int_equal(ds4_iq2xxs_grid[128], 0x082b2b0808082b08ull);
-    assert_int_equal(ds4_iq2xxs_grid[200], 0x192b081908080808ull);
-    assert_int_equal(ds4_iq2xxs_grid[255], 0x2b2b2b1908081908ull);
+    assert_int_equal(ds4_formats_iq2xxs_grid[0], 0x0808080808080808ull);
+    assert_int_equal(ds4_formats_iq2xxs_grid[1], 0x080808080808082bull);
+    assert_int_equal(ds4_formats_iq2xxs_grid[37], 0x0808190819080808ull);
+    assert_int_equal(ds4_formats_iq2xxs_grid[100], 0x08192b0808081908ull);
+    assert_int_equal(ds4_formats_iq2xxs_grid[128], 0x082b2b0808082b08ull);
+    assert_int_equal(ds4_formats_iq2xxs_grid[200], 0x192b081908080808ull);
+    assert_int_equal(ds4_formats_iq2xxs_grid[255], 0x2b2b2b1908081908ull);
     for (int g = 0; g < 256; g++) {
-        if (g) assert_true(ds4_iq2xxs_grid[g - 1] < ds4_iq2xxs_grid[g]);
+        if (g) assert_true(ds4_formats_iq2xxs_grid[g - 1] < ds4_formats_iq2xxs_grid[g]);
         for (int j = 0; j < 8; j++) {
-            const unsigned v = (unsigned)(ds4_iq2xxs_grid[g] >> (8 * j)) & 0xff;
+            const unsigned v = (unsigned)(ds4_formats_iq2xxs_grid[g] >> (8 * j)) & 0xff;
             assert_true(v == 8 || v == 25 || v == 43);
         }
     }
@@ -528,7 +525,7 @@ static void iq2_set_group(uint8_t *blk, int ib, const int g[4], const int k[4], 
 static void check_iq2_row(const uint8_t *raw, int nb, const char *what) {
     float *y = malloc(sizeof(float) * 256 * (size_t)nb);
     assert_non_null(y);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * (uint64_t)nb), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * (uint64_t)nb), 0);
     for (int e = 0; e < 256 * nb; e++)
         assert_same_float(y[e], rq_iq2_elem(raw + 66 * (e / 256), e % 256), what, e);
     free(y);
@@ -553,11 +550,11 @@ static void test_iq2_xxs_grid_signs_scales(void **state) {
     }
     check_iq2_row(raw, NB, "iq2_xxs grid");
     float y[256 * NB];
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * NB), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++) {
         const int slot = e / 8, s = (e / 32) % 16;
         const float db = (float)rq_f16(0x3a1b) * (0.5f + (float)s) * 0.25f;
-        const float v = (float)((ds4_iq2xxs_grid[slot] >> (8 * (e % 8))) & 0xff);
+        const float v = (float)((ds4_formats_iq2xxs_grid[slot] >> (8 * (e % 8))) & 0xff);
         assert_same_float(y[e], db * v, "iq2_xxs grid plain", e);
     }
 
@@ -574,7 +571,7 @@ static void test_iq2_xxs_grid_signs_scales(void **state) {
         }
     }
     check_iq2_row(raw, 4, "iq2_xxs signs");
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * 4), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * 4), 0);
     for (int e = 0; e < 256 * 4; e++) {
         const int k = e / 8, j = e % 8;
         const int neg = j < 7 ? (k >> j) & 1 : rq_parity7(k);
@@ -596,14 +593,14 @@ static void test_dequant_bad_args(void **state) {
     (void)state;
     uint8_t raw[256] = {0};
     float y[256];
-    assert_int_equal(ds4_dequant_row(2, raw, y, 32), -1);     /* q4_0: unsupported */
-    assert_int_equal(ds4_dequant_row(9999, raw, y, 1), -1);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_Q8_0, raw, y, 31), -1);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_Q2_K, raw, y, 128), -1);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 255), -1);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_F32, raw, y, UINT64_MAX / 2), -1);   /* overflow */
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_Q4_K, raw, y, 0), 0);
-    assert_int_equal(ds4_dequant_row(DS4_TYPE_F16, raw, y, 0), 0);
+    assert_int_equal(ds4_formats_dequant_row(2, raw, y, 32), -1);     /* q4_0: unsupported */
+    assert_int_equal(ds4_formats_dequant_row(9999, raw, y, 1), -1);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q8_0, raw, y, 31), -1);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q2_K, raw, y, 128), -1);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 255), -1);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F32, raw, y, UINT64_MAX / 2), -1);   /* overflow */
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, raw, y, 0), 0);
+    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F16, raw, y, 0), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -708,12 +705,12 @@ static void test_oracle_model(void **state) {
             continue;
         uint64_t nel = 1;
         for (uint32_t d = 0; d < ti[i].nd; d++) nel *= ti[i].ne[d];
-        const uint64_t bytes = ds4_row_bytes(type, nel);
+        const uint64_t bytes = ds4_types_row_bytes(type, nel);
         assert_true(bytes > 0 && ti[i].off <= (uint64_t)size - data &&
                     bytes <= (uint64_t)size - data - ti[i].off);
         float *w = malloc(sizeof(float) * nel);
         assert_non_null(w);
-        assert_int_equal(ds4_dequant_row(type, buf + data + ti[i].off, w, nel), 0);
+        assert_int_equal(ds4_formats_dequant_row(type, buf + data + ti[i].off, w, nel), 0);
 
         double amp = sqrt(3.0 / (double)ti[i].ne[0]);
         if (strstr(ti[i].name, "ffn_gate_inp")) amp *= 8;
@@ -733,7 +730,7 @@ static void test_oracle_model(void **state) {
         if (rms < (lowbit ? 0.9 : 0.97) || rms > (lowbit ? 1.1 : 1.03) ||
             fabs(mean) > 0.05 || maxabs > amp * (lowbit ? 1.45 : 1.01)) {
             print_error("%s (%s): rms/expected %.4f, mean/amp %.4f, max/amp %.4f\n",
-                        ti[i].name, ds4_type_name(type), rms, mean, maxabs / amp);
+                        ti[i].name, ds4_types_name(type), rms, mean, maxabs / amp);
             fail();
         }
         checked[type]++;

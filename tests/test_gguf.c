@@ -28,14 +28,14 @@ enum { F32 = 0, F16 = 1, Q8_0 = 8, Q2_K = 10, Q4_K = 12, IQ2_XXS = 16, I32 = 26,
 static uint64_t align_to(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 /* The bytes of the file w writes, read back (the writer's one output is a
- * file: gguf_writer_save into a scratch directory). */
+ * file: ds4_gguf_writer_save into a scratch directory). */
 static int writer_bytes(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) {
     char *dir = tu_tmpdir();
-    if (!dir) return ds4err_set(err, DS4_E_IO, "no scratch directory");
+    if (!dir) return ds4_err_set(err, DS4_E_IO, "no scratch directory");
     char *path = tu_path(dir, "w.gguf");
-    int rc = gguf_writer_save(w, path, err);
+    int rc = ds4_gguf_writer_save(w, path, err);
     if (!rc && tu_read_file(path, buf, len))
-        rc = ds4err_set(err, DS4_E_IO, "%s: cannot read it back", path);
+        rc = ds4_err_set(err, DS4_E_IO, "%s: cannot read it back", path);
     remove(path);
     free(path);
     tu_rmdir(dir);
@@ -62,12 +62,9 @@ static void assert_err(const ds4err *err, int code, const char *name, const char
  * Round trip: every metadata type, several tensor types and shapes.
  * ======================================================================== */
 
-/* splitmix64, for tensor bytes. */
+/* Tensor bytes. */
 static uint64_t mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return tu_splitmix64(s);
 }
 
 typedef struct spec_tensor {
@@ -96,7 +93,7 @@ static const float arr_f32[] = {0.5f, -0.0f, 3.25f};
 static const char *const arr_str[] = {"a", "", "with\0nul"};
 static const size_t arr_str_len[] = {1, 0, 8};
 
-/* Hand-encoded values for gguf_w_raw. */
+/* Hand-encoded values for ds4_gguf_write_raw. */
 static const uint8_t nested_u16[] = {
     9, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0,          /* arr of 3 arrays */
     2, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0,   /* [1, 2] u16 */
@@ -165,40 +162,40 @@ static void fill_long_str(void) {
 }
 
 static gguf_writer *build_rt_writer(rt *r) {
-    gguf_writer *w = gguf_writer_new(r->alignment);
+    gguf_writer *w = ds4_gguf_writer_new(r->alignment);
     assert_non_null(w);
-    assert_int_equal(gguf_w_u8(w, "t.u8", 200), 0);
-    assert_int_equal(gguf_w_i8(w, "t.i8", -100), 0);
-    assert_int_equal(gguf_w_u16(w, "t.u16", 60000), 0);
-    assert_int_equal(gguf_w_i16(w, "t.i16", -30000), 0);
-    assert_int_equal(gguf_w_u32(w, "t.u32", 4000000000u), 0);
-    assert_int_equal(gguf_w_i32(w, "t.i32", -2000000000), 0);
-    assert_int_equal(gguf_w_u64(w, "t.u64", 0xfedcba9876543210ull), 0);
-    assert_int_equal(gguf_w_i64(w, "t.i64", INT64_MIN), 0);
-    assert_int_equal(gguf_w_f32(w, "t.f32", -1.5e-7f), 0);
-    assert_int_equal(gguf_w_f64(w, "t.f64", 1e300), 0);
-    assert_int_equal(gguf_w_bool(w, "t.true", true), 0);
-    assert_int_equal(gguf_w_bool(w, "t.false", false), 0);
-    assert_int_equal(gguf_w_str(w, "t.str", "hello, world"), 0);
-    assert_int_equal(gguf_w_str(w, "t.empty_str", ""), 0);
-    assert_int_equal(gguf_w_str_n(w, "t.long_str", long_str, sizeof(long_str)), 0);
-    assert_int_equal(gguf_w_arr_u32(w, "t.arr_u32", arr_u32, 3), 0);
-    assert_int_equal(gguf_w_arr_i32(w, "t.arr_i32", arr_i32, 4), 0);
-    assert_int_equal(gguf_w_arr_f32(w, "t.arr_f32", arr_f32, 3), 0);
-    assert_int_equal(gguf_w_arr_str(w, "t.arr_str", arr_str, arr_str_len, 3), 0);
-    assert_int_equal(gguf_w_arr_u32(w, "t.arr_empty_u32", NULL, 0), 0);
-    assert_int_equal(gguf_w_arr_str(w, "t.arr_empty_str", NULL, NULL, 0), 0);
-    assert_int_equal(gguf_w_raw(w, "t.nested_u16", GGUF_ARR, nested_u16, sizeof(nested_u16)), 0);
-    assert_int_equal(gguf_w_raw(w, "t.nested_str", GGUF_ARR, nested_str, sizeof(nested_str)), 0);
-    assert_int_equal(gguf_w_raw(w, "t.arr_bool", GGUF_ARR, arr_bool, sizeof(arr_bool)), 0);
-    assert_int_equal(gguf_w_raw(w, "t.arr_f64", GGUF_ARR, arr_f64, sizeof(arr_f64)), 0);
+    assert_int_equal(ds4_gguf_write_u8(w, "t.u8", 200), 0);
+    assert_int_equal(ds4_gguf_write_i8(w, "t.i8", -100), 0);
+    assert_int_equal(ds4_gguf_write_u16(w, "t.u16", 60000), 0);
+    assert_int_equal(ds4_gguf_write_i16(w, "t.i16", -30000), 0);
+    assert_int_equal(ds4_gguf_write_u32(w, "t.u32", 4000000000u), 0);
+    assert_int_equal(ds4_gguf_write_i32(w, "t.i32", -2000000000), 0);
+    assert_int_equal(ds4_gguf_write_u64(w, "t.u64", 0xfedcba9876543210ull), 0);
+    assert_int_equal(ds4_gguf_write_i64(w, "t.i64", INT64_MIN), 0);
+    assert_int_equal(ds4_gguf_write_f32(w, "t.f32", -1.5e-7f), 0);
+    assert_int_equal(ds4_gguf_write_f64(w, "t.f64", 1e300), 0);
+    assert_int_equal(ds4_gguf_write_bool(w, "t.true", true), 0);
+    assert_int_equal(ds4_gguf_write_bool(w, "t.false", false), 0);
+    assert_int_equal(ds4_gguf_write_str(w, "t.str", "hello, world"), 0);
+    assert_int_equal(ds4_gguf_write_str(w, "t.empty_str", ""), 0);
+    assert_int_equal(ds4_gguf_write_str_n(w, "t.long_str", long_str, sizeof(long_str)), 0);
+    assert_int_equal(ds4_gguf_write_arr_u32(w, "t.arr_u32", arr_u32, 3), 0);
+    assert_int_equal(ds4_gguf_write_arr_i32(w, "t.arr_i32", arr_i32, 4), 0);
+    assert_int_equal(ds4_gguf_write_arr_f32(w, "t.arr_f32", arr_f32, 3), 0);
+    assert_int_equal(ds4_gguf_write_arr_str(w, "t.arr_str", arr_str, arr_str_len, 3), 0);
+    assert_int_equal(ds4_gguf_write_arr_u32(w, "t.arr_empty_u32", NULL, 0), 0);
+    assert_int_equal(ds4_gguf_write_arr_str(w, "t.arr_empty_str", NULL, NULL, 0), 0);
+    assert_int_equal(ds4_gguf_write_raw(w, "t.nested_u16", GGUF_ARR, nested_u16, sizeof(nested_u16)), 0);
+    assert_int_equal(ds4_gguf_write_raw(w, "t.nested_str", GGUF_ARR, nested_str, sizeof(nested_str)), 0);
+    assert_int_equal(ds4_gguf_write_raw(w, "t.arr_bool", GGUF_ARR, arr_bool, sizeof(arr_bool)), 0);
+    assert_int_equal(ds4_gguf_write_raw(w, "t.arr_f64", GGUF_ARR, arr_f64, sizeof(arr_f64)), 0);
     uint64_t seed = r->alignment;
     for (size_t i = 0; i < N_SPEC_TENSORS; i++) {
         const spec_tensor *t = &spec_tensors[i];
         r->data[i] = malloc(t->nbytes);
         assert_non_null(r->data[i]);
         for (uint64_t b = 0; b < t->nbytes; b++) r->data[i][b] = (uint8_t)mix(&seed);
-        assert_int_equal(gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, r->data[i],
+        assert_int_equal(ds4_gguf_write_tensor(w, t->name, t->type, t->n_dims, t->ne, r->data[i],
                                        t->nbytes), 0);
     }
     return w;
@@ -251,7 +248,7 @@ static void check_rt_tensors(const gguf_file *g, const rt *r, const rt_layout *l
         const spec_tensor *s = &spec_tensors[i];
         const gguf_tensor *t = &g->tensors[i];
         assert_string_equal(t->name, s->name);
-        assert_ptr_equal(gguf_find_tensor(g, s->name), t);
+        assert_ptr_equal(ds4_gguf_find_tensor(g, s->name), t);
         assert_int_equal(t->type, s->type);
         assert_int_equal(t->n_dims, s->n_dims);
         for (int d = 0; d < 4; d++) assert_int_equal(t->ne[d], s->ne[d]);
@@ -262,8 +259,8 @@ static void check_rt_tensors(const gguf_file *g, const rt *r, const rt_layout *l
         assert_ptr_equal(t->data, g->map + l->data_off + l->rel_off[i]);
         assert_memory_equal(t->data, r->data[i], s->nbytes);
     }
-    assert_null(gguf_find_tensor(g, "w.missing"));
-    assert_null(gguf_find_tensor(g, "w"));
+    assert_null(ds4_gguf_find_tensor(g, "w.missing"));
+    assert_null(ds4_gguf_find_tensor(g, "w"));
 }
 
 /* Every byte not covered by a tensor after the infos is zero padding. */
@@ -286,41 +283,41 @@ static void check_rt_scalars(const gguf_file *g) {
     float f;
     bool b;
     gguf_str str;
-    assert_int_equal(gguf_get_u32(g, "t.u8", &u32, &err), 0);
+    assert_int_equal(ds4_gguf_get_u32(g, "t.u8", &u32, &err), 0);
     assert_int_equal(u32, 200);
-    assert_int_equal(gguf_read_scalar(g, GGUF_I8, gguf_find_kv(g, "t.i8")->value_off, &s, &next,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I8, ds4_gguf_find_kv(g, "t.i8")->value_off, &s, &next,
                                       &err), 0);
     assert_int_equal(s.v.i, -100);
-    assert_int_equal(next, gguf_find_kv(g, "t.i8")->value_off + 1);
-    assert_int_equal(gguf_get_u32(g, "t.u16", &u32, &err), 0);
+    assert_int_equal(next, ds4_gguf_find_kv(g, "t.i8")->value_off + 1);
+    assert_int_equal(ds4_gguf_get_u32(g, "t.u16", &u32, &err), 0);
     assert_int_equal(u32, 60000);
-    assert_int_equal(gguf_read_scalar(g, GGUF_I16, gguf_find_kv(g, "t.i16")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I16, ds4_gguf_find_kv(g, "t.i16")->value_off, &s, NULL,
                                       &err), 0);
     assert_int_equal(s.v.i, -30000);
-    assert_int_equal(gguf_get_u32(g, "t.u32", &u32, &err), 0);
+    assert_int_equal(ds4_gguf_get_u32(g, "t.u32", &u32, &err), 0);
     assert_int_equal(u32, 4000000000u);
-    assert_int_equal(gguf_read_scalar(g, GGUF_I32, gguf_find_kv(g, "t.i32")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I32, ds4_gguf_find_kv(g, "t.i32")->value_off, &s, NULL,
                                       &err), 0);
     assert_int_equal(s.v.i, -2000000000);
-    assert_int_equal(gguf_get_u64(g, "t.u64", &u64, &err), 0);
+    assert_int_equal(ds4_gguf_get_u64(g, "t.u64", &u64, &err), 0);
     assert_true(u64 == 0xfedcba9876543210ull);
-    assert_int_equal(gguf_read_scalar(g, GGUF_I64, gguf_find_kv(g, "t.i64")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I64, ds4_gguf_find_kv(g, "t.i64")->value_off, &s, NULL,
                                       &err), 0);
     assert_true(s.v.i == INT64_MIN);
-    assert_int_equal(gguf_get_f32(g, "t.f32", &f, &err), 0);
+    assert_int_equal(ds4_gguf_get_f32(g, "t.f32", &f, &err), 0);
     assert_true(f == -1.5e-7f);
-    assert_int_equal(gguf_read_scalar(g, GGUF_F64, gguf_find_kv(g, "t.f64")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_F64, ds4_gguf_find_kv(g, "t.f64")->value_off, &s, NULL,
                                       &err), 0);
     assert_true(s.v.f == 1e300);
-    assert_int_equal(gguf_get_bool(g, "t.true", &b, &err), 0);
+    assert_int_equal(ds4_gguf_get_bool(g, "t.true", &b, &err), 0);
     assert_true(b);
-    assert_int_equal(gguf_get_bool(g, "t.false", &b, &err), 0);
+    assert_int_equal(ds4_gguf_get_bool(g, "t.false", &b, &err), 0);
     assert_false(b);
-    assert_int_equal(gguf_get_str(g, "t.str", &str, &err), 0);
+    assert_int_equal(ds4_gguf_get_str(g, "t.str", &str, &err), 0);
     assert_true(str_eq(str, "hello, world", 12));
-    assert_int_equal(gguf_get_str(g, "t.empty_str", &str, &err), 0);
+    assert_int_equal(ds4_gguf_get_str(g, "t.empty_str", &str, &err), 0);
     assert_int_equal(str.len, 0);
-    assert_int_equal(gguf_get_str(g, "t.long_str", &str, &err), 0);
+    assert_int_equal(ds4_gguf_get_str(g, "t.long_str", &str, &err), 0);
     assert_true(str_eq(str, long_str, sizeof(long_str)));
 }
 
@@ -331,29 +328,29 @@ static void check_rt_arrays(const gguf_file *g) {
     float f[3];
     gguf_str s[3];
     uint64_t n = 99;
-    assert_int_equal(gguf_get_arr_u32(g, "t.arr_u32", u, 3, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_u32(g, "t.arr_u32", u, 3, &err), 0);
     assert_memory_equal(u, arr_u32, sizeof(u));
-    assert_int_equal(gguf_get_arr_i32(g, "t.arr_i32", i, 4, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_i32(g, "t.arr_i32", i, 4, &err), 0);
     assert_memory_equal(i, arr_i32, sizeof(i));
-    assert_int_equal(gguf_get_arr_f32(g, "t.arr_f32", f, 3, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_f32(g, "t.arr_f32", f, 3, &err), 0);
     assert_memory_equal(f, arr_f32, sizeof(f));   /* bitwise: keeps -0.0 */
-    assert_int_equal(gguf_get_arr_str(g, "t.arr_str", s, 3, &n, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "t.arr_str", s, 3, &n, &err), 0);
     assert_int_equal(n, 3);
     for (int k = 0; k < 3; k++) assert_true(str_eq(s[k], arr_str[k], arr_str_len[k]));
-    assert_int_equal(gguf_get_arr_u32(g, "t.arr_empty_u32", NULL, 0, &err), 0);
-    assert_int_equal(gguf_get_arr_str(g, "t.arr_empty_str", NULL, 0, &n, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_u32(g, "t.arr_empty_u32", NULL, 0, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "t.arr_empty_str", NULL, 0, &n, &err), 0);
     assert_int_equal(n, 0);
-    assert_int_equal(gguf_get_arr_f32(g, "t.arr_f64", f, 2, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_f32(g, "t.arr_f64", f, 2, &err), 0);
     assert_true(f[0] == 0.1f && f[1] == -2.0f);
 
-    const gguf_kv *kv = gguf_find_kv(g, "t.arr_bool");
+    const gguf_kv *kv = ds4_gguf_find_kv(g, "t.arr_bool");
     assert_int_equal(kv->arr_type, GGUF_BOOL);
     assert_int_equal(kv->arr_n, 3);
     assert_int_equal(kv->arr_off, kv->value_off + 12);
     gguf_scalar sc;
     uint64_t off = kv->arr_off;
     for (int k = 0; k < 3; k++) {
-        assert_int_equal(gguf_read_scalar(g, GGUF_BOOL, off, &sc, &off, &err), 0);
+        assert_int_equal(ds4_gguf_read_scalar(g, GGUF_BOOL, off, &sc, &off, &err), 0);
         assert_int_equal(sc.v.b, arr_bool[12 + k]);
     }
 }
@@ -361,7 +358,7 @@ static void check_rt_arrays(const gguf_file *g) {
 /* [[1, 2], [], [3]] and [["x", "yy"], []], walked with the generic access. */
 static void check_rt_nested(const gguf_file *g) {
     ds4err err = {0};
-    const gguf_kv *kv = gguf_find_kv(g, "t.nested_u16");
+    const gguf_kv *kv = ds4_gguf_find_kv(g, "t.nested_u16");
     assert_int_equal(kv->arr_type, GGUF_ARR);
     assert_int_equal(kv->arr_n, 3);
     static const uint64_t want_n[] = {2, 0, 1};
@@ -371,32 +368,32 @@ static void check_rt_nested(const gguf_file *g) {
     for (int k = 0; k < 3; k++) {
         uint32_t et;
         uint64_t n, first;
-        assert_int_equal(gguf_read_arr(g, off, &et, &n, &first, &err), 0);
+        assert_int_equal(ds4_gguf_read_arr(g, off, &et, &n, &first, &err), 0);
         assert_int_equal(et, GGUF_U16);
         assert_int_equal(n, want_n[k]);
         for (uint64_t e = 0; e < n; e++) {
             gguf_scalar sc;
-            assert_int_equal(gguf_read_scalar(g, GGUF_U16, first, &sc, &first, &err), 0);
+            assert_int_equal(ds4_gguf_read_scalar(g, GGUF_U16, first, &sc, &first, &err), 0);
             assert_int_equal(sc.v.u, want_v[v++]);
         }
-        assert_int_equal(gguf_skip_value(g, GGUF_ARR, off, &next, &err), 0);
+        assert_int_equal(ds4_gguf_skip_value(g, GGUF_ARR, off, &next, &err), 0);
         assert_int_equal(next, first);
         off = next;
     }
     assert_int_equal(off, kv->value_off + sizeof(nested_u16));
 
-    kv = gguf_find_kv(g, "t.nested_str");
+    kv = ds4_gguf_find_kv(g, "t.nested_str");
     uint32_t et;
     uint64_t n, first;
-    assert_int_equal(gguf_read_arr(g, kv->arr_off, &et, &n, &first, &err), 0);
+    assert_int_equal(ds4_gguf_read_arr(g, kv->arr_off, &et, &n, &first, &err), 0);
     assert_int_equal(et, GGUF_STR);
     assert_int_equal(n, 2);
     gguf_scalar sc;
-    assert_int_equal(gguf_read_scalar(g, GGUF_STR, first, &sc, &first, &err), 0);
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_STR, first, &sc, &first, &err), 0);
     assert_true(str_eq(sc.v.s, "x", 1));
-    assert_int_equal(gguf_read_scalar(g, GGUF_STR, first, &sc, &first, &err), 0);
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_STR, first, &sc, &first, &err), 0);
     assert_true(str_eq(sc.v.s, "yy", 2));
-    assert_int_equal(gguf_read_arr(g, first, &et, &n, &first, &err), 0);
+    assert_int_equal(ds4_gguf_read_arr(g, first, &et, &n, &first, &err), 0);
     assert_int_equal(et, GGUF_STR);
     assert_int_equal(n, 0);
     assert_int_equal(first, kv->value_off + sizeof(nested_str));
@@ -416,9 +413,9 @@ static void check_rt_file(const gguf_file *g, const rt *r) {
         if (i == 0) continue;
         assert_string_equal(g->kv[i].key, spec_kvs[i - 1].key);
         assert_int_equal(g->kv[i].type, spec_kvs[i - 1].type);
-        assert_ptr_equal(gguf_find_kv(g, spec_kvs[i - 1].key), &g->kv[i]);
+        assert_ptr_equal(ds4_gguf_find_kv(g, spec_kvs[i - 1].key), &g->kv[i]);
     }
-    assert_null(gguf_find_kv(g, "t.missing"));
+    assert_null(ds4_gguf_find_kv(g, "t.missing"));
     check_rt_tensors(g, r, &l);
     check_padding(g->map, &l);
     check_rt_scalars(g);
@@ -433,26 +430,26 @@ static void round_trip(uint32_t alignment) {
     gguf_writer *w = build_rt_writer(&r);
     if (writer_bytes(w, &r.buf, &r.len, &err)) fail_msg("%s", err.msg);
     gguf_file g;
-    if (gguf_parse(&g, r.buf, r.len, "rt.gguf", &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_parse(&g, r.buf, r.len, "rt.gguf", &err)) fail_msg("%s", err.msg);
     check_rt_file(&g, &r);
-    gguf_close(&g);
+    ds4_gguf_close(&g);
 
     /* The same through a file: same bytes, same result, no leftovers. */
     char *dir = tu_tmpdir();
     assert_non_null(dir);
     char *path = tu_path(dir, "rt.gguf");
-    if (gguf_writer_save(w, path, &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_writer_save(w, path, &err)) fail_msg("%s", err.msg);
     assert_int_equal(tu_count_entries(dir), 1);
-    if (gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
     assert_true(g.mapped);
     assert_int_equal(g.size, r.len);
     assert_memory_equal(g.map, r.buf, r.len);
     assert_string_equal(g.path, path);
     check_rt_file(&g, &r);
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     free(path);
     tu_rmdir(dir);
-    gguf_writer_free(w);
+    ds4_gguf_writer_free(w);
     rt_free(&r);
 }
 
@@ -477,8 +474,8 @@ static void test_writer_deterministic(void **state) {
     assert_int_equal(again_len, a.len);
     assert_memory_equal(again, a.buf, a.len);
     free(again);
-    gguf_writer_free(wa);
-    gguf_writer_free(wb);
+    ds4_gguf_writer_free(wa);
+    ds4_gguf_writer_free(wb);
     rt_free(&a);
     rt_free(&b);
 }
@@ -507,10 +504,10 @@ static void test_writer_bytes(void **state) {
         0, 0, 0, 0, 0, 0, 0, 0,
     };
     static const float data[] = {1.0f, -2.0f};
-    gguf_writer *w = gguf_writer_new(32);
+    gguf_writer *w = ds4_gguf_writer_new(32);
     assert_non_null(w);
-    assert_int_equal(gguf_w_str(w, "s", "hi"), 0);
-    assert_int_equal(gguf_w_tensor(w, "t", F32, 1, (const uint64_t[]){2}, data, 8), 0);
+    assert_int_equal(ds4_gguf_write_str(w, "s", "hi"), 0);
+    assert_int_equal(ds4_gguf_write_tensor(w, "t", F32, 1, (const uint64_t[]){2}, data, 8), 0);
     uint8_t *buf;
     size_t len;
     ds4err err = {0};
@@ -518,17 +515,17 @@ static void test_writer_bytes(void **state) {
     assert_int_equal(len, sizeof(want));
     assert_memory_equal(buf, want, sizeof(want));
     free(buf);
-    gguf_writer_free(w);
+    ds4_gguf_writer_free(w);
 }
 
 /* A caller's own general.alignment is kept where it was written, not doubled;
  * no tensors: the file ends at the padded header. */
 static void test_writer_own_alignment_key(void **state) {
     (void)state;
-    gguf_writer *w = gguf_writer_new(64);
+    gguf_writer *w = ds4_gguf_writer_new(64);
     assert_non_null(w);
-    assert_int_equal(gguf_w_str(w, "a", "x"), 0);
-    assert_int_equal(gguf_w_u32(w, "general.alignment", 64), 0);
+    assert_int_equal(ds4_gguf_write_str(w, "a", "x"), 0);
+    assert_int_equal(ds4_gguf_write_u32(w, "general.alignment", 64), 0);
     uint8_t *buf;
     size_t len;
     ds4err err = {0};
@@ -537,17 +534,17 @@ static void test_writer_own_alignment_key(void **state) {
     assert_int_equal(len, 128);
     assert_int_equal(rd64(buf + 16), 2);
     gguf_file g;
-    if (gguf_parse(&g, buf, len, "own.gguf", &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_parse(&g, buf, len, "own.gguf", &err)) fail_msg("%s", err.msg);
     assert_int_equal(g.n_kv, 2);
     assert_string_equal(g.kv[0].key, "a");
     assert_string_equal(g.kv[1].key, "general.alignment");
     assert_int_equal(g.alignment, 64);
     assert_int_equal(g.data_off, 128);
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     free(buf);
-    gguf_writer_free(w);
-    assert_null(gguf_writer_new(0));
-    assert_null(gguf_writer_new(48));
+    ds4_gguf_writer_free(w);
+    assert_null(ds4_gguf_writer_new(0));
+    assert_null(ds4_gguf_writer_new(48));
 }
 
 static void test_writer_save_fails_cleanly(void **state) {
@@ -555,14 +552,14 @@ static void test_writer_save_fails_cleanly(void **state) {
     char *dir = tu_tmpdir();
     assert_non_null(dir);
     char *path = tu_path(dir, "missing/sub/x.gguf");
-    gguf_writer *w = gguf_writer_new(32);
-    assert_int_equal(gguf_w_u32(w, "k", 1), 0);
+    gguf_writer *w = ds4_gguf_writer_new(32);
+    assert_int_equal(ds4_gguf_write_u32(w, "k", 1), 0);
     ds4err err = {0};
-    assert_int_equal(gguf_writer_save(w, path, &err), -1);
+    assert_int_equal(ds4_gguf_writer_save(w, path, &err), -1);
     assert_err(&err, DS4_E_IO, path, "cannot be created: No such file or directory");
     assert_null(strstr(err.msg, ".tmp."));   /* the user's name, not the temporary one */
     assert_int_equal(tu_count_entries(dir), 0);
-    gguf_writer_free(w);
+    ds4_gguf_writer_free(w);
     free(path);
     tu_rmdir(dir);
 }
@@ -581,14 +578,14 @@ static void test_valid_small(void **state) {
         assert_int_equal(len, 192 + 96);
         gguf_file g;
         ds4err err = {0};
-        if (gguf_parse(&g, buf, len, "small.gguf", &err)) fail_msg("%s", err.msg);
+        if (ds4_gguf_parse(&g, buf, len, "small.gguf", &err)) fail_msg("%s", err.msg);
         assert_int_equal(g.version, version);
         assert_int_equal(g.data_off, 192);
         assert_int_equal(g.tensors[0].nbytes, 32);
         assert_int_equal(g.tensors[1].nbytes, 64);
         assert_ptr_equal(g.tensors[1].data, buf + 224);
         assert_int_equal(g.tensors[1].data[0], 32);   /* data bytes count up from 0 */
-        gguf_close(&g);
+        ds4_gguf_close(&g);
         free(buf);
     }
 }
@@ -604,8 +601,8 @@ static void test_catalogue(void **state) {
         snprintf(name, sizeof(name), "%s.gguf", c[i].name);
         gguf_file g;
         ds4err err = {0};
-        if (gguf_parse(&g, c[i].buf, c[i].len, name, &err) == 0) {
-            gguf_close(&g);
+        if (ds4_gguf_parse(&g, c[i].buf, c[i].len, name, &err) == 0) {
+            ds4_gguf_close(&g);
             fail_msg("case %s: parsed without error", c[i].name);
         }
         assert_err(&err, DS4_E_FORMAT, name, c[i].expect);
@@ -625,12 +622,12 @@ static void test_nesting_limit(void **state) {
     ds4err err = {0};
     gguf_file g;
     assert_int_equal(mf_nested_arrays(GGUF_MAX_ARRAY_DEPTH, &buf, &len), 0);
-    if (gguf_parse(&g, buf, len, "deep.gguf", &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_parse(&g, buf, len, "deep.gguf", &err)) fail_msg("%s", err.msg);
     /* The innermost array ends the file. */
     uint64_t next;
-    assert_int_equal(gguf_skip_value(&g, GGUF_ARR, g.kv[0].value_off, &next, &err), 0);
+    assert_int_equal(ds4_gguf_skip_value(&g, GGUF_ARR, g.kv[0].value_off, &next, &err), 0);
     assert_int_equal(next, len);
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     free(buf);
 }
 
@@ -646,7 +643,7 @@ static void test_truncations(void **state) {
         memcpy(prefix, buf, n);
         gguf_file g;
         ds4err err = {0};
-        if (gguf_parse(&g, prefix, n, "prefix.gguf", &err) == 0)
+        if (ds4_gguf_parse(&g, prefix, n, "prefix.gguf", &err) == 0)
             fail_msg("prefix of %zu bytes parsed", n);
         assert_err(&err, DS4_E_FORMAT, "prefix.gguf", "(at byte ");
         free(prefix);
@@ -668,14 +665,14 @@ static void test_truncations_rich(void **state) {
     uint64_t end = l.data_off + l.rel_off[N_SPEC_TENSORS - 1] + last->nbytes;
     for (uint64_t n = 0; n < end; n += (n > 1000 && n < 100000) ? 997 : 1) {
         gguf_file g;
-        if (gguf_parse(&g, r.buf, n, "rich.gguf", &err) == 0)
+        if (ds4_gguf_parse(&g, r.buf, n, "rich.gguf", &err) == 0)
             fail_msg("prefix of %llu bytes parsed", (unsigned long long)n);
         assert_err(&err, DS4_E_FORMAT, "rich.gguf", "(at byte ");
     }
     gguf_file g;
-    assert_int_equal(gguf_parse(&g, r.buf, end, "rich.gguf", &err), 0);
-    gguf_close(&g);
-    gguf_writer_free(w);
+    assert_int_equal(ds4_gguf_parse(&g, r.buf, end, "rich.gguf", &err), 0);
+    ds4_gguf_close(&g);
+    ds4_gguf_writer_free(w);
     rt_free(&r);
 }
 
@@ -694,8 +691,8 @@ static void test_corruptions(void **state) {
             buf[i] = values[v];
             gguf_file g;
             ds4err err = {0};
-            if (gguf_parse(&g, buf, len, "flip.gguf", &err) == 0) {
-                gguf_close(&g);
+            if (ds4_gguf_parse(&g, buf, len, "flip.gguf", &err) == 0) {
+                ds4_gguf_close(&g);
                 continue;
             }
             failures++;
@@ -711,18 +708,18 @@ static void test_open_errors(void **state) {
     (void)state;
     gguf_file g;
     ds4err err = {0};
-    assert_int_equal(gguf_open(&g, "/nonexistent/dir/m.gguf", &err), -1);
+    assert_int_equal(ds4_gguf_open(&g, "/nonexistent/dir/m.gguf", &err), -1);
     assert_err(&err, DS4_E_IO, "/nonexistent/dir/m.gguf", "cannot open");
     char *dir = tu_tmpdir();
     assert_non_null(dir);
-    assert_int_equal(gguf_open(&g, dir, &err), -1);
+    assert_int_equal(ds4_gguf_open(&g, dir, &err), -1);
     assert_err(&err, DS4_E_IO, dir, "not a regular file");
     /* An empty file and a malformed one through the mmap path. */
     char *path = tu_path(dir, "bad.gguf");
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     fclose(f);
-    assert_int_equal(gguf_open(&g, path, &err), -1);
+    assert_int_equal(ds4_gguf_open(&g, path, &err), -1);
     assert_err(&err, DS4_E_FORMAT, path, "truncated");
     uint8_t *buf;
     size_t len;
@@ -731,7 +728,7 @@ static void test_open_errors(void **state) {
     f = fopen(path, "wb");
     assert_int_equal(fwrite(buf, 1, len, f), len);
     fclose(f);
-    assert_int_equal(gguf_open(&g, path, &err), -1);
+    assert_int_equal(ds4_gguf_open(&g, path, &err), -1);
     assert_err(&err, DS4_E_FORMAT, path, "GGUF v1");
     free(buf);
     free(path);
@@ -762,23 +759,23 @@ static int getter_setup(void **state) {
         0, 0, 0, 0x80, 0xff, 0xff, 0xff, 0xff,            /* -2^31 */
     };
     getter_file *f = calloc(1, sizeof(*f));
-    gguf_writer *w = gguf_writer_new(32);
+    gguf_writer *w = ds4_gguf_writer_new(32);
     ds4err err = {0};
-    int rc = !f || !w || gguf_w_u8(w, "u8", 7) || gguf_w_u16(w, "u16", 65535) ||
-             gguf_w_u32(w, "u32", UINT32_MAX) || gguf_w_u64(w, "u64.small", 5) ||
-             gguf_w_u64(w, "u64.big", 1ull << 32) || gguf_w_i32(w, "i32.neg", -1) ||
-             gguf_w_i8(w, "i8.pos", 100) || gguf_w_i64(w, "i64.big", 1ll << 40) ||
-             gguf_w_i64(w, "i64.min", INT64_MIN) || gguf_w_f32(w, "f32", 1.5f) ||
-             gguf_w_f64(w, "f64", 0.1) || gguf_w_f64(w, "f64.big", 1e300) ||
-             gguf_w_f64(w, "f64.nan", NAN) || gguf_w_bool(w, "bool", true) ||
-             gguf_w_str(w, "str", "text") || gguf_w_arr_u32(w, "arr.u32", u3, 3) ||
-             gguf_w_arr_i32(w, "arr.ineg", ineg, 2) || gguf_w_arr_u32(w, "arr.ubig", ubig, 2) ||
-             gguf_w_raw(w, "arr.f64big", GGUF_ARR, f64big, sizeof(f64big)) ||
-             gguf_w_raw(w, "arr.i64", GGUF_ARR, i64arr, sizeof(i64arr)) ||
-             gguf_w_arr_str(w, "arr.str", (const char *const[]){"p", "qq"}, NULL, 2) ||
+    int rc = !f || !w || ds4_gguf_write_u8(w, "u8", 7) || ds4_gguf_write_u16(w, "u16", 65535) ||
+             ds4_gguf_write_u32(w, "u32", UINT32_MAX) || ds4_gguf_write_u64(w, "u64.small", 5) ||
+             ds4_gguf_write_u64(w, "u64.big", 1ull << 32) || ds4_gguf_write_i32(w, "i32.neg", -1) ||
+             ds4_gguf_write_i8(w, "i8.pos", 100) || ds4_gguf_write_i64(w, "i64.big", 1ll << 40) ||
+             ds4_gguf_write_i64(w, "i64.min", INT64_MIN) || ds4_gguf_write_f32(w, "f32", 1.5f) ||
+             ds4_gguf_write_f64(w, "f64", 0.1) || ds4_gguf_write_f64(w, "f64.big", 1e300) ||
+             ds4_gguf_write_f64(w, "f64.nan", NAN) || ds4_gguf_write_bool(w, "bool", true) ||
+             ds4_gguf_write_str(w, "str", "text") || ds4_gguf_write_arr_u32(w, "arr.u32", u3, 3) ||
+             ds4_gguf_write_arr_i32(w, "arr.ineg", ineg, 2) || ds4_gguf_write_arr_u32(w, "arr.ubig", ubig, 2) ||
+             ds4_gguf_write_raw(w, "arr.f64big", GGUF_ARR, f64big, sizeof(f64big)) ||
+             ds4_gguf_write_raw(w, "arr.i64", GGUF_ARR, i64arr, sizeof(i64arr)) ||
+             ds4_gguf_write_arr_str(w, "arr.str", (const char *const[]){"p", "qq"}, NULL, 2) ||
              writer_bytes(w, &f->buf, &f->len, &err) ||
-             gguf_parse(&f->g, f->buf, f->len, "get.gguf", &err);
-    gguf_writer_free(w);
+             ds4_gguf_parse(&f->g, f->buf, f->len, "get.gguf", &err);
+    ds4_gguf_writer_free(w);
     if (rc) {
         fprintf(stderr, "getter_setup: %s\n", err.msg);
         if (f) free(f->buf);
@@ -791,7 +788,7 @@ static int getter_setup(void **state) {
 
 static int getter_teardown(void **state) {
     getter_file *f = *state;
-    gguf_close(&f->g);
+    ds4_gguf_close(&f->g);
     free(f->buf);
     free(f);
     return 0;
@@ -801,27 +798,27 @@ static void test_get_u32(void **state) {
     const gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     uint32_t v = 0;
-    assert_int_equal(gguf_get_u32(g, "u8", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u32(g, "u8", &v, &err), 0);
     assert_int_equal(v, 7);
-    assert_int_equal(gguf_get_u32(g, "u16", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u32(g, "u16", &v, &err), 0);
     assert_int_equal(v, 65535);
-    assert_int_equal(gguf_get_u32(g, "u32", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u32(g, "u32", &v, &err), 0);
     assert_int_equal(v, UINT32_MAX);
-    assert_int_equal(gguf_get_u32(g, "u64.small", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u32(g, "u64.small", &v, &err), 0);
     assert_int_equal(v, 5);
-    assert_int_equal(gguf_get_u32(g, "i8.pos", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u32(g, "i8.pos", &v, &err), 0);
     assert_int_equal(v, 100);
-    assert_int_equal(gguf_get_u32(g, "u64.big", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_u32(g, "u64.big", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf",
                "key 'u64.big' (at byte ");
     assert_err(&err, DS4_E_MODEL, "get.gguf",
                "expected an integer in [0, 4294967295], got 4294967296 (u64)");
-    assert_int_equal(gguf_get_u32(g, "i32.neg", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_u32(g, "i32.neg", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "got -1 (i32)");
-    assert_int_equal(gguf_get_u32(g, "f32", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_u32(g, "f32", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "key 'f32' (value at byte ");
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected an integer (u32), got f32");
-    assert_int_equal(gguf_get_u32(g, "nope", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_u32(g, "nope", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "metadata key 'nope' is missing");
 }
 
@@ -829,17 +826,17 @@ static void test_get_u64(void **state) {
     const gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     uint64_t v = 0;
-    assert_int_equal(gguf_get_u64(g, "u64.big", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u64(g, "u64.big", &v, &err), 0);
     assert_int_equal(v, 1ull << 32);
-    assert_int_equal(gguf_get_u64(g, "i64.big", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u64(g, "i64.big", &v, &err), 0);
     assert_int_equal(v, 1ull << 40);
-    assert_int_equal(gguf_get_u64(g, "u8", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_u64(g, "u8", &v, &err), 0);
     assert_int_equal(v, 7);
-    assert_int_equal(gguf_get_u64(g, "i32.neg", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_u64(g, "i32.neg", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected a non-negative integer, got -1 (i32)");
-    assert_int_equal(gguf_get_u64(g, "i64.min", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_u64(g, "i64.min", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "got -9223372036854775808 (i64)");
-    assert_int_equal(gguf_get_u64(g, "str", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_u64(g, "str", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected an integer (u64), got str");
 }
 
@@ -847,16 +844,16 @@ static void test_get_f32(void **state) {
     const gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     float v = 0;
-    assert_int_equal(gguf_get_f32(g, "f32", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_f32(g, "f32", &v, &err), 0);
     assert_true(v == 1.5f);
-    assert_int_equal(gguf_get_f32(g, "f64", &v, &err), 0);
+    assert_int_equal(ds4_gguf_get_f32(g, "f64", &v, &err), 0);
     assert_true(v == 0.1f);
-    assert_int_equal(gguf_get_f32(g, "f64.big", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_f32(g, "f64.big", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected a finite value representable as f32, got "
                "1.0000000000000001e+300 (f64)");
-    assert_int_equal(gguf_get_f32(g, "f64.nan", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_f32(g, "f64.nan", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "representable as f32, got nan");
-    assert_int_equal(gguf_get_f32(g, "u32", &v, &err), -1);
+    assert_int_equal(ds4_gguf_get_f32(g, "u32", &v, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected f32 or f64, got u32");
 }
 
@@ -865,16 +862,16 @@ static void test_get_bool_str(void **state) {
     ds4err err = {0};
     bool b = false;
     gguf_str s;
-    assert_int_equal(gguf_get_bool(g, "bool", &b, &err), 0);
+    assert_int_equal(ds4_gguf_get_bool(g, "bool", &b, &err), 0);
     assert_true(b);
-    assert_int_equal(gguf_get_bool(g, "u8", &b, &err), -1);
+    assert_int_equal(ds4_gguf_get_bool(g, "u8", &b, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "key 'u8' (value at byte ");
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected bool, got u8");
-    assert_int_equal(gguf_get_str(g, "str", &s, &err), 0);
+    assert_int_equal(ds4_gguf_get_str(g, "str", &s, &err), 0);
     assert_true(str_eq(s, "text", 4));
-    assert_int_equal(gguf_get_str(g, "arr.u32", &s, &err), -1);
+    assert_int_equal(ds4_gguf_get_str(g, "arr.u32", &s, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected str, got arr[u32; 3]");
-    assert_int_equal(gguf_get_str(g, "missing", &s, &err), -1);
+    assert_int_equal(ds4_gguf_get_str(g, "missing", &s, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "'missing' is missing");
 }
 
@@ -884,40 +881,40 @@ static void test_get_arrays(void **state) {
     uint32_t u[3];
     int32_t i[2];
     float f[2];
-    assert_int_equal(gguf_get_arr_u32(g, "arr.u32", u, 2, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_u32(g, "arr.u32", u, 2, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "key 'arr.u32' (value at byte ");
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected 2 elements, got 3");
-    assert_int_equal(gguf_get_arr_u32(g, "arr.ineg", u, 2, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_u32(g, "arr.ineg", u, 2, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "key 'arr.ineg' element 1 (at byte ");
     assert_err(&err, DS4_E_MODEL, "get.gguf", "got -1 (i32)");
-    assert_int_equal(gguf_get_arr_i32(g, "arr.ineg", i, 2, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_i32(g, "arr.ineg", i, 2, &err), 0);
     assert_true(i[0] == 5 && i[1] == -1);
-    assert_int_equal(gguf_get_arr_i32(g, "arr.ubig", i, 2, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_i32(g, "arr.ubig", i, 2, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "element 1");
     assert_err(&err, DS4_E_MODEL, "get.gguf",
                "expected an integer in [-2147483648, 2147483647], got 2147483648 (u32)");
-    assert_int_equal(gguf_get_arr_u32(g, "arr.ubig", u, 2, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_u32(g, "arr.ubig", u, 2, &err), 0);
     assert_true(u[0] == 7 && u[1] == 2147483648u);
-    assert_int_equal(gguf_get_arr_i32(g, "arr.i64", i, 1, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_i32(g, "arr.i64", i, 1, &err), 0);
     assert_true(i[0] == INT32_MIN);
-    assert_int_equal(gguf_get_arr_f32(g, "arr.f64big", f, 2, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_f32(g, "arr.f64big", f, 2, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "key 'arr.f64big' element 1");
-    assert_int_equal(gguf_get_arr_f32(g, "arr.u32", f, 3, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_f32(g, "arr.u32", f, 3, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected an f32 or f64 array, got arr[u32; 3]");
-    assert_int_equal(gguf_get_arr_u32(g, "u32", u, 1, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_u32(g, "u32", u, 1, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected an integer array, got u32");
-    assert_int_equal(gguf_get_arr_u32(g, "none", u, 1, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_u32(g, "none", u, 1, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "is missing");
 
     gguf_str s[2];
     uint64_t n = 0;
-    assert_int_equal(gguf_get_arr_str(g, "arr.str", NULL, 0, &n, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "arr.str", NULL, 0, &n, &err), 0);
     assert_int_equal(n, 2);
-    assert_int_equal(gguf_get_arr_str(g, "arr.str", s, 1, &n, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "arr.str", s, 1, &n, &err), -1);
     assert_err(&err, DS4_E_ARG, "get.gguf", "expected at most 1 strings");
-    assert_int_equal(gguf_get_arr_str(g, "arr.str", s, 2, &n, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "arr.str", s, 2, &n, &err), 0);
     assert_true(str_eq(s[0], "p", 1) && str_eq(s[1], "qq", 2));
-    assert_int_equal(gguf_get_arr_str(g, "arr.u32", s, 2, &n, &err), -1);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "arr.u32", s, 2, &n, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "expected arr[str], got arr[u32; 3]");
 }
 
@@ -926,20 +923,20 @@ static void test_read_scalar_checks(void **state) {
     ds4err err = {0};
     gguf_scalar s;
     uint64_t next;
-    assert_int_equal(gguf_read_scalar(g, GGUF_U8, g->size + 1, &s, &next, &err), -1);
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_U8, g->size + 1, &s, &next, &err), -1);
     assert_err(&err, DS4_E_ARG, "get.gguf", "past end of file");
-    assert_int_equal(gguf_read_scalar(g, GGUF_U64, g->size - 4, &s, &next, &err), -1);
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_U64, g->size - 4, &s, &next, &err), -1);
     assert_err(&err, DS4_E_FORMAT, "get.gguf", "truncated");
-    assert_int_equal(gguf_read_scalar(g, GGUF_ARR, 0, &s, &next, &err), -1);
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_ARR, 0, &s, &next, &err), -1);
     assert_err(&err, DS4_E_ARG, "get.gguf", "not a scalar");
-    assert_int_equal(gguf_read_scalar(g, 77, 0, &s, &next, &err), -1);
+    assert_int_equal(ds4_gguf_read_scalar(g, 77, 0, &s, &next, &err), -1);
     assert_err(&err, DS4_E_FORMAT, "get.gguf", "unknown value type");
     /* Offset 0 holds "GGUF": as a u32 that is the magic. */
-    assert_int_equal(gguf_read_scalar(g, GGUF_U32, 0, &s, &next, &err), 0);
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_U32, 0, &s, &next, &err), 0);
     assert_int_equal(s.v.u, 0x46554747);
     assert_int_equal(next, 4);
-    assert_string_equal(gguf_vtype_name(GGUF_F64), "f64");
-    assert_string_equal(gguf_vtype_name(13), "unknown");
+    assert_string_equal(ds4_gguf_vtype_name(GGUF_F64), "f64");
+    assert_string_equal(ds4_gguf_vtype_name(13), "unknown");
 }
 
 /* ========================================================================
@@ -965,15 +962,15 @@ static void check_against_info(const gguf_file *g, char *section) {
             assert_string_equal(kv->key, key);
             char ours[64];
             if (kv->type == GGUF_ARR)
-                snprintf(ours, sizeof(ours), "arr[%s;", gguf_vtype_name(kv->arr_type));
+                snprintf(ours, sizeof(ours), "arr[%s;", ds4_gguf_vtype_name(kv->arr_type));
             else
-                snprintf(ours, sizeof(ours), "%s", gguf_vtype_name(kv->type));
+                snprintf(ours, sizeof(ours), "%s", ds4_gguf_vtype_name(kv->type));
             assert_string_equal(ours, type);
             unsigned long long v;
             if (kv->type == GGUF_U32 && sscanf(strstr(line, " = ") + 7, "%llu", &v) == 1) {
                 uint32_t got;
                 ds4err err = {0};
-                assert_int_equal(gguf_get_u32(g, key, &got, &err), 0);
+                assert_int_equal(ds4_gguf_get_u32(g, key, &got, &err), 0);
                 assert_int_equal(got, v);
             }
             continue;
@@ -982,11 +979,11 @@ static void check_against_info(const gguf_file *g, char *section) {
         unsigned long long off;
         if (sscanf(line, " %255s %31s [%127[^]]] %llu", name, type, dims, &off) != 4)
             fail_msg("bad tensor line: %s", line);
-        const gguf_tensor *t = gguf_find_tensor(g, name);
+        const gguf_tensor *t = ds4_gguf_find_tensor(g, name);
         if (!t) fail_msg("tensor %s missing", name);
         assert_ptr_equal(t, &g->tensors[n_t]);
         n_t++;
-        assert_int_equal(strcasecmp(ds4_type_name(t->type), type), 0);
+        assert_int_equal(strcasecmp(ds4_types_name(t->type), type), 0);
         uint64_t ne[4] = {1, 1, 1, 1};
         uint32_t nd = 0;
         for (char *p = dims; *p && nd < 4; nd++) {
@@ -1014,7 +1011,7 @@ static void check_official(const char *file) {
     text[len] = '\0';
     gguf_file g;
     ds4err err = {0};
-    if (gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
     /* The section of this file: from its "== file:" line to the next "==". */
     char head[160];
     snprintf(head, sizeof(head), "== %s: GGUF v3, %llu metadata keys, %llu tensors, %llu bytes",
@@ -1028,7 +1025,7 @@ static void check_official(const char *file) {
     check_against_info(&g, start);
     assert_int_equal(g.version, 3);
     assert_int_equal(g.alignment, 32);
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     free(text);
     free(info);
     free(path);
@@ -1053,7 +1050,7 @@ static void test_tiny_ds4types(void **state) {
     if (!path) skip();
     gguf_file g;
     ds4err err = {0};
-    if (gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
     assert_int_equal(g.size, 5907872);
     assert_int_equal(g.n_tensors, 116);
     static const struct {
@@ -1070,7 +1067,7 @@ static void test_tiny_ds4types(void **state) {
         {"blk.2.attn_q_a.weight", Q8_0, 256, 64, 1},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-        const gguf_tensor *t = gguf_find_tensor(&g, want[i].name);
+        const gguf_tensor *t = ds4_gguf_find_tensor(&g, want[i].name);
         if (!t) fail_msg("missing %s", want[i].name);
         assert_int_equal(t->type, want[i].type);
         assert_int_equal(t->ne[0], want[i].ne0);
@@ -1078,13 +1075,13 @@ static void test_tiny_ds4types(void **state) {
         assert_int_equal(t->ne[2], want[i].ne2);
     }
     uint32_t ratios[4];
-    assert_int_equal(gguf_get_arr_u32(&g, "deepseek4.attention.compress_ratios", ratios, 4, &err),
+    assert_int_equal(ds4_gguf_get_arr_u32(&g, "deepseek4.attention.compress_ratios", ratios, 4, &err),
                      0);
     assert_true(ratios[0] == 0 && ratios[1] == 0 && ratios[2] == 4 && ratios[3] == 128);
     uint64_t n_tok;
-    assert_int_equal(gguf_get_arr_str(&g, "tokenizer.ggml.tokens", NULL, 0, &n_tok, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(&g, "tokenizer.ggml.tokens", NULL, 0, &n_tok, &err), 0);
     assert_int_equal(n_tok, 512);
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     free(path);
 }
 
@@ -1094,8 +1091,8 @@ static char *describe_text(gguf_writer *w) {
     char *dir = tu_tmpdir();
     char *path = tu_path(dir, "s.gguf"), *txt = tu_path(dir, "s.txt");
     ds4err err = {0};
-    if (gguf_writer_save(w, path, &err)) fail_msg("%s", err.msg);
-    gguf_writer_free(w);
+    if (ds4_gguf_writer_save(w, path, &err)) fail_msg("%s", err.msg);
+    ds4_gguf_writer_free(w);
     FILE *f = fopen(txt, "w+");
     assert_non_null(f);
     ds4ref_error e;
@@ -1124,8 +1121,8 @@ static void expect_line(const char *out, const char *want) {
 static void test_describe_escapes_strings(void **state) {
     (void)state;
     static const char value[] = "a\"\\\n\x01\xc2\x85" "b\xc3\xa9\xed\xa0\x80\xff" "c";
-    gguf_writer *w = gguf_writer_new(32);
-    assert_int_equal(gguf_w_str_n(w, "t.s", value, sizeof(value) - 1), 0);
+    gguf_writer *w = ds4_gguf_writer_new(32);
+    assert_int_equal(ds4_gguf_write_str_n(w, "t.s", value, sizeof(value) - 1), 0);
     char *out = describe_text(w);
     expect_line(out, "t.s = str \"a\\\"\\\\\\n\\x01\\xc2\\x85b\xc3\xa9\\xed\\xa0\\x80\\xffc\"");
     free(out);
@@ -1137,17 +1134,17 @@ static void test_describe_escapes_strings(void **state) {
  * repr() of the values (of the float32's shortest digits for f32). */
 static void test_describe_floats(void **state) {
     (void)state;
-    gguf_writer *w = gguf_writer_new(32);
-    assert_int_equal(gguf_w_f32(w, "f.tenth", 0.1f), 0);
-    assert_int_equal(gguf_w_f32(w, "f.eps", 1e-6f), 0);
-    assert_int_equal(gguf_w_f32(w, "f.big", 3e10f), 0);        /* 30000001024 as a float32 */
-    assert_int_equal(gguf_w_f32(w, "f.inf", INFINITY), 0);
-    assert_int_equal(gguf_w_f64(w, "d.pow2", 0x1p-24), 0);     /* a lopsided rounding interval */
-    assert_int_equal(gguf_w_f64(w, "d.negzero", -0.0), 0);
-    assert_int_equal(gguf_w_f64(w, "d.e16", 1e16), 0);
-    assert_int_equal(gguf_w_f64(w, "d.e15", 1e15), 0);
-    assert_int_equal(gguf_w_f64(w, "d.small", 1.5e-5), 0);
-    assert_int_equal(gguf_w_f64(w, "d.nan", NAN), 0);
+    gguf_writer *w = ds4_gguf_writer_new(32);
+    assert_int_equal(ds4_gguf_write_f32(w, "f.tenth", 0.1f), 0);
+    assert_int_equal(ds4_gguf_write_f32(w, "f.eps", 1e-6f), 0);
+    assert_int_equal(ds4_gguf_write_f32(w, "f.big", 3e10f), 0);        /* 30000001024 as a float32 */
+    assert_int_equal(ds4_gguf_write_f32(w, "f.inf", INFINITY), 0);
+    assert_int_equal(ds4_gguf_write_f64(w, "d.pow2", 0x1p-24), 0);     /* a lopsided rounding interval */
+    assert_int_equal(ds4_gguf_write_f64(w, "d.negzero", -0.0), 0);
+    assert_int_equal(ds4_gguf_write_f64(w, "d.e16", 1e16), 0);
+    assert_int_equal(ds4_gguf_write_f64(w, "d.e15", 1e15), 0);
+    assert_int_equal(ds4_gguf_write_f64(w, "d.small", 1.5e-5), 0);
+    assert_int_equal(ds4_gguf_write_f64(w, "d.nan", NAN), 0);
     char *out = describe_text(w);
     expect_line(out, "f.tenth = f32 0.1\n");
     expect_line(out, "f.eps = f32 1e-06\n");

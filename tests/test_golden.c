@@ -1,5 +1,5 @@
-/* Golden streams (ref/trace/golden.h), the ds4 dump layout (ref/trace/ds4dump.h), the
- * atomic writer (base/fileio.h) and model identities (ref/model/modelid.h).
+/* Golden streams (src/format/golden.h), the ds4 dump layout (src/format/dump.h), the
+ * atomic writer (src/base/file.h) and model identities (src/model/modelid.h).
  *
  * The expected file texts below are written out by hand from
  * docs/FORMATS.md, not produced by the code under test; digests are checked
@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/fileio.h"
+#include "base/file.h"
 #include "base/hex.h"
 #include "base/sha256.h"
 #include "decode/step.h"
@@ -30,11 +30,11 @@
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
 #include "testutil.h"
-#include "trace/ds4dump.h"
-#include "trace/golden.h"
-#include "trace/golden_read.h"
-#include "trace/golden_write.h"
-#include "trace/goldenrun.h"
+#include "format/dump.h"
+#include "format/golden.h"
+#include "format/golden_read.h"
+#include "format/golden_write.h"
+#include "run/run.h"
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -55,7 +55,7 @@ static int fake_bytes(void *ud, int32_t id, ds4_buf *out, ds4err *err) {
     };
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (v[i].id == id) return ds4_buf_put(out, v[i].s, v[i].n);
-    if (id >= 1000) return ds4err_set(err, DS4_E_RANGE, "fake vocabulary: no token %d", id);
+    if (id >= 1000) return ds4_err_set(err, DS4_E_RANGE, "fake vocabulary: no token %d", id);
     char s[16];
     snprintf(s, sizeof(s), "t%d", id);
     return ds4_buf_puts(out, s);
@@ -111,7 +111,7 @@ static void make_gen(gen *g, uint32_t n, const int32_t *ids, const float *logits
 /* A generation step into a golden writer, as the golden runner records it. */
 static int write_gen(ds4_golden_writer *w, const ds4_gen_step *gs, ds4err *err) {
     ds4_golden_step st;
-    int rc = ds4_golden_step_of(gs, fake_bytes, NULL, &st, err);
+    int rc = ds4_run_step_golden(gs, fake_bytes, NULL, &st, err);
     if (rc == 0) rc = ds4_golden_writer_step(w, &st, err);
     ds4_golden_step_free(&st);
     return rc;
@@ -208,7 +208,7 @@ static void test_golden_text_is_the_documented_one(void **state) {
     /* The in-memory formatter gives the same bytes. */
     ds4_buf b = {0};
     ds4err err = {0};
-    assert_int_equal(ds4_golden_format(ds4_golden_writer_golden(w), &b, &err), 0);
+    assert_int_equal(ds4_golden_write_text(ds4_golden_writer_golden(w), &b, &err), 0);
     assert_int_equal(b.len, len);
     assert_memory_equal(b.p, example_golden, len);
     ds4_buf_free(&b);
@@ -237,7 +237,7 @@ static void test_read_example(void **state) {
     (void)state;
     ds4_golden g;
     ds4err err = {0};
-    int rc = ds4_golden_parse(example_golden, strlen(example_golden), "ex", &g, &err);
+    int rc = ds4_golden_read_text(example_golden, strlen(example_golden), "ex", &g, &err);
     if (rc) fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(rc, 0);
     assert_string_equal(g.h.version, "0.1-test");
@@ -350,7 +350,7 @@ static void test_numbers_round_trip_bit_exactly(void **state) {
     size_t len;
     char *text = slurp(path, &len);
     ds4_buf b = {0};
-    assert_int_equal(ds4_golden_format(&g, &b, &err), 0);
+    assert_int_equal(ds4_golden_write_text(&g, &b, &err), 0);
     assert_int_equal(b.len, len);
     assert_memory_equal(b.p, text, len);
     ds4_buf_free(&b);
@@ -381,7 +381,7 @@ static char *mutate(int line, const char *from, const char *to) {
 static void expect_reject(const char *text, size_t len, int line, const char *needle) {
     ds4_golden g;
     ds4err err = {0};
-    int rc = ds4_golden_parse(text, len, "bad.jsonl", &g, &err);
+    int rc = ds4_golden_read_text(text, len, "bad.jsonl", &g, &err);
     char where[32];
     snprintf(where, sizeof(where), "bad.jsonl:%d:", line);
     if (rc == 0 || !strstr(err.msg, where) || (needle && !strstr(err.msg, needle)))
@@ -406,7 +406,7 @@ static void test_corrupted_goldens_are_rejected_with_line(void **state) {
     /* Sanity: the unmodified text is accepted (else every case below is moot). */
     ds4_golden g;
     ds4err err = {0};
-    assert_int_equal(ds4_golden_parse(example_golden, n, "ok", &g, &err), 0);
+    assert_int_equal(ds4_golden_read_text(example_golden, n, "ok", &g, &err), 0);
     ds4_golden_free(&g);
 
     /* Truncations. */
@@ -516,7 +516,7 @@ static void test_abandoned_writer_leaves_old_file(void **state) {
     char *dir = tu_tmpdir();
     char *path = tu_path(dir, "g.jsonl");
     ds4err err = {0};
-    assert_int_equal(ds4_write_file_atomic(path, "old\n", 4, &err), 0);
+    assert_int_equal(ds4_file_write_atomic(path, "old\n", 4, &err), 0);
     ds4_golden_header h;
     small_header(&h, 2, 2);
     ds4_golden_writer *w;
@@ -635,41 +635,41 @@ static void test_fileio(void **state) {
     ds4err err = {0};
     char *buf;
     size_t len;
-    assert_int_not_equal(ds4_read_file(path, 100, &buf, &len, &err), 0);
+    assert_int_not_equal(ds4_file_read(path, 100, &buf, &len, &err), 0);
     assert_int_equal(err.code, DS4_E_IO);
     assert_non_null(strstr(err.msg, "f.txt"));
 
-    assert_int_equal(ds4_write_file_atomic(path, "hello", 5, &err), 0);
-    assert_int_equal(ds4_read_file(path, 5, &buf, &len, &err), 0);
+    assert_int_equal(ds4_file_write_atomic(path, "hello", 5, &err), 0);
+    assert_int_equal(ds4_file_read(path, 5, &buf, &len, &err), 0);
     assert_int_equal(len, 5);
     assert_string_equal(buf, "hello");
     free(buf);
-    assert_int_not_equal(ds4_read_file(path, 4, &buf, &len, &err), 0);
+    assert_int_not_equal(ds4_file_read(path, 4, &buf, &len, &err), 0);
     assert_int_equal(err.code, DS4_E_NOMEM);
 
     /* An aborted writer leaves the old content; a committed one replaces it. */
     ds4_afile f;
-    assert_int_equal(ds4_afile_open(&f, path, &err), 0);
-    assert_int_equal(ds4_afile_write(&f, "new 2", 5, &err), 0);
-    ds4_afile_abort(&f);
-    assert_int_equal(ds4_read_file(path, 100, &buf, &len, &err), 0);
+    assert_int_equal(ds4_file_atomic_open(&f, path, &err), 0);
+    assert_int_equal(ds4_file_atomic_write(&f, "new 2", 5, &err), 0);
+    ds4_file_atomic_abort(&f);
+    assert_int_equal(ds4_file_read(path, 100, &buf, &len, &err), 0);
     assert_string_equal(buf, "hello");
     free(buf);
-    assert_int_equal(ds4_afile_open(&f, path, &err), 0);
+    assert_int_equal(ds4_file_atomic_open(&f, path, &err), 0);
     /* More than the writer's buffer. */
     char big[3000];
     memset(big, 'x', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
-    for (int i = 0; i < 100; i++) assert_int_equal(ds4_afile_write(&f, big, sizeof(big) - 1, &err), 0);
-    assert_int_equal(ds4_afile_commit(&f, &err), 0);
-    assert_int_equal(ds4_read_file(path, SIZE_MAX, &buf, &len, &err), 0);
+    for (int i = 0; i < 100; i++) assert_int_equal(ds4_file_atomic_write(&f, big, sizeof(big) - 1, &err), 0);
+    assert_int_equal(ds4_file_atomic_commit(&f, &err), 0);
+    assert_int_equal(ds4_file_read(path, SIZE_MAX, &buf, &len, &err), 0);
     assert_int_equal(len, 100 * (sizeof(big) - 1));
     assert_int_equal(buf[len - 1], 'x');
     free(buf);
     assert_int_equal(tu_count_entries(dir), 1);
 
     char *nodir = tu_path(dir, "missing/f.txt");
-    assert_int_not_equal(ds4_write_file_atomic(nodir, "x", 1, &err), 0);
+    assert_int_not_equal(ds4_file_write_atomic(nodir, "x", 1, &err), 0);
     assert_int_equal(err.code, DS4_E_IO);
     free(nodir);
     free(path);
@@ -687,7 +687,7 @@ typedef struct fifo_reader {
 static void *read_fifo(void *arg) {
     fifo_reader *r = arg;
     ds4err e = {0};
-    r->rc = ds4_read_file(r->path, 1000, &r->got, &r->len, &e);
+    r->rc = ds4_file_read(r->path, 1000, &r->got, &r->len, &e);
     return NULL;
 }
 
@@ -701,15 +701,15 @@ static void test_fileio_special_targets(void **state) {
     char *file = tu_path(dir, "file.txt"), *link = tu_path(dir, "link.txt");
     char *fifo = tu_path(dir, "fifo");
     ds4err err = {0};
-    assert_int_equal(ds4_write_file_atomic(file, "old", 3, &err), 0);
+    assert_int_equal(ds4_file_write_atomic(file, "old", 3, &err), 0);
     assert_int_equal(symlink(file, link), 0);
-    assert_int_equal(ds4_write_file_atomic(link, "new!", 4, &err), 0);
+    assert_int_equal(ds4_file_write_atomic(link, "new!", 4, &err), 0);
     struct stat st;
     assert_int_equal(lstat(link, &st), 0);
     assert_true(S_ISLNK(st.st_mode));
     char *buf;
     size_t len;
-    assert_int_equal(ds4_read_file(file, 100, &buf, &len, &err), 0);
+    assert_int_equal(ds4_file_read(file, 100, &buf, &len, &err), 0);
     assert_string_equal(buf, "new!");
     free(buf);
 
@@ -717,7 +717,7 @@ static void test_fileio_special_targets(void **state) {
     fifo_reader r = {.path = fifo};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, read_fifo, &r), 0);
-    assert_int_equal(ds4_write_file_atomic(fifo, "through", 7, &err), 0);
+    assert_int_equal(ds4_file_write_atomic(fifo, "through", 7, &err), 0);
     /* Before joining: had the FIFO been renamed over, its reader would wait
      * forever. */
     assert_int_equal(lstat(fifo, &st), 0);
@@ -748,18 +748,18 @@ static void test_modelid(void **state) {
     for (int i = 0; i < 64; i++) w1[i] = (float)i * 0.5f;
     for (int i = 0; i < 7; i++) w2[i] = -(float)i;
     for (int i = 0; i < 1000; i++) w3[i] = (uint8_t)(i * 7);
-    gguf_writer *gw = gguf_writer_new(32);
+    gguf_writer *gw = ds4_gguf_writer_new(32);
     assert_non_null(gw);
-    gguf_w_str(gw, "general.architecture", "test");
-    gguf_w_tensor(gw, "blk.0.a", 0, 2, (uint64_t[]){8, 8}, w1, sizeof(w1));
-    gguf_w_tensor(gw, "b", 0, 1, (uint64_t[]){7}, w2, sizeof(w2));
-    gguf_w_tensor(gw, "c.f16", 1, 1, (uint64_t[]){500}, w3, sizeof(w3));
+    ds4_gguf_write_str(gw, "general.architecture", "test");
+    ds4_gguf_write_tensor(gw, "blk.0.a", 0, 2, (uint64_t[]){8, 8}, w1, sizeof(w1));
+    ds4_gguf_write_tensor(gw, "b", 0, 1, (uint64_t[]){7}, w2, sizeof(w2));
+    ds4_gguf_write_tensor(gw, "c.f16", 1, 1, (uint64_t[]){500}, w3, sizeof(w3));
     ds4err err = {0};
-    assert_int_equal(gguf_writer_save(gw, path, &err), 0);
-    gguf_writer_free(gw);
+    assert_int_equal(ds4_gguf_writer_save(gw, path, &err), 0);
+    ds4_gguf_writer_free(gw);
 
     gguf_file g;
-    assert_int_equal(gguf_open(&g, path, &err), 0);
+    assert_int_equal(ds4_gguf_open(&g, path, &err), 0);
     ds4_modelid a, b;
     omp_set_num_threads(1);
     assert_int_equal(ds4_modelid_of(&g, &a, &err), 0);
@@ -826,9 +826,9 @@ static void test_modelid(void **state) {
     assert_int_equal(ds4_golden_writer_open(&w, NULL, &gh, &err), 0);
     assert_int_equal(ds4_golden_writer_finish(w, DS4_STOP_LENGTH, &err), 0);
     ds4_buf text = {0};
-    assert_int_equal(ds4_golden_format(ds4_golden_writer_golden(w), &text, &err), 0);
+    assert_int_equal(ds4_golden_write_text(ds4_golden_writer_golden(w), &text, &err), 0);
     ds4_golden back;
-    assert_int_equal(ds4_golden_parse(text.p, text.len, "h", &back, &err), 0);
+    assert_int_equal(ds4_golden_read_text(text.p, text.len, "h", &back, &err), 0);
     assert_true(back.h.has_mtp);
     assert_true(ds4_modelid_same(&back.h.model, &a));
     assert_true(ds4_modelid_same(&back.h.mtp, &b));
@@ -840,7 +840,7 @@ static void test_modelid(void **state) {
     free(raw);
     ds4_modelid_free(&a);
     ds4_modelid_free(&b);
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     free(path);
     tu_rmdir(dir);
 }

@@ -1,4 +1,4 @@
-/* Tests for ref/text/json.c: the strict JSON parser and the string writer.
+/* Tests for src/text/json.c: the strict JSON parser and the string writer.
  * Expected values are written out by hand (decoded bytes of escapes, offsets
  * of errors counted in the literal inputs). */
 #include <setjmp.h>

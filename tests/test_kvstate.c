@@ -1,4 +1,4 @@
-/* Tests of ref/forward/kvstate.c's sizing: the bytes a state for --ctx needs, and
+/* Tests of src/forward/kvstate.c's sizing: the bytes a state for --ctx needs, and
  * the clear refusal of a context that cannot fit in memory. */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* Resource limits, signals and the command-line programs' exit statuses.
  *
- *   - memory: ds4_memory_limit never exceeds physical memory, follows an
+ *   - memory: ds4_reslimit_memory never exceeds physical memory, follows an
  *     RLIMIT set in a child process, and a session whose context cannot fit
  *     is refused with DS4_E_NOMEM and a message saying how much is needed,
  *     before anything is allocated (under a low RLIMIT_DATA an attempted
@@ -42,8 +42,8 @@
 #include "model/synth.h"
 #include "testutil.h"
 #include "text/json.h"
-#include "trace/golden.h"
-#include "trace/golden_read.h"
+#include "format/golden.h"
+#include "format/golden_read.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -90,13 +90,13 @@ static uint64_t vm_size(void) {
 static void test_limit_within_physical(void **state) {
     (void)state;
     ds4_memlimit m;
-    ds4_memory_limit(&m);
+    ds4_reslimit_memory(&m);
     uint64_t phys = physical_bytes();
     assert_true(phys > 0);
     assert_true(m.bytes <= phys);
     ds4err err = {0};
-    assert_int_equal(ds4_check_memory(1 << 20, "a small thing", &err), 0);
-    assert_int_equal(ds4_check_memory(phys + 1, "a huge thing", &err), -1);
+    assert_int_equal(ds4_reslimit_check(1 << 20, "a small thing", &err), 0);
+    assert_int_equal(ds4_reslimit_check(phys + 1, "a huge thing", &err), -1);
     assert_int_equal(err.code, DS4_E_NOMEM);
     assert_non_null(strstr(err.msg, "a huge thing needs "));
     assert_null(strchr(err.msg, '\n'));
@@ -122,12 +122,12 @@ static void run_under_rlimit(int resource, uint64_t headroom, rl_result *r) {
         struct rlimit rl = {(rlim_t)c.set_to, RLIM_INFINITY};
         if (setrlimit(resource, &rl)) _exit(3);
         ds4_memlimit m;
-        ds4_memory_limit(&m);
+        ds4_reslimit_memory(&m);
         c.limit = m.bytes;
         snprintf(c.source, sizeof(c.source), "%s", m.source);
         ds4err err = {0};
-        c.rc_small = ds4_check_memory(headroom / 16, "a small thing", &err);
-        c.rc_big = ds4_check_memory(headroom * 2, "a big thing", &err);
+        c.rc_small = ds4_reslimit_check(headroom / 16, "a small thing", &err);
+        c.rc_big = ds4_reslimit_check(headroom * 2, "a big thing", &err);
         c.code_big = err.code;
         memcpy(c.msg, err.msg, sizeof(c.msg));
         ssize_t w = write(fds[1], &c, sizeof(c));
@@ -287,12 +287,12 @@ static void test_session_refused_before_allocating(void **state) {
 /* In a child: map a 64 KiB file, truncate it, touch byte 40000. */
 static void sigbus_child(const char *path, bool watch) {
     ds4err err = {0};
-    if (ds4_sigbus_install("test_limits", &err)) _exit(20);
+    if (ds4_reslimit_sigbus_install("test_limits", &err)) _exit(20);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || ftruncate(fd, 65536)) _exit(21);
     volatile const uint8_t *p = mmap(NULL, 65536, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) _exit(22);
-    if (watch) ds4_sigbus_watch((const void *)p, 65536, path);
+    if (watch) ds4_reslimit_sigbus_watch((const void *)p, 65536, path);
     if (ftruncate(fd, 0)) _exit(23);
     uint8_t x = p[40000];
     _exit(24 + x);   /* not reached */
@@ -511,7 +511,7 @@ static void test_cli_model_truncated(void **state) {
     int st = child_wait(&c);
     if (WIFSIGNALED(st))
         fail_msg("ds4ref died of signal %d: the CLI must install the SIGBUS handler "
-                 "(ds4_sigbus_install, base/reslimit.h)", WTERMSIG(st));
+                 "(ds4_reslimit_sigbus_install, src/base/reslimit.h)", WTERMSIG(st));
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), DS4_EXIT_SIGBUS);
     assert_int_equal(count_lines(&c.err), 1);

@@ -1,4 +1,4 @@
-/* official.vec files (ref/trace/officialvec.h): the official fixture, ds4's grammar and
+/* official.vec files (src/format/lpvec.h): the official fixture, ds4's grammar and
  * limits on hand-written bad inputs, and the appender, whose output is also
  * read back with a parser written the way ds4_test.c reads the file (fgets
  * into 2048 bytes, sscanf with ds4's formats) -- an independent reading of
@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fileio.h"
+#include "base/file.h"
 #include "testutil.h"
 #include "text/json.h"
-#include "trace/golden.h"
-#include "trace/officialvec.h"
+#include "format/golden.h"
+#include "format/lpvec.h"
 
 /* ------------------------------------------------------------ ds4's way */
 
@@ -119,7 +119,7 @@ static void assert_same_as_ds4(const char *path) {
     assert_true(n > 0);
     ds4_lpv_file f;
     ds4err err = {0};
-    assert_int_equal(ds4_lpv_read(path, &f, &err), 0);
+    assert_int_equal(ds4_lpvec_read(path, &f, &err), 0);
     assert_int_equal(f.n_cases, (uint32_t)n);
     for (int i = 0; i < n; i++) {
         const ds4_lpv_case *c = &f.cases[i];
@@ -139,7 +139,7 @@ static void assert_same_as_ds4(const char *path) {
             }
         }
     }
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
 }
 
 /* ------------------------------------------------------------ the official file */
@@ -150,11 +150,11 @@ static void test_official_file(void **state) {
     if (!path) skip();
     ds4_lpv_file f;
     ds4err err = {0};
-    int rc = ds4_lpv_read(path, &f, &err);
+    int rc = ds4_lpvec_read(path, &f, &err);
     if (rc) fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(rc, 0);
     assert_int_equal(f.n_cases, 5);
-    const ds4_lpv_case *c = ds4_lpv_find(&f, "short_italian_fact");
+    const ds4_lpv_case *c = ds4_lpvec_find(&f, "short_italian_fact");
     assert_non_null(c);
     assert_int_equal(c->ctx, 16384);
     assert_int_equal(c->n_steps, 4);
@@ -166,7 +166,7 @@ static void test_official_file(void **state) {
         assert_int_equal(c->steps[i].n_top, 1);
         assert_true(c->steps[i].top[0].logprob == 0.0f);
     }
-    c = ds4_lpv_find(&f, "short_reasoning_plain");
+    c = ds4_lpvec_find(&f, "short_reasoning_plain");
     assert_int_equal(c->n_steps, 1);
     assert_int_equal(c->ctx, 4096);
     assert_memory_equal(c->steps[0].selected.bytes, "16", 2);
@@ -180,7 +180,7 @@ static void test_official_file(void **state) {
         if (!jp) fail_msg("official.vec is there but not its case %s", c->id);
         char *buf;
         size_t len;
-        assert_int_equal(ds4_read_file(jp, 1 << 24, &buf, &len, &err), 0);
+        assert_int_equal(ds4_file_read(jp, 1 << 24, &buf, &len, &err), 0);
         ds4_json_doc *doc;
         assert_int_equal(ds4_json_parse(buf, len, jp, &doc, &err), 0);
         const ds4_json *steps = ds4_json_get(ds4_json_root(doc), "steps");
@@ -196,7 +196,7 @@ static void test_official_file(void **state) {
         free(buf);
         free(jp);
     }
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
     assert_same_as_ds4(path);
     free(path);
 }
@@ -206,7 +206,7 @@ static void test_official_file(void **state) {
 static void expect_bad(const char *text, int line, const char *needle) {
     ds4_lpv_file f;
     ds4err err = {0};
-    int rc = ds4_lpv_parse(text, strlen(text), "t.vec", &f, &err);
+    int rc = ds4_lpvec_parse(text, strlen(text), "t.vec", &f, &err);
     char where[32];
     snprintf(where, sizeof(where), "t.vec:%d:", line);
     if (rc == 0 || !strstr(err.msg, where) || !strstr(err.msg, needle))
@@ -220,7 +220,7 @@ static void expect_bad(const char *text, int line, const char *needle) {
 
 static int parses(const char *text, ds4_lpv_file *f) {
     ds4err err = {0};
-    int rc = ds4_lpv_parse(text, strlen(text), "t.vec", f, &err);
+    int rc = ds4_lpvec_parse(text, strlen(text), "t.vec", f, &err);
     if (rc) fprintf(stderr, "unexpected: %s\n", err.msg);
     return rc;
 }
@@ -244,7 +244,7 @@ static void test_grammar(void **state) {
     assert_int_equal(f.cases[0].steps[0].selected.bytes[0], 0x4a);
     assert_true(f.cases[0].steps[0].top[0].logprob == -1.25f);
     assert_int_equal(f.cases[0].steps[1].n_top, 0);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
 
     expect_bad("step 0 41 1\n", 1, "before a case");
     expect_bad("# x\n\ncaseX a 1 1 p\n", 3, "before a case");
@@ -276,7 +276,7 @@ static void test_grammar(void **state) {
     expect_bad("case a 1 1 p\nstep 0 41 0\nend\ncase a 2 1 p\nstep 0 41 0\nend\n", 4,
                "already used at line 1");
     ds4err err = {0};
-    assert_int_not_equal(ds4_lpv_parse("case a 1 1 p\n\0", 14, "t.vec", &f, &err), 0);
+    assert_int_not_equal(ds4_lpvec_parse("case a 1 1 p\n\0", 14, "t.vec", &f, &err), 0);
     assert_non_null(strstr(err.msg, "t.vec:2: NUL"));
 }
 
@@ -290,7 +290,7 @@ static void test_limits(void **state) {
     snprintf(text, 1 << 16, "case %s 1 1 p\nstep 0 41 0\nend\n", s);
     assert_int_equal(parses(text, &f), 0);
     assert_int_equal(strlen(f.cases[0].id), 95);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
     snprintf(text, 1 << 16, "case %si 1 1 p\nstep 0 41 0\nend\n", s);
     expect_bad(text, 1, "96 chars");
     free(s);
@@ -298,7 +298,7 @@ static void test_limits(void **state) {
     s = repeat('p', 511);
     snprintf(text, 1 << 16, "case a 1 1 %s\nstep 0 41 0\nend\n", s);
     assert_int_equal(parses(text, &f), 0);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
     snprintf(text, 1 << 16, "case a 1 1 %sp\nstep 0 41 0\nend\n", s);
     expect_bad(text, 1, "512 chars");
     free(s);
@@ -307,7 +307,7 @@ static void test_limits(void **state) {
     snprintf(text, 1 << 16, "case a 1 1 p\nstep 0 %s 0\nend\n", s);
     assert_int_equal(parses(text, &f), 0);
     assert_int_equal(f.cases[0].steps[0].selected.n_bytes, 128);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
     snprintf(text, 1 << 16, "case a 1 1 p\nstep 0 %saa 0\nend\n", s);
     expect_bad(text, 2, "258 hex digits");
     free(s);
@@ -323,13 +323,13 @@ static void test_limits(void **state) {
     assert_int_equal(parses(text, &f), 0);
     assert_int_equal(f.cases[0].steps[0].n_top, 32);
     assert_true(f.cases[0].steps[0].top[31].logprob == -31.5f);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
 
     /* Lines: 2047 bytes before the newline are fine, 2048 are not. */
     s = repeat('#', 2047);
     snprintf(text, 1 << 16, "%s\ncase a 1 1 p\nstep 0 41 0\nend\n", s);
     assert_int_equal(parses(text, &f), 0);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
     snprintf(text, 1 << 16, "%s#\ncase a 1 1 p\nstep 0 41 0\nend\n", s);
     expect_bad(text, 1, "2048 bytes");
     free(s);
@@ -382,7 +382,7 @@ static char *file_text(const char *path) {
     char *buf;
     size_t len;
     ds4err err = {0};
-    if (ds4_read_file(path, 1 << 20, &buf, &len, &err)) return NULL;
+    if (ds4_file_read(path, 1 << 20, &buf, &len, &err)) return NULL;
     return buf;
 }
 
@@ -395,7 +395,7 @@ static void test_append(void **state) {
     ds4err err = {0};
     ds4_lpv_append_opts o = {"my_case", "tests/test-vectors/prompts/my.txt", 2, false};
 
-    assert_int_equal(ds4_lpv_append(path, &g, &o, &err), 0);
+    assert_int_equal(ds4_lpvec_append(path, &g, &o, &err), 0);
     char want[4096];
     snprintf(want, sizeof(want), "%s%s", file_header, case_a);
     char *got = file_text(path);
@@ -404,7 +404,7 @@ static void test_append(void **state) {
 
     /* A second case goes after a blank line. */
     ds4_lpv_append_opts o2 = {"other", "p2.txt", 0, false};
-    assert_int_equal(ds4_lpv_append(path, &g, &o2, &err), 0);
+    assert_int_equal(ds4_lpvec_append(path, &g, &o2, &err), 0);
     snprintf(want, sizeof(want),
              "%s%s\ncase other 4096 2 p2.txt\nstep 0 416461 0\nstep 1 22715c0a 0\nend\n",
              file_header, case_a);
@@ -414,7 +414,7 @@ static void test_append(void **state) {
     assert_same_as_ds4(path);
 
     /* Same id: refused, file untouched; with replace: swapped in place. */
-    assert_int_not_equal(ds4_lpv_append(path, &g, &o, &err), 0);
+    assert_int_not_equal(ds4_lpvec_append(path, &g, &o, &err), 0);
     assert_int_equal(err.code, DS4_E_ARG);
     assert_non_null(strstr(err.msg, "already exists"));
     got = file_text(path);
@@ -422,7 +422,7 @@ static void test_append(void **state) {
     free(got);
     o.replace = true;
     o.max_top = 1;
-    assert_int_equal(ds4_lpv_append(path, &g, &o, &err), 0);
+    assert_int_equal(ds4_lpvec_append(path, &g, &o, &err), 0);
     snprintf(want, sizeof(want),
              "%scase my_case 4096 2 tests/test-vectors/prompts/my.txt\nstep 0 416461 1\n"
              "top 416461 -0.25\nstep 1 22715c0a 1\ntop 22715c0a -1.5\nend\n"
@@ -438,7 +438,7 @@ static void test_append(void **state) {
                                  {"#x", "p", 1, false},  {"ok", "with space", 1, false},
                                  {"ok", NULL, 1, false}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        assert_int_not_equal(ds4_lpv_append(path, &g, &bad[i], &err), 0);
+        assert_int_not_equal(ds4_lpvec_append(path, &g, &bad[i], &err), 0);
         assert_int_equal(err.code, DS4_E_ARG);
     }
     ds4_golden_free(&g);
@@ -450,15 +450,15 @@ static void test_append(void **state) {
     add_tok(&s.tok, "", 0, 0);
     assert_int_equal(ds4_golden_push_step(&g, &s, &err), 0);
     ds4_lpv_append_opts o3 = {"empty", "p", 1, false};
-    assert_int_not_equal(ds4_lpv_append(path, &g, &o3, &err), 0);
+    assert_int_not_equal(ds4_lpvec_append(path, &g, &o3, &err), 0);
     assert_int_equal(err.code, DS4_E_UNSUPPORTED);
     ds4_golden_free(&g);
 
     /* Never append to a file that does not parse. */
     char *junk = tu_path(dir, "junk.vec");
-    assert_int_equal(ds4_write_file_atomic(junk, "hello\n", 6, &err), 0);
+    assert_int_equal(ds4_file_write_atomic(junk, "hello\n", 6, &err), 0);
     small_trace(&g);
-    assert_int_not_equal(ds4_lpv_append(junk, &g, &o, &err), 0);
+    assert_int_not_equal(ds4_lpvec_append(junk, &g, &o, &err), 0);
     assert_int_equal(err.code, DS4_E_FORMAT);
     got = file_text(junk);
     assert_string_equal(got, "hello\n");
@@ -488,12 +488,12 @@ static void test_to_golden(void **state) {
     }
     ds4_buf out = {0};
     ds4_lpv_append_opts o = {"c", "p", 20, false};
-    assert_int_equal(ds4_lpv_format_case(&g, &o, &out, &err), 0);
+    assert_int_equal(ds4_lpvec_format_case(&g, &o, &out, &err), 0);
     ds4_golden_free(&g);
     ds4_lpv_file f;
     assert_int_equal(parses(out.p, &f), 0);
     assert_int_equal(f.cases[0].n_steps, 16);
-    assert_int_equal(ds4_lpv_to_golden(&f.cases[0], &g, &err), 0);
+    assert_int_equal(ds4_lpvec_to_golden(&f.cases[0], &g, &err), 0);
     assert_int_equal(g.kind, DS4_TRACE_VEC);
     assert_string_equal(g.vec_id, "c");
     assert_int_equal(g.h.settings.ctx, 100);
@@ -503,7 +503,7 @@ static void test_to_golden(void **state) {
     assert_memory_equal(g.steps[15].tok.bytes, "s15", 3);
     assert_true(g.steps[15].top[0].logprob == (double)(float)(-0.1 * 15));
     ds4_golden_free(&g);
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
     ds4_buf_free(&out);
 }
 

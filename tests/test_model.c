@@ -35,14 +35,14 @@ static int setup(void **state) {
     ds4err err = {0};
     ds4_synth_opts o = {.config = "tiny", .seed = 3};
     if (ds4_synth_write(&o, f->base, NULL, &err)) fail_msg("%s", err.msg);
-    if (gguf_open(&f->src, f->base, &err)) fail_msg("%s", err.msg);
+    if (ds4_gguf_open(&f->src, f->base, &err)) fail_msg("%s", err.msg);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
-    gguf_close(&f->src);
+    ds4_gguf_close(&f->src);
     remove(f->base);
     remove(f->variant);
     free(f->base);
@@ -71,7 +71,7 @@ typedef struct change {
  * unmodified model. */
 static void write_variant(fixture *f, const change *c) {
     const gguf_file *g = &f->src;
-    gguf_writer *w = gguf_writer_new((uint32_t)g->alignment);
+    gguf_writer *w = ds4_gguf_writer_new((uint32_t)g->alignment);
     ds4err err = {0};
     assert_non_null(w);
     bool key_seen = false, tensor_seen = false;
@@ -79,12 +79,12 @@ static void write_variant(fixture *f, const change *c) {
         const gguf_kv *kv = &g->kv[i];
         if (c->key && !strcmp(kv->key, c->key)) {
             key_seen = true;
-            if (!c->drop_key) assert_int_equal(gguf_w_u32(w, kv->key, c->u32), 0);
+            if (!c->drop_key) assert_int_equal(ds4_gguf_write_u32(w, kv->key, c->u32), 0);
             continue;
         }
         uint64_t next;
-        assert_int_equal(gguf_skip_value(g, kv->type, kv->value_off, &next, &err), 0);
-        assert_int_equal(gguf_w_raw(w, kv->key, kv->type, g->map + kv->value_off,
+        assert_int_equal(ds4_gguf_skip_value(g, kv->type, kv->value_off, &next, &err), 0);
+        assert_int_equal(ds4_gguf_write_raw(w, kv->key, kv->type, g->map + kv->value_off,
                                     (size_t)(next - kv->value_off)), 0);
     }
     uint8_t *patched = NULL;
@@ -111,12 +111,12 @@ static void write_variant(fixture *f, const change *c) {
                 data = patched;
             }
         }
-        assert_int_equal(gguf_w_tensor(w, name, type, t->n_dims, ne, data, t->nbytes), 0);
+        assert_int_equal(ds4_gguf_write_tensor(w, name, type, t->n_dims, ne, data, t->nbytes), 0);
     }
     if (c->key && !key_seen) fail_msg("the model has no key %s to change", c->key);
     if (c->tensor && !tensor_seen) fail_msg("the model has no tensor %s to change", c->tensor);
-    if (gguf_writer_save(w, f->variant, &err)) fail_msg("%s", err.msg);
-    gguf_writer_free(w);
+    if (ds4_gguf_writer_save(w, f->variant, &err)) fail_msg("%s", err.msg);
+    ds4_gguf_writer_free(w);
     free(patched);
 }
 
@@ -151,10 +151,10 @@ static void test_indexer_underscore_spelling(void **state) {
     change c = {.tensor = "blk.2.indexer.proj.weight", .rename = "blk.2.indexer_proj.weight"};
     ds4_model m;
     loads(f, &c, &m);
-    const gguf_tensor *t = gguf_find_tensor(&f->src, "blk.2.indexer.proj.weight");
+    const gguf_tensor *t = ds4_gguf_find_tensor(&f->src, "blk.2.indexer.proj.weight");
     const ds4_mat *p = &m.layers[2].idx_proj;
-    assert_non_null(gguf_find_tensor(&m.file, "blk.2.indexer_proj.weight"));
-    assert_null(gguf_find_tensor(&m.file, "blk.2.indexer.proj.weight"));
+    assert_non_null(ds4_gguf_find_tensor(&m.file, "blk.2.indexer_proj.weight"));
+    assert_null(ds4_gguf_find_tensor(&m.file, "blk.2.indexer.proj.weight"));
     assert_int_equal(p->type, t->type);
     assert_int_equal(p->cols, t->ne[0]);
     assert_int_equal(p->rows, t->ne[1]);
@@ -254,7 +254,7 @@ static void test_qat_off_only_shape(void **state) {
     if (!t) fail_msg("%s", err.msg);
     assert_int_equal(t->m.cfg.head_dim, 64);
     assert_int_equal(t->m.cfg.n_rot, 16);
-    assert_int_equal(ds4_config_check_qat(&t->m.cfg, t->path, &err), -1);
+    assert_int_equal(ds4_model_config_check_qat(&t->m.cfg, t->path, &err), -1);
     assert_int_equal(err.code, DS4_E_UNSUPPORTED);
     printf("  %s\n", err.msg);
     assert_non_null(strstr(err.msg, t->path));
@@ -286,7 +286,7 @@ static void test_qat_off_only_shape(void **state) {
     /* The tiny model's 128 - 64 is whole blocks. */
     t = tu_model_new("tiny", 1, false, &err);
     if (!t) fail_msg("%s", err.msg);
-    assert_int_equal(ds4_config_check_qat(&t->m.cfg, t->path, &err), 0);
+    assert_int_equal(ds4_model_config_check_qat(&t->m.cfg, t->path, &err), 0);
     tu_model_free(t);
 }
 

@@ -94,7 +94,7 @@ static float *mtp_rows(const ds4_model *m, bool qat, const float *h, const int32
         e.tap_ud = routing;
     }
     ds4_kv kv;
-    if (ds4_mtp_kv_init(&kv, m, n, chunk, 0, &err)) fail_msg("%s", err.msg);
+    if (ds4_mtp_drafter_kv_init(&kv, m, n, chunk, 0, &err)) fail_msg("%s", err.msg);
     uint32_t V = m->cfg.n_vocab;
     size_t hc_dim = (size_t)m->cfg.n_hc * m->cfg.n_embd;
     float *lg = malloc(sizeof(float) * n * V);
@@ -130,7 +130,7 @@ static mtp_figures compare_rows(const float *ours, const double *ref, uint32_t n
         }
         if (row_max > f.max_abs) f.max_abs = row_max;
         f.rows_within += row_max <= 1e-4;
-        f.argmax_equal += (uint32_t)ds4_argmax(ours + (size_t)i * V, V) == best;
+        f.argmax_equal += (uint32_t)ds4_sample_argmax(ours + (size_t)i * V, V) == best;
     }
     f.rms_ratio = sqrt(ss / ssr);
     return f;
@@ -354,7 +354,7 @@ static void test_mtp_pass_shapes(void **state) {
     ds4_fwd_opts fo = {.qat = true};
     assert_int_equal(ds4_engine_init(&e, m, &fo, 64, &err), 0);
     ds4_kv kv;
-    assert_int_equal(ds4_mtp_kv_init(&kv, m, n, 64, 0, &err), 0);
+    assert_int_equal(ds4_mtp_drafter_kv_init(&kv, m, n, 64, 0, &err), 0);
     float *hout = malloc(sizeof(float) * n * hc_dim), *hl = malloc(sizeof(float) * hc_dim);
     float *last = malloc(sizeof(float) * 2 * V);
     ds4_mtp_seq q = {.kv = &kv, .h = h, .tokens = toks + 1, .n = n, .h_out = hout, .h_last = hl,
@@ -400,7 +400,7 @@ static void check_drafts(const ds4_model *m, ds4_drafter *d, const int32_t *ids,
     ds4_fwd_opts fo = {.qat = true};
     assert_int_equal(ds4_engine_init(&e, m, &fo, 64, &err), 0);
     ds4_kv kv;
-    assert_int_equal(ds4_mtp_kv_init(&kv, m, 64, 64, 0, &err), 0);
+    assert_int_equal(ds4_mtp_drafter_kv_init(&kv, m, 64, 64, 0, &err), 0);
     float *lg = malloc(sizeof(float) * V), *hs = malloc(sizeof(float) * hc_dim);
     ds4_mtp_seq pre = {.kv = &kv, .h = h, .tokens = seq + 1, .n = P + 1, .h_last = hs, .logits = lg,
                        .first_out = P};
@@ -412,7 +412,7 @@ static void check_drafts(const ds4_model *m, ds4_drafter *d, const int32_t *ids,
                             sizeof(float) * c->head_dim);
     for (uint32_t k = 0; k < depth; k++) {
         assert_memory_equal(q + (size_t)k * V, lg, sizeof(float) * V);
-        assert_int_equal(drafts[k], ds4_argmax(lg, V));
+        assert_int_equal(drafts[k], ds4_sample_argmax(lg, V));
         ds4_mtp_seq step = {.kv = &kv, .h = hs, .tokens = &drafts[k], .n = 1, .h_last = hs,
                             .logits = lg};
         assert_int_equal(ds4_forward_mtp(&e, &step, 1, &err), 0);
@@ -483,9 +483,9 @@ static void test_mtp_drafter_state(void **state) {
     }
     free(more);
     free(prompt);
-    ds4_gen_steps_free(steps, n_done);
+    ds4_step_list_free(steps, n_done);
     free(steps);
-    ds4_drafter_free(d);
+    ds4_spec_drafter_free(d);
     ds4_session_free(&s);
     ds4_engine_free(&e);
 }
@@ -502,7 +502,7 @@ static void test_mtp_drafter_misuse(void **state) {
     assert_int_equal(ds4_mtp_drafter_new(&d, &e, 0, 32, 8, 2, &err), -1);
     /* A chunk longer than the engine's passes is cut to them. */
     assert_int_equal(ds4_mtp_drafter_new(&d, &e, 1, 32, 9, 2, &err), 0);
-    ds4_drafter_free(d);
+    ds4_spec_drafter_free(d);
     assert_int_equal(ds4_mtp_drafter_new(&d, &e, 1, 32, 8, 2, &err), 0);
     int32_t drafts[2], toks[3] = {1, 2, 3};
     ds4_draft_req req = {.row = 0, .pos = 0, .next = 1, .n = 2, .drafts = drafts};
@@ -524,7 +524,7 @@ static void test_mtp_drafter_misuse(void **state) {
     assert_int_equal(d->commit(d, 0, 3, &other, hc, 1, &err), -1); /* not the drafted-after token */
     assert_int_equal(d->commit(d, 0, 3, &req.next, hc, 1, &err), 0);
     free(hc);
-    ds4_drafter_free(d);
+    ds4_spec_drafter_free(d);
     /* A model without the head. */
     ds4_model bare;
     assert_int_equal(ds4_model_open(&bare, f->path, &err), 0);

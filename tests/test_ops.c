@@ -6,7 +6,7 @@
  * (model.py and kernel.py, as vectors/official/README.md and the oracle
  * README §5 state them): double arithmetic in plain loops, the C library's
  * exp/log1p/sqrt, weights decoded by tests/refquant.c rather than by
- * quant/formats.c, and the matrix kernels checked against OpenBLAS's
+ * src/quant/formats.c, and the matrix kernels checked against OpenBLAS's
  * cblas_dgemm on those decoded weights (this is the only binary that links
  * OpenBLAS).  Two things come from the library because they have exact tests
  * of their own: the cos/sin of RoPE angles where an op applies RoPE
@@ -54,10 +54,7 @@ static uint64_t rng;
 static void seed(uint64_t s) { rng = s * 0x9b1e5c3d27f4a865ull; }
 
 static uint64_t rnd(void) {
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return tu_splitmix64(&rng);
 }
 
 /* Uniform in [lo, hi). */
@@ -166,11 +163,11 @@ static void test_rms_norm(void **state) {
                     fill(w, n, 2.0);
                     widen(x, xd, n);
                     naive_rms_norm(xd, with_w ? w : NULL, n, (double)epss[ei], want);
-                    ds4_rms_norm(x, with_w ? w : NULL, n, epss[ei], out);
+                    ds4_norm_rms(x, with_w ? w : NULL, n, epss[ei], out);
                     for (uint32_t i = 0; i < n; i++)
                         near(out[i], want[i], F32_EPS + 1e-12, 0, "rms_norm", i);
                     /* out may alias x */
-                    ds4_rms_norm(x, with_w ? w : NULL, n, epss[ei], x);
+                    ds4_norm_rms(x, with_w ? w : NULL, n, epss[ei], x);
                     assert_memory_equal(x, out, sizeof(float) * n);
                 }
 }
@@ -223,7 +220,7 @@ static void test_sinkhorn(void **state) {
                 uint32_t hc = hcs[h];
                 double m[64], want[64];
                 for (uint32_t k = 0; k < hc * hc; k++) m[k] = want[k] = uni(-3, 3);
-                ds4_sinkhorn(m, hc, iters[it], eps);
+                ds4_hc_sinkhorn(m, hc, iters[it], eps);
                 naive_sinkhorn(want, hc, iters[it], eps);
                 for (uint32_t k = 0; k < hc * hc; k++) near(m[k], want[k], 0, 1e-13, "sinkhorn", k);
                 for (uint32_t j = 0; j < hc; j++) {
@@ -348,7 +345,7 @@ static void test_output_head(void **state) {
     float *logits = malloc(sizeof(float) * 3 * V);
     for (uint32_t T = 1; T <= 3; T += 2) {
         fill(x, (size_t)T * hc * n, 1.0);
-        ds4_output_head(m, &m->output_hc_fn, &m->output_hc_scale, &m->output_hc_base,
+        ds4_head_output(m, &m->output_hc_fn, &m->output_hc_scale, &m->output_hc_base,
                         &m->output_norm, x, T, hy, logits);
         for (uint32_t tk = 0; tk < T; tk++) {
             const float *xt = x + (size_t)tk * hc * n;
@@ -497,7 +494,7 @@ static void naive_comp_row(uint32_t r, uint32_t dim, const float *kv, const floa
     }
 }
 
-/* ds4_comp_store of every position in order, ds4_comp_emit when a position
+/* ds4_compressor_store of every position in order, ds4_compressor_emit when a position
  * completes a window, on a state with a small ring (2 ratio + 5 slots, so it
  * wraps), against the naive pooling over the whole history.  The library
  * rounds the score + APE sum, the pooled row, the norm and the rotation to
@@ -525,9 +522,9 @@ static double check_compressor(uint32_t r, bool indexer) {
     uint32_t emitted = 0;
     double worst = 0;
     for (uint32_t p = 0; p < n_pos; p++) {
-        ds4_comp_store(&cs, &ape_m, p, kv + (size_t)p * width, sc + (size_t)p * width);
+        ds4_compressor_store(&cs, &ape_m, p, kv + (size_t)p * width, sc + (size_t)p * width);
         if ((p + 1) % r) continue;
-        ds4_comp_emit(&cs, &norm_v, 1e-6f, &rope, n_rot, p, indexer, false);
+        ds4_compressor_emit(&cs, &norm_v, 1e-6f, &rope, n_rot, p, indexer, false);
         double want[64];
         uint32_t j = p / r;
         naive_comp_row(r, dim, kv, sc, ape, width, norm, (double)1e-6f, &rope, n_rot, j, indexer,
@@ -709,9 +706,9 @@ typedef struct moe_w {
 static moe_w decode_moe(const ds4_layer *L, uint32_t n_expert) {
     moe_w w = {n_expert, decode(&L->gate_inp), {0}, {0}, {0}};
     for (uint32_t x = 0; x <= n_expert; x++) {
-        ds4_mat g = x < n_expert ? ds4_mat_expert(&L->gate_exps, x) : L->sh_gate;
-        ds4_mat u = x < n_expert ? ds4_mat_expert(&L->up_exps, x) : L->sh_up;
-        ds4_mat d = x < n_expert ? ds4_mat_expert(&L->down_exps, x) : L->sh_down;
+        ds4_mat g = x < n_expert ? ds4_dot_expert(&L->gate_exps, x) : L->sh_gate;
+        ds4_mat u = x < n_expert ? ds4_dot_expert(&L->up_exps, x) : L->sh_up;
+        ds4_mat d = x < n_expert ? ds4_dot_expert(&L->down_exps, x) : L->sh_down;
         w.gate[x] = decode(&g);
         w.up[x] = decode(&u);
         w.down[x] = decode(&d);
@@ -1083,7 +1080,7 @@ static void check_y(const float *y, uint64_t ldy, const kref *r, const ds4_mat *
         }
 }
 
-/* Every public kernel entry point of quant/dot.h, for every weight type,
+/* Every public kernel entry point of src/quant/dot.h, for every weight type,
  * at decode (T = 1) and blocked prefill shapes (T = 9: one tile, short of
  * TILE_T = 16; T = 17: two tiles, of 9 and 8 tokens; neither a multiple of
  * the register blocks' tokens), with row counts that are not
@@ -1110,7 +1107,7 @@ static void check_kernels(const char *label) {
                 char what[96];
                 snprintf(what, sizeof(what), "%s %s %llux%llu T=%d", label, k->name,
                          (unsigned long long)rows, (unsigned long long)cols, T);
-                ds4_matmul(&W, x, ldx, T, y, ldy);
+                ds4_dot_matmul(&W, x, ldx, T, y, ldy);
                 check_y(y, ldy, &r, &W, T, what);
                 /* The same product inside a batch of products, and a row
                  * range of it, give the same bits. */
@@ -1118,12 +1115,12 @@ static void check_kernels(const char *label) {
                 half.rows = rows / 2;
                 float *yh = malloc(sizeof(float) * T * ldy);
                 ds4_matmul_op ops[2] = {{&W, x, ldx, T, y2, ldy}, {&half, x, ldx, T, yh, ldy}};
-                ds4_matmul_many(ops, 2);
+                ds4_dot_matmul_many(ops, 2);
                 for (int t = 0; t < T; t++) {
                     assert_memory_equal(y2 + t * ldy, y + t * ldy, sizeof(float) * rows);
                     assert_memory_equal(yh + t * ldy, y + t * ldy, sizeof(float) * half.rows);
                 }
-                ds4_matmul_rows(&W, 3, rows, x, ldx, T, y2, ldy);
+                ds4_dot_matmul_rows(&W, 3, rows, x, ldx, T, y2, ldy);
                 for (int t = 0; t < T; t++)
                     assert_memory_equal(y2 + t * ldy + 3, y + t * ldy + 3, sizeof(float) * (rows - 3));
                 /* One row at a time, unrounded. */

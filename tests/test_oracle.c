@@ -166,7 +166,7 @@ static figures compare(const float *ours, const double *ref, uint32_t n, uint32_
         }
         rms[i] = sqrt(ss / V);
         if (rms[i] > 1e-4 && f.first_over_1e4 == UINT32_MAX) f.first_over_1e4 = i;
-        if ((uint32_t)ds4_argmax(ours + (size_t)i * V, V) == argmax_d(ref + (size_t)i * V, V))
+        if ((uint32_t)ds4_sample_argmax(ours + (size_t)i * V, V) == argmax_d(ref + (size_t)i * V, V))
             f.argmax_agree++;
     }
     qsort(rms, n, sizeof(double), cmp_dbl);

@@ -1,4 +1,4 @@
-/* Tests of ref/forward/qat.c.
+/* Tests of src/forward/qat.c.
  *
  * References:
  *   - the official vectors of vectors/official/qat_unit (outputs of
@@ -32,14 +32,11 @@ static uint32_t fbits(float f) {
 static uint64_t rng = 0x853c49e6748fea9bULL;
 
 static uint64_t rnd(void) {
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return tu_splitmix64(&rng);
 }
 
 static double uni(double a, double b) {
-    return a + (b - a) * ((double)(rnd() >> 11) * 0x1p-53);
+    return tu_uniform(&rng, a, b);
 }
 
 /* ---- official vectors ---- */
@@ -105,7 +102,7 @@ static void test_official_hadamard(void **state) {
     double worst = 0.0;
     ds4err err;
     for (int r = 0; r < 16; r++) {
-        assert_int_equal(ds4_hadamard_f64(in + r * 128, 128, &err), 0);
+        assert_int_equal(ds4_qat_hadamard_f64(in + r * 128, 128, &err), 0);
         for (int i = 0; i < 128; i++) {
             double d = fabs(in[r * 128 + i] - out[r * 128 + i]);
             if (!(d <= worst))
@@ -152,29 +149,29 @@ static void check_grid(double (*round_fn)(double), double (*value)(int), int n_c
 
 static void test_e4m3_grid(void **state) {
     (void)state;
-    check_grid(ds4_e4m3_round, e4m3_value, 127, 0x1p-30);
+    check_grid(ds4_qat_e4m3_round, e4m3_value, 127, 0x1p-30);
     /* the subnormal end: anything at or below half the smallest step is 0 */
-    assert_true(ds4_e4m3_round(0x1p-10) == 0.0);
-    assert_true(ds4_e4m3_round(0x1p-10 + 0x1p-40) == 0x1p-9);
-    assert_true(ds4_e4m3_round(1e-30) == 0.0);
-    assert_true(ds4_e4m3_round(3 * 0x1p-11) == 0x1p-9); /* 0.75 steps -> 1 */
+    assert_true(ds4_qat_e4m3_round(0x1p-10) == 0.0);
+    assert_true(ds4_qat_e4m3_round(0x1p-10 + 0x1p-40) == 0x1p-9);
+    assert_true(ds4_qat_e4m3_round(1e-30) == 0.0);
+    assert_true(ds4_qat_e4m3_round(3 * 0x1p-11) == 0x1p-9); /* 0.75 steps -> 1 */
     /* the top binade is 256, 288, ..., 416, 448: 400 ties to 384 (code 124,
      * even), 432 to 448 (code 126) */
-    assert_true(ds4_e4m3_round(400.0) == 384.0);
-    assert_true(ds4_e4m3_round(420.0) == 416.0);
-    assert_true(ds4_e4m3_round(432.0) == 448.0);
-    assert_true(ds4_e4m3_round(447.0) == 448.0);
+    assert_true(ds4_qat_e4m3_round(400.0) == 384.0);
+    assert_true(ds4_qat_e4m3_round(420.0) == 416.0);
+    assert_true(ds4_qat_e4m3_round(432.0) == 448.0);
+    assert_true(ds4_qat_e4m3_round(447.0) == 448.0);
 }
 
 static void test_e2m1_grid(void **state) {
     (void)state;
-    check_grid(ds4_e2m1_round, e2m1_value, 8, 0x1p-30);
+    check_grid(ds4_qat_e2m1_round, e2m1_value, 8, 0x1p-30);
     /* the official table of ties (kernel.py _FP4_MIDS / _FP4_TIE_UP) */
     static const double tie[7][2] = {{0.25, 0}, {0.75, 1}, {1.25, 1}, {1.75, 2},
                                      {2.5, 2},  {3.5, 4},  {5, 4}};
     for (int i = 0; i < 7; i++) {
-        assert_true(ds4_e2m1_round(tie[i][0]) == tie[i][1]);
-        assert_true(ds4_e2m1_round(-tie[i][0]) == -tie[i][1]);
+        assert_true(ds4_qat_e2m1_round(tie[i][0]) == tie[i][1]);
+        assert_true(ds4_qat_e2m1_round(-tie[i][0]) == -tie[i][1]);
     }
 }
 
@@ -293,10 +290,10 @@ static void test_bad_lengths(void **state) {
     assert_int_equal(err.code, DS4_E_ARG);
     assert_int_equal(ds4_qat_fp4_e2m1(x, 48, &err), -1);
     assert_int_equal(err.code, DS4_E_ARG);
-    assert_int_equal(ds4_hadamard_f32(x, 96, &err), -1);
-    assert_int_equal(ds4_hadamard_f32(x, 0, &err), -1);
-    assert_int_equal(ds4_hadamard_f32(x, 2 * DS4_HADAMARD_MAX, &err), -1);
-    assert_int_equal(ds4_hadamard_f64(d, 100, &err), -1);
+    assert_int_equal(ds4_qat_hadamard_f32(x, 96, &err), -1);
+    assert_int_equal(ds4_qat_hadamard_f32(x, 0, &err), -1);
+    assert_int_equal(ds4_qat_hadamard_f32(x, 2 * DS4_HADAMARD_MAX, &err), -1);
+    assert_int_equal(ds4_qat_hadamard_f64(d, 100, &err), -1);
     assert_int_equal(err.code, DS4_E_ARG);
     assert_int_equal(ds4_qat_fp8_e4m3(x, 0, &err), 0); /* nothing to do */
 }
@@ -336,8 +333,8 @@ static void test_hadamard_matrix(void **state) {
         /* without a wide long double the reference sum itself errs by up to
          * n * 2^-53 * |x|_1 */
         long double slack = exact_ref ? 0.0L : l1 * (long double)n * 0x1p-53L;
-        assert_int_equal(ds4_hadamard_f32(y, n, &err), 0);
-        assert_int_equal(ds4_hadamard_f64(xd, n, &err), 0);
+        assert_int_equal(ds4_qat_hadamard_f32(y, n, &err), 0);
+        assert_int_equal(ds4_qat_hadamard_f64(xd, n, &err), 0);
         for (size_t j = 0; j < n; j++) {
             long double acc = 0;
             for (size_t i = 0; i < n; i++)
@@ -351,7 +348,7 @@ static void test_hadamard_matrix(void **state) {
             assert_true(fabsl((long double)xd[j] - ref) <= l1 * 0x1p-48L + slack);
         }
         /* H is its own inverse once scaled */
-        assert_int_equal(ds4_hadamard_f64(xd, n, &err), 0);
+        assert_int_equal(ds4_qat_hadamard_f64(xd, n, &err), 0);
         for (size_t i = 0; i < n; i++)
             assert_true(fabs(xd[i] - x[i]) <= (double)l1 * 0x1p-48);
         free(x);

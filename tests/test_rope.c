@@ -1,4 +1,4 @@
-/* Tests of ref/forward/rope.c.
+/* Tests of src/forward/rope.c.
  *
  * References:
  *   - the official float32 tables of vectors/official/rope/
@@ -48,14 +48,11 @@ static int have_long_double(void) {
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
 
 static uint64_t rnd(void) {
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return tu_splitmix64(&rng);
 }
 
 static double uni(double a, double b) {
-    return a + (b - a) * ((double)(rnd() >> 11) * 0x1p-53);
+    return tu_uniform(&rng, a, b);
 }
 
 static const ds4_yarn FLASH_YARN = {16.0, 65536, 32.0, 1.0}; /* DS4 Flash */

@@ -114,8 +114,8 @@ static void finish(run *r, ds4_session *s, const conf *c) {
 }
 
 static void run_free(run *r) {
-    ds4_gen_steps_free(r->steps, r->n);
-    ds4_gen_steps_free(r->after, r->n_after);
+    ds4_step_list_free(r->steps, r->n);
+    ds4_step_list_free(r->after, r->n_after);
     free(r->steps);
     free(r->after);
     free(r->logits);
@@ -188,7 +188,7 @@ static void spec(const ds4_model *m, const int32_t *prompt, uint32_t np, const c
     snprintf(r->err, sizeof(r->err), "%s", r->rc ? err.msg : "");
     s.progress = NULL;
     finish(r, &s, c);
-    ds4_drafter_free(d);
+    ds4_spec_drafter_free(d);
     ds4_session_free(&s);
     ds4_engine_free(&e);
 }
@@ -588,7 +588,7 @@ static void test_batched_rows(void **state) {
             assert_true(stats.deepest >= 1 && stats.deepest <= depth);
             if (depth > 1) assert_true(stats.deepest > 1);
         }
-        ds4_drafter_free(d);
+        ds4_spec_drafter_free(d);
         ds4_engine_free(&e);
     }
     for (uint32_t i = 0; i < B; i++) {
@@ -792,13 +792,13 @@ static void test_sampled_exact(void **state) {
         ds4_rng_init(&rng, drs[i].seed, 0);
         for (uint32_t k = 0; k < r.n; k++) {
             ds4_gen_step st = {0};
-            if (ds4_gen_step_from_logits(s.logits, V, c.go.top_k, &st, &err)) fail_msg("%s", err.msg);
+            if (ds4_step_from_logits(s.logits, V, c.go.top_k, &st, &err)) fail_msg("%s", err.msg);
             assert_memory_equal(st.digest, r.steps[k].digest, 32);
             assert_memory_equal(st.top_ids, r.steps[k].top_ids, sizeof(int32_t) * st.n_top);
             int32_t t = r.steps[k].token;
             assert_true(r.steps[k].logit == s.logits[t]);
             if (drs[i].kind == PLAIN) assert_int_equal(t, ds4_rng_sample(&rng, s.logits, V, temp, w));
-            ds4_gen_steps_free(&st, 1);
+            ds4_step_list_free(&st, 1);
             if (k + 1 < r.n && ds4_session_eval(&s, &t, 1, NULL, NULL, &err)) fail_msg("%s", err.msg);
         }
         ds4_session_free(&s);
@@ -843,7 +843,7 @@ static void test_sampled_exact(void **state) {
         run_free(&alone[i]);
         ds4_session_free(&s[i]);
     }
-    ds4_drafter_free(d);
+    ds4_spec_drafter_free(d);
     ds4_engine_free(&e);
     free(p2);
     ref_free(&rd);
@@ -1000,7 +1000,7 @@ static void test_sampled_distribution(void **state) {
         for (uint32_t i = 0; i < n_rows; i++) {
             for (int k = 0; k < 3; k++) toks[3 * i + k] = sr[i].steps[k].token;
             tp[i] = toks + 3 * i;
-            ds4_gen_steps_free(sr[i].steps, sr[i].n_done);
+            ds4_step_list_free(sr[i].steps, sr[i].n_done);
             free(sr[i].steps);
             ds4_session_free(&s[i]);
         }
@@ -1020,7 +1020,7 @@ static void test_sampled_distribution(void **state) {
         }
         free(toks);
         free(tp);
-        ds4_drafter_free(d);
+        ds4_spec_drafter_free(d);
         free(s);
         free(rows);
         free(pp);

@@ -1,4 +1,4 @@
-/* The terminal filter for generated text (tools/termtext.h), against the
+/* The terminal filter for generated text (programs/termtext.h), against the
  * bytes it must write for hand-made inputs: each case is the Unicode
  * standard's treatment of the sequence (valid characters kept, U+FFFD per
  * maximal invalid subpart) written out by hand, with the control pictures
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "tools/termtext.h"
+#include "../programs/termtext.h"
 
 #define R "\xef\xbf\xbd"   /* U+FFFD */
 

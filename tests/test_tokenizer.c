@@ -1,5 +1,5 @@
-/* Tests for the pre-tokenizer (ref/text/pretok.c), the tokenizer
- * (ref/text/tokenizer.c) and the tokenizer.json reader (ref/text/hf_vocab.c).
+/* Tests for the pre-tokenizer (src/text/pretok.c), the tokenizer
+ * (src/text/tokenizer.c) and the tokenizer.json reader (src/text/hf_vocab.c).
  *
  * Independent references:
  *   - a tiny hand-built vocabulary whose BPE results are derived by hand;
@@ -105,7 +105,7 @@ static void tiny_build(tiny *v) {
         tiny_tok(v, normal[i], DS4_TOKTYPE_NORMAL);
     /* The seven specials, typed NORMAL on purpose: they are added tokens
      * whatever their type says. */
-    for (int s = 0; s < DS4_SPECIAL_COUNT; s++) tiny_tok(v, ds4_special_str(s), DS4_TOKTYPE_NORMAL);
+    for (int s = 0; s < DS4_SPECIAL_COUNT; s++) tiny_tok(v, ds4_tok_special_str(s), DS4_TOKTYPE_NORMAL);
     tiny_tok(v, "<ctl>", DS4_TOKTYPE_CONTROL);
     tiny_tok(v, "<ctl>x", DS4_TOKTYPE_USER_DEFINED);
     tiny_tok(v, "<unused>", DS4_TOKTYPE_UNUSED);
@@ -380,7 +380,7 @@ static void expect_pieces(const ds4_pretok *p, const char *s, size_t n, const ch
         fprintf(stderr, "\n");
         fail();
     }
-    ds4_spans_free(&sp);
+    ds4_pretok_spans_free(&sp);
 }
 
 #define PIECES(p, s, ...)                                                        \
@@ -434,7 +434,7 @@ static void test_pretok_pieces(void **state) {
     assert_int_equal(nul.n, 2);
     assert_int_equal(nul.v[0].len, 4);
     assert_int_equal(nul.v[1].off, 4);
-    ds4_spans_free(&nul);
+    ds4_pretok_spans_free(&nul);
     /* Invalid UTF-8: each run of bad bytes is a piece of its own. */
     PIECES(&p, "a\xFF\xFE" "b c", "a", "\xFF\xFE", "b", " c");
     PIECES(&p, "\xE4\xB8\xAD\xE6", "\xE4\xB8\xAD", "\xE6");
@@ -442,7 +442,7 @@ static void test_pretok_pieces(void **state) {
     ds4_spans sp = {0};
     assert_int_equal(ds4_pretok_split(&p, "", 0, &sp, &err), 0);
     assert_int_equal(sp.n, 0);
-    ds4_spans_free(&sp);
+    ds4_pretok_spans_free(&sp);
     ds4_pretok_free(&p);
 }
 
@@ -475,7 +475,7 @@ static void test_pretok_tiles(void **state) {
             at += sp.v[i].len;
         }
         assert_int_equal(at, n);
-        ds4_spans_free(&sp);
+        ds4_pretok_spans_free(&sp);
     }
     ds4_pretok_free(&p);
 }
@@ -506,7 +506,7 @@ static int official_setup(void **state) {
     }
     official *o = calloc(1, sizeof(*o));
     ds4err err = {0};
-    if (!o || ds4_vocab_from_hf_json(&o->v, SHARED_TOKENIZER, &err) ||
+    if (!o || ds4_hf_vocab_from_json(&o->v, SHARED_TOKENIZER, &err) ||
         ds4_tok_init(&o->t, o->v.tokens, o->v.n_tokens, o->v.types, o->v.merges, o->v.n_merges, &err)) {
         fprintf(stderr, "loading %s: %s\n", SHARED_TOKENIZER, err.msg);
         free(o);
@@ -520,7 +520,7 @@ static int official_teardown(void **state) {
     official *o = *state;
     if (o) {
         ds4_tok_free(&o->t);
-        ds4_vocab_free(&o->v);
+        ds4_hf_vocab_free(&o->v);
         free(o);
     }
     return 0;
@@ -743,7 +743,7 @@ static void test_hf_json_reader(void **state) {
         " \"merges\": [\"a b\", [\"ab\", \"c\"]]}}");
     ds4_vocab v;
     ds4err err = {0};
-    if (ds4_vocab_from_hf_json(&v, path, &err)) fail_msg("%s", err.msg);
+    if (ds4_hf_vocab_from_json(&v, path, &err)) fail_msg("%s", err.msg);
     unlink(path);
     static const char *const want[] = {"a", "b", "ab", "c", "abc", "<s>", "[PAD6]", "<u>"};
     static const int32_t types[] = {3, 1, 1, 1, 1, 3, 5, 4};
@@ -762,14 +762,14 @@ static void test_hf_json_reader(void **state) {
     ds4_tokenizer t;
     assert_int_equal(ds4_tok_init(&t, v.tokens, v.n_tokens, v.types, v.merges, v.n_merges, &err), -1);
     assert_non_null(strstr(err.msg, "no token for byte 0x00"));
-    ds4_vocab_free(&v);
+    ds4_hf_vocab_free(&v);
 }
 
 static void expect_reader_error(const char *json, const char *needle) {
     const char *path = write_temp(json);
     ds4_vocab v;
     ds4err err = {0};
-    assert_int_equal(ds4_vocab_from_hf_json(&v, path, &err), -1);
+    assert_int_equal(ds4_hf_vocab_from_json(&v, path, &err), -1);
     unlink(path);
     if (!strstr(err.msg, needle)) fail_msg("error \"%s\" lacks \"%s\"", err.msg, needle);
     assert_null(v.tokens);
@@ -798,9 +798,9 @@ static void test_hf_json_errors(void **state) {
 
     ds4_vocab v;
     ds4err err = {0};
-    assert_int_equal(ds4_vocab_from_hf_json(&v, "/nonexistent/tokenizer.json", &err), -1);
+    assert_int_equal(ds4_hf_vocab_from_json(&v, "/nonexistent/tokenizer.json", &err), -1);
     assert_int_equal(err.code, DS4_E_IO);
-    assert_int_equal(ds4_vocab_from_hf_json(&v, "/nonexistent/tokenizer.json.xz", &err), -1);
+    assert_int_equal(ds4_hf_vocab_from_json(&v, "/nonexistent/tokenizer.json.xz", &err), -1);
     assert_int_equal(err.code, DS4_E_IO);
     assert_non_null(strstr(err.msg, "/nonexistent/tokenizer.json.xz"));
 }

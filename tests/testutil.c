@@ -100,7 +100,7 @@ void tu_rmdir(char *dir) {
 tu_model *tu_model_new(const char *config, uint64_t seed, bool mtp, ds4err *err) {
     tu_model *t = calloc(1, sizeof(*t));
     if (!t) {
-        ds4err_set(err, DS4_E_NOMEM, "out of memory");
+        ds4_err_set(err, DS4_E_NOMEM, "out of memory");
         return NULL;
     }
     t->dir = tu_tmpdir();
@@ -108,7 +108,7 @@ tu_model *tu_model_new(const char *config, uint64_t seed, bool mtp, ds4err *err)
     t->mtp_path = t->dir && mtp ? tu_path(t->dir, "model-mtp.gguf") : NULL;
     ds4_synth_opts o = {.config = config, .seed = seed};
     if (!t->path || (mtp && !t->mtp_path)) {
-        ds4err_set(err, DS4_E_IO, "cannot make a scratch directory");
+        ds4_err_set(err, DS4_E_IO, "cannot make a scratch directory");
     } else if (!ds4_synth_write(&o, t->path, t->mtp_path, err) &&
                !ds4_model_open(&t->m, t->path, err)) {
         if (!mtp || !ds4_model_load_mtp(&t->m, t->mtp_path, err)) return t;
@@ -128,6 +128,17 @@ void tu_model_free(tu_model *t) {
     free(t->mtp_path);
     if (t->dir) tu_rmdir(t->dir);
     free(t);
+}
+
+uint64_t tu_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double tu_uniform(uint64_t *state, double a, double b) {
+    return a + (b - a) * ((double)(tu_splitmix64(state) >> 11) * 0x1p-53);
 }
 
 int32_t *tu_random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {

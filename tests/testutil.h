@@ -36,7 +36,7 @@ int tu_count_entries(const char *dir);
 /* Remove dir and the plain files directly in it, then free the path. */
 void tu_rmdir(char *dir);
 
-/* A synthetic model (ref/model/synth.h, ds4 quant types) written to a scratch
+/* A synthetic model (src/model/synth.h, ds4 quant types) written to a scratch
  * directory and opened, with its MTP head loaded when asked for. */
 typedef struct tu_model {
     char *dir, *path, *mtp_path;   /* mtp_path: NULL without MTP */
@@ -46,6 +46,14 @@ typedef struct tu_model {
 /* NULL on failure, with the reason in *err. */
 tu_model *tu_model_new(const char *config, uint64_t seed, bool mtp, ds4err *err);
 void tu_model_free(tu_model *t);
+
+/* splitmix64: the tests' one generator of pseudo-random numbers (each test
+ * file keeps its own state and seed, so its inputs do not depend on the
+ * others), independent of the library's RNG. */
+uint64_t tu_splitmix64(uint64_t *state);
+
+/* Uniform in [a, b), from the top 53 bits of tu_splitmix64(state). */
+double tu_uniform(uint64_t *state, double a, double b);
 
 /* n pseudo-random token ids below vocab, a fixed sequence per seed
  * (malloc'd; an LCG, so the tests do not depend on the library's RNG). */

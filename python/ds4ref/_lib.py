@@ -184,8 +184,8 @@ STRUCTS = {
     "ds4ref_spec_stats": SpecStats,
     "ds4ref_generate_options": GenerateOptions,
     "ds4ref_tap": Tap,
-    "ds4ref_diff_options": DiffOptions,
-    "ds4ref_diff_result": DiffResultStruct,
+    "ds4check_diff_options": DiffOptions,
+    "ds4check_diff_result": DiffResultStruct,
     "ds4ref_golden_model": GoldenModelStruct,
     "ds4ref_golden_step": GoldenStepStruct,
     "ds4ref_golden": GoldenStruct,
@@ -228,36 +228,61 @@ _PROTOTYPES = {
     "ds4ref_generate": (ctypes.c_int, [_p, _p, _size, ctypes.POINTER(GenerateOptions), StepFn,
                                        _p, _err]),
     "ds4ref_set_tap": (None, [_p, TapFn, _p]),
-    "ds4ref_diff_options_init": (None, [ctypes.POINTER(DiffOptions)]),
-    "ds4ref_diff_files": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
-                                         ctypes.POINTER(DiffOptions), _p,
-                                         ctypes.POINTER(DiffResultStruct), _err]),
     "ds4ref_golden_read": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(GoldenStruct)),
                                           _err]),
     "ds4ref_golden_free": (None, [ctypes.POINTER(GoldenStruct)]),
+}
+
+# The checking library's (libds4check, include/ds4check.h).
+_CHECK_PROTOTYPES = {
+    "ds4check_diff_options_init": (None, [ctypes.POINTER(DiffOptions)]),
+    "ds4check_diff_files": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
+                                           ctypes.POINTER(DiffOptions), _p,
+                                           ctypes.POINTER(DiffResultStruct), _err]),
 }
 
 # ------------------------------------------------------------------ loading
 
 _lock = threading.Lock()
 _loaded = None
+_check_loaded = None
 path = None    # where the library was loaded from, once it is
 default_threads = None   # OpenMP's thread count for a thread that set none
 
 
-def _candidates():
+def _candidates(name="ds4ref", env_var="DS4REF_LIB"):
     """(how it was found, what to dlopen) in the order they are tried: the
-    DS4REF_LIB variable alone when it is set (a wrong path should fail, not
+    environment variable alone when it is set (a wrong path should fail, not
     quietly load another build); otherwise the build tree this package sits
-    in (python/ds4ref/ -> build/libds4ref.so), then the system loader."""
-    env = os.environ.get("DS4REF_LIB")
+    in (python/ds4ref/ -> build/libNAME.so), then the system loader."""
+    env = os.environ.get(env_var)
     if env:
-        return [("DS4REF_LIB", env)]
-    in_tree = pathlib.Path(__file__).resolve().parent.parent.parent / "build" / "libds4ref.so"
+        return [(env_var, env)]
+    in_tree = pathlib.Path(__file__).resolve().parent.parent.parent / "build" / f"lib{name}.so"
     found = [("build tree", str(in_tree))] if in_tree.is_file() else []
     # The soname make install gives it; the system loader searches
     # LD_LIBRARY_PATH and the ld.so cache.
-    return found + [("system loader", "libds4ref.so.1")]
+    return found + [("system loader", f"lib{name}.so.1")]
+
+
+def _open(name, env_var, prototypes):
+    """The first candidate that loads, with its prototypes declared, and
+    where it came from."""
+    tried = []
+    for how, where in _candidates(name, env_var):
+        try:
+            # ctypes.CDLL (not PyDLL) releases the GIL during every call.
+            handle = ctypes.CDLL(where)
+        except OSError as e:
+            tried.append(f"{how}: {e}")
+            continue
+        for fn, (res, args) in prototypes.items():
+            f = getattr(handle, fn)
+            f.restype, f.argtypes = res, args
+        return handle, where
+    raise Error(Status.E_IO, f"lib{name} not found (" + "; ".join(tried) +
+                f"): build it with make, install it with make install, or set "
+                f"{env_var} to the path of lib{name}.so")
 
 
 def _openmp_default(handle: ctypes.CDLL) -> int:
@@ -282,28 +307,27 @@ def lib() -> ctypes.CDLL:
         if _loaded is not None:
             return _loaded
         # The OpenMP runtime reads its wait policy once, when the library
-        # loads it: the short spin ds4ref's programs use (tools/wait_policy.h)
+        # loads it: the short spin ds4ref's programs use (programs/wait_policy.h)
         # unless the user chose one.
         if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
             os.environ["GOMP_SPINCOUNT"] = "10000"
             os.environ["KMP_BLOCKTIME"] = "1"
-        tried = []
-        for how, name in _candidates():
-            try:
-                # ctypes.CDLL (not PyDLL) releases the GIL during every call.
-                handle = ctypes.CDLL(name)
-            except OSError as e:
-                tried.append(f"{how}: {e}")
-                continue
-            for fn, (res, args) in _PROTOTYPES.items():
-                f = getattr(handle, fn)
-                f.restype, f.argtypes = res, args
-            default_threads = _openmp_default(handle)
-            _loaded, path = handle, name
-            return handle
-        raise Error(Status.E_IO, "libds4ref not found (" + "; ".join(tried) +
-                    "): build it with make, install it with make install, or set "
-                    "DS4REF_LIB to the path of libds4ref.so")
+        handle, where = _open("ds4ref", "DS4REF_LIB", _PROTOTYPES)
+        default_threads = _openmp_default(handle)
+        _loaded, path = handle, where
+        return handle
+
+
+def check_lib() -> ctypes.CDLL:
+    """The checking library (diffing), loaded on first use like lib().  It
+    carries the parts of the model it uses and takes paths, so no handle of
+    lib() ever reaches it."""
+    global _check_loaded
+    lib()    # the wait policy, set before any OpenMP runtime loads
+    with _lock:
+        if _check_loaded is None:
+            _check_loaded, _ = _open("ds4check", "DS4CHECK_LIB", _CHECK_PROTOTYPES)
+        return _check_loaded
 
 
 def call(fn, *args) -> None:

@@ -1,5 +1,5 @@
 """Goldens as NumPy arrays (ds4ref_golden_read) and comparisons of token
-streams (ds4ref_diff_files, what ds4ref-diff does)."""
+streams (ds4check_diff_files, what ds4ref-diff does)."""
 from __future__ import annotations
 
 import ctypes
@@ -90,7 +90,7 @@ def read_golden(path) -> Golden:
 
 @dataclasses.dataclass(frozen=True)
 class DiffResult:
-    """ds4ref_diff_result plus the report ds4ref-diff would print (text, or
+    """ds4check_diff_result plus the report ds4ref-diff would print (text, or
     JSON with json=True).  passed: no threshold violated.  first_divergence:
     the first step whose tokens differ, None when none does; max_dlogprob
     and max_kl are NaN when nothing could be measured."""
@@ -120,9 +120,9 @@ def diff(golden, other, *, case=None, all_steps=False, json=False, quiet=False,
     exact) min_top1=1 applies, so a divergence fails.  A violated threshold is a
     result (passed False), not an error; errors are files that cannot be
     read or parsed."""
-    lib = _lib.lib()
+    lib = _lib.check_lib()
     opts = _lib.DiffOptions()
-    lib.ds4ref_diff_options_init(ctypes.byref(opts))
+    lib.ds4check_diff_options_init(ctypes.byref(opts))
     opts.case_id = None if case is None else _cstr(case, "case")
     opts.all_steps, opts.json, opts.quiet = int(bool(all_steps)), int(bool(json)), int(bool(quiet))
     opts.exact = int(bool(exact))
@@ -137,7 +137,7 @@ def diff(golden, other, *, case=None, all_steps=False, json=False, quiet=False,
     res = _lib.DiffResultStruct()
     report = _Memstream()
     try:
-        _lib.call(lib.ds4ref_diff_files, _lib.fsencode(golden, "golden"), _lib.fsencode(other, "other"),
+        _lib.call(lib.ds4check_diff_files, _lib.fsencode(golden, "golden"), _lib.fsencode(other, "other"),
                   ctypes.byref(opts), report.file, ctypes.byref(res))
     finally:
         text = report.close()
@@ -152,7 +152,7 @@ def diff(golden, other, *, case=None, all_steps=False, json=False, quiet=False,
 
 class _Memstream:
     """A C FILE * writing into memory (POSIX open_memstream), for the report
-    ds4ref_diff_files writes."""
+    ds4check_diff_files writes."""
 
     _libc = None
 

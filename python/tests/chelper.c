@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ds4check.h>
 #include <ds4ref.h>
 
 #define SIZE(T) printf("%s %zu\n", #T, sizeof(T))
@@ -62,18 +63,18 @@ static void layout(void) {
     SIZE(ds4ref_tap);
     FIELD(ds4ref_tap, name); FIELD(ds4ref_tap, layer); FIELD(ds4ref_tap, pos);
     FIELD(ds4ref_tap, kind); FIELD(ds4ref_tap, data); FIELD(ds4ref_tap, n);
-    SIZE(ds4ref_diff_options);
-    FIELD(ds4ref_diff_options, case_id); FIELD(ds4ref_diff_options, all_steps);
-    FIELD(ds4ref_diff_options, json); FIELD(ds4ref_diff_options, quiet);
-    FIELD(ds4ref_diff_options, max_dlogprob); FIELD(ds4ref_diff_options, min_top1);
-    FIELD(ds4ref_diff_options, min_top5_overlap); FIELD(ds4ref_diff_options, min_top20_overlap);
-    FIELD(ds4ref_diff_options, max_kl); FIELD(ds4ref_diff_options, exact);
-    SIZE(ds4ref_diff_result);
-    FIELD(ds4ref_diff_result, violations); FIELD(ds4ref_diff_result, exact);
-    FIELD(ds4ref_diff_result, prompt_differs); FIELD(ds4ref_diff_result, first_divergence);
-    FIELD(ds4ref_diff_result, n_steps_a); FIELD(ds4ref_diff_result, n_steps_b);
-    FIELD(ds4ref_diff_result, n_compared); FIELD(ds4ref_diff_result, top1);
-    FIELD(ds4ref_diff_result, max_dlogprob); FIELD(ds4ref_diff_result, max_kl);
+    SIZE(ds4check_diff_options);
+    FIELD(ds4check_diff_options, case_id); FIELD(ds4check_diff_options, all_steps);
+    FIELD(ds4check_diff_options, json); FIELD(ds4check_diff_options, quiet);
+    FIELD(ds4check_diff_options, max_dlogprob); FIELD(ds4check_diff_options, min_top1);
+    FIELD(ds4check_diff_options, min_top5_overlap); FIELD(ds4check_diff_options, min_top20_overlap);
+    FIELD(ds4check_diff_options, max_kl); FIELD(ds4check_diff_options, exact);
+    SIZE(ds4check_diff_result);
+    FIELD(ds4check_diff_result, violations); FIELD(ds4check_diff_result, exact);
+    FIELD(ds4check_diff_result, prompt_differs); FIELD(ds4check_diff_result, first_divergence);
+    FIELD(ds4check_diff_result, n_steps_a); FIELD(ds4check_diff_result, n_steps_b);
+    FIELD(ds4check_diff_result, n_compared); FIELD(ds4check_diff_result, top1);
+    FIELD(ds4check_diff_result, max_dlogprob); FIELD(ds4check_diff_result, max_kl);
     SIZE(ds4ref_golden_model);
     FIELD(ds4ref_golden_model, file); FIELD(ds4ref_golden_model, size);
     FIELD(ds4ref_golden_model, metadata_sha256); FIELD(ds4ref_golden_model, tensor_data_sha256);

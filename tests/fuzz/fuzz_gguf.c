@@ -1,7 +1,7 @@
 /* libFuzzer target: the GGUF reader and the DS4 model validation, on
  * arbitrary bytes.
  *
- * Whatever the input, gguf_parse must either refuse it with an error or
+ * Whatever the input, ds4_gguf_parse must either refuse it with an error or
  * accept it; and what it accepts must keep every promise of gguf.h: each key
  * and tensor found by name, each value readable and skippable, each tensor's
  * bytes inside the file, sized as its type and shape say, overlapping no
@@ -27,14 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 enum { MAX_SHOWN = 4, DEQUANT_BUDGET = 1 << 18 };
 
 /* Read what a value holds the way a consumer would: scalars through
- * gguf_read_scalar, arrays through gguf_read_arr, a few elements each and
+ * ds4_gguf_read_scalar, arrays through ds4_gguf_read_arr, a few elements each and
  * the rest skipped.  Returns the offset past the value. */
 static uint64_t walk_value(const gguf_file *g, uint32_t type, uint64_t off, int depth) {
     ds4err err = {0};
     uint64_t next = 0;
     if (type != GGUF_ARR) {
         gguf_scalar s;
-        fz_check(!gguf_read_scalar(g, type, off, &s, &next, &err), "an accepted scalar reads");
+        fz_check(!ds4_gguf_read_scalar(g, type, off, &s, &next, &err), "an accepted scalar reads");
         if (type == GGUF_STR) fz_check(s.v.s.len <= g->size && s.v.s.ptr >= (const char *)g->map &&
                                            s.v.s.ptr + s.v.s.len <= (const char *)g->map + g->size,
                                        "a string lies inside the file");
@@ -43,12 +43,12 @@ static uint64_t walk_value(const gguf_file *g, uint32_t type, uint64_t off, int 
     uint32_t et;
     uint64_t n, pos;
     fz_check(depth < GGUF_MAX_ARRAY_DEPTH, "array depth is limited");
-    fz_check(!gguf_read_arr(g, off, &et, &n, &pos, &err), "an accepted array reads");
+    fz_check(!ds4_gguf_read_arr(g, off, &et, &n, &pos, &err), "an accepted array reads");
     for (uint64_t i = 0; i < n; i++) {
         if (i < MAX_SHOWN) {
             pos = walk_value(g, et, pos, depth + 1);
         } else {
-            fz_check(!gguf_skip_value(g, et, pos, &pos, &err), "an accepted element skips");
+            fz_check(!ds4_gguf_skip_value(g, et, pos, &pos, &err), "an accepted element skips");
         }
         fz_check(pos <= g->size, "elements lie inside the file");
     }
@@ -56,11 +56,11 @@ static uint64_t walk_value(const gguf_file *g, uint32_t type, uint64_t off, int 
 }
 
 static void check_kv(const gguf_file *g, const gguf_kv *kv) {
-    const gguf_kv *found = gguf_find_kv(g, kv->key);
+    const gguf_kv *found = ds4_gguf_find_kv(g, kv->key);
     fz_check(found && !strcmp(found->key, kv->key), "every key is found by name");
     uint64_t end = walk_value(g, kv->type, kv->value_off, 0), skipped;
     ds4err err = {0};
-    fz_check(!gguf_skip_value(g, kv->type, kv->value_off, &skipped, &err) && skipped == end,
+    fz_check(!ds4_gguf_skip_value(g, kv->type, kv->value_off, &skipped, &err) && skipped == end,
              "skipping a value ends where reading it does");
     fz_check(end <= g->data_off, "values lie before the tensor data");
     /* The typed getters may refuse (wrong type, out of range), never crash. */
@@ -69,20 +69,20 @@ static void check_kv(const gguf_file *g, const gguf_kv *kv) {
     float f;
     bool b;
     gguf_str s;
-    gguf_get_u32(g, kv->key, &u32, &err);
-    gguf_get_u64(g, kv->key, &u64, &err);
-    gguf_get_f32(g, kv->key, &f, &err);
-    gguf_get_bool(g, kv->key, &b, &err);
-    gguf_get_str(g, kv->key, &s, &err);
+    ds4_gguf_get_u32(g, kv->key, &u32, &err);
+    ds4_gguf_get_u64(g, kv->key, &u64, &err);
+    ds4_gguf_get_f32(g, kv->key, &f, &err);
+    ds4_gguf_get_bool(g, kv->key, &b, &err);
+    ds4_gguf_get_str(g, kv->key, &s, &err);
     if (kv->type == GGUF_ARR && kv->arr_n <= 64) {
         uint32_t au[64];
         float af[64];
         int32_t ai[64];
         gguf_str as[64];
-        gguf_get_arr_u32(g, kv->key, au, kv->arr_n, &err);
-        gguf_get_arr_f32(g, kv->key, af, kv->arr_n, &err);
-        gguf_get_arr_i32(g, kv->key, ai, kv->arr_n, &err);
-        if (!gguf_get_arr_str(g, kv->key, as, 64, &cnt, &err)) fz_check(cnt == kv->arr_n, "string count");
+        ds4_gguf_get_arr_u32(g, kv->key, au, kv->arr_n, &err);
+        ds4_gguf_get_arr_f32(g, kv->key, af, kv->arr_n, &err);
+        ds4_gguf_get_arr_i32(g, kv->key, ai, kv->arr_n, &err);
+        if (!ds4_gguf_get_arr_str(g, kv->key, as, 64, &cnt, &err)) fz_check(cnt == kv->arr_n, "string count");
     }
 }
 
@@ -95,12 +95,12 @@ static void check_tensors(const gguf_file *g) {
     uint64_t budget = DEQUANT_BUDGET;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
-        const gguf_tensor *found = gguf_find_tensor(g, t->name);
+        const gguf_tensor *found = ds4_gguf_find_tensor(g, t->name);
         fz_check(found && !strcmp(found->name, t->name), "every tensor is found by name");
-        const ds4_type_info *ti = ds4_type_info_get(t->type);
+        const ds4_type_info *ti = ds4_types_info(t->type);
         fz_check(ti != NULL, "an accepted tensor has a known type");
         fz_check(t->ne[0] % ti->blck == 0, "rows are whole blocks");
-        fz_check(t->nbytes == ds4_row_bytes(t->type, t->ne[0]) * (t->n_elem / t->ne[0]),
+        fz_check(t->nbytes == ds4_types_row_bytes(t->type, t->ne[0]) * (t->n_elem / t->ne[0]),
                  "size = row bytes x rows");
         fz_check(t->rel_off <= g->size - g->data_off &&
                      t->nbytes <= g->size - g->data_off - t->rel_off,
@@ -113,7 +113,7 @@ static void check_tensors(const gguf_file *g) {
         budget -= n;
         float *row = malloc(sizeof(float) * n);
         fz_check(row != NULL, "malloc");
-        fz_check(!ds4_dequant_row(t->type, t->data, row, n), "a float tensor dequantizes");
+        fz_check(!ds4_formats_dequant_row(t->type, t->data, row, n), "a float tensor dequantizes");
         free(row);
     }
     if (g->n_tensors < 2) return;
@@ -131,7 +131,7 @@ static void check_tensors(const gguf_file *g) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_file g;
     ds4err err = {0};
-    if (gguf_parse(&g, data, size, "fuzz.gguf", &err)) {
+    if (ds4_gguf_parse(&g, data, size, "fuzz.gguf", &err)) {
         fz_check(err.code != DS4_OK && err.msg[0], "a refusal carries a code and a message");
         return 0;
     }

@@ -34,9 +34,9 @@ static void setup(void) {
     work = malloc(base_len);
     gguf_file g;
     ds4err err = {0};
-    fz_check(work && !gguf_parse(&g, base, base_len, "tiny.gguf", &err), "the base model parses");
+    fz_check(work && !ds4_gguf_parse(&g, base, base_len, "tiny.gguf", &err), "the base model parses");
     header_len = g.data_off;
-    gguf_close(&g);
+    ds4_gguf_close(&g);
 }
 
 static const uint64_t interesting[] = {
@@ -87,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = apply(data, size);
     gguf_file g;
     ds4err err = {0};
-    if (gguf_parse(&g, work, len, "variant.gguf", &err)) {
+    if (ds4_gguf_parse(&g, work, len, "variant.gguf", &err)) {
         fz_check(err.code != DS4_OK && err.msg[0], "a refusal carries a code and a message");
         fz_check(size != 0, "the unedited model parses");
         return 0;

@@ -21,12 +21,12 @@
 
 #include "fuzzutil.h"
 #include "text/json.h"
-#include "trace/diffmetrics.h"
-#include "trace/ds4dump.h"
-#include "trace/golden.h"
-#include "trace/golden_read.h"
-#include "trace/golden_write.h"
-#include "trace/officialvec.h"
+#include "diff/diff.h"
+#include "format/dump.h"
+#include "format/golden.h"
+#include "format/golden_read.h"
+#include "format/golden_write.h"
+#include "format/lpvec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -34,19 +34,19 @@ static void check_self_diff(const ds4_golden *g) {
     ds4_diff_opts o = {.all_steps = false};
     ds4_diff_report r;
     ds4err err = {0};
-    fz_check(!ds4_diff_compute(g, g, &o, &r, &err), "a trace compares with itself");
+    fz_check(!ds4chk_diff_compute(g, g, &o, &r, &err), "a trace compares with itself");
     fz_check(r.exact && r.first_divergence == -1 && r.first_inexact == -1 && !r.prompt_differs,
              "a trace is exactly equal to itself");
     ds4_diff_limits lim = {NAN, NAN, NAN, NAN, NAN, .exact = true};
     ds4_buf why = {0}, out = {0};
-    fz_check(ds4_diff_check(&r, &lim, &why) == 0, "no --exact violation against itself");
-    fz_check(!ds4_diff_format_text(&r, g, g, "a", "a", false, &why, &out, &err), "the text report formats");
+    fz_check(ds4chk_diff_check(&r, &lim, &why) == 0, "no --exact violation against itself");
+    fz_check(!ds4chk_diff_format_text(&r, g, g, "a", "a", false, &why, &out, &err), "the text report formats");
     ds4_buf_free(&out);
     memset(&out, 0, sizeof(out));
-    fz_check(!ds4_diff_format_json(&r, g, g, "a", "a", &why, &out, &err), "the JSON report formats");
+    fz_check(!ds4chk_diff_format_json(&r, g, g, "a", "a", &why, &out, &err), "the JSON report formats");
     ds4_buf_free(&out);
     ds4_buf_free(&why);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
 }
 
 /* b must be the same trace as a, field for field. */
@@ -54,17 +54,17 @@ static void check_same(const ds4_golden *a, const ds4_golden *b, const char *wha
     ds4_diff_opts o = {.all_steps = true};
     ds4_diff_report r;
     ds4err err = {0};
-    fz_check(!ds4_diff_compute(a, b, &o, &r, &err), what);
+    fz_check(!ds4chk_diff_compute(a, b, &o, &r, &err), what);
     fz_check(r.exact && r.n_a == r.n_b, what);
-    ds4_diff_report_free(&r);
+    ds4chk_diff_report_free(&r);
 }
 
 static void golden(const char *buf, size_t len) {
     ds4_golden g;
     ds4err err = {0};
-    if (ds4_golden_parse(buf, len, "fuzz.jsonl", &g, &err)) return;
+    if (ds4_golden_read_text(buf, len, "fuzz.jsonl", &g, &err)) return;
     ds4_buf out = {0};
-    fz_check(!ds4_golden_format(&g, &out, &err), "an accepted golden formats");
+    fz_check(!ds4_golden_write_text(&g, &out, &err), "an accepted golden formats");
     fz_check(out.len == len && !memcmp(out.p, buf, len), "a golden formats back to its own bytes");
     ds4_buf_free(&out);
     check_self_diff(&g);
@@ -100,20 +100,20 @@ static void dump(const char *buf, size_t len) {
 static void vec_case(const ds4_lpv_case *c) {
     ds4_golden g;
     ds4err err = {0};
-    if (ds4_lpv_to_golden(c, &g, &err)) return;
+    if (ds4_lpvec_to_golden(c, &g, &err)) return;
     check_self_diff(&g);
     ds4_lpv_append_opts o = {.id = c->id, .prompt_path = c->prompt, .max_top = DS4_LPV_MAX_TOP};
     ds4_buf out = {0};
     ds4_buf_puts(&out, DS4_LPV_HEADER "\n");
-    if (!ds4_lpv_format_case(&g, &o, &out, &err)) {
+    if (!ds4_lpvec_format_case(&g, &o, &out, &err)) {
         ds4_lpv_file f;
-        fz_check(!ds4_lpv_parse(out.p, out.len, "case.vec", &f, &err) && f.n_cases == 1,
+        fz_check(!ds4_lpvec_parse(out.p, out.len, "case.vec", &f, &err) && f.n_cases == 1,
                  "a formatted case parses");
         ds4_golden g2;
-        fz_check(!ds4_lpv_to_golden(&f.cases[0], &g2, &err), "a re-read case converts");
+        fz_check(!ds4_lpvec_to_golden(&f.cases[0], &g2, &err), "a re-read case converts");
         check_same(&g, &g2, "a formatted case reads back as the same trace");
         ds4_golden_free(&g2);
-        ds4_lpv_free(&f);
+        ds4_lpvec_free(&f);
     }
     ds4_buf_free(&out);
     ds4_golden_free(&g);
@@ -122,12 +122,12 @@ static void vec_case(const ds4_lpv_case *c) {
 static void vec(const char *buf, size_t len) {
     ds4_lpv_file f;
     ds4err err = {0};
-    if (ds4_lpv_parse(buf, len, "fuzz.vec", &f, &err)) return;
+    if (ds4_lpvec_parse(buf, len, "fuzz.vec", &f, &err)) return;
     for (uint32_t i = 0; i < f.n_cases; i++) {
-        fz_check(ds4_lpv_find(&f, f.cases[i].id) != NULL, "every case is found by id");
+        fz_check(ds4_lpvec_find(&f, f.cases[i].id) != NULL, "every case is found by id");
         vec_case(&f.cases[i]);
     }
-    ds4_lpv_free(&f);
+    ds4_lpvec_free(&f);
 }
 
 static void json(const char *buf, size_t len) {

@@ -43,7 +43,7 @@ static void setup(void) {
     if (!path && access(shared, R_OK) == 0) path = shared;
     ds4err err = {0};
     if (path) {
-        fz_check(!ds4_vocab_from_hf_json(&vocab, path, &err), err.msg);
+        fz_check(!ds4_hf_vocab_from_json(&vocab, path, &err), err.msg);
         fz_check(!ds4_tok_init(&own_tok, vocab.tokens, vocab.n_tokens, vocab.types, vocab.merges,
                                vocab.n_merges, &err), err.msg);
         tok = &own_tok;
@@ -54,7 +54,7 @@ static void setup(void) {
     size_t len;
     gguf_file g;
     fz_tiny_model(false, &model_bytes, &len);
-    fz_check(!gguf_parse(&g, model_bytes, len, "tiny.gguf", &err), err.msg);
+    fz_check(!ds4_gguf_parse(&g, model_bytes, len, "tiny.gguf", &err), err.msg);
     fz_check(!ds4_model_from_gguf(&model, &g, &err), err.msg);
     fz_check(!ds4_model_tokenizer(&model, &tok, &err), err.msg);
     fprintf(stderr, "fuzz_tokenizer: vocabulary of the synthetic tiny model (%u tokens)\n",
@@ -72,7 +72,7 @@ static void check_pretok(const char *text, size_t len) {
             end = sp.v[i].off + sp.v[i].len;
         }
     }
-    ds4_spans_free(&sp);
+    ds4_pretok_spans_free(&sp);
 }
 
 static void check_round_trip(const char *text, size_t len, unsigned flags) {

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "base/fileio.h"
+#include "base/file.h"
 #include "model/synth.h"
 
 _Noreturn static void die(const char *what, const char *msg) {
@@ -24,7 +24,7 @@ void fz_tiny_model(bool f32, uint8_t **buf, size_t *len) {
     ds4err err = {0};
     char *data;
     if (ds4_synth_write(&o, path, NULL, &err) ||
-        ds4_read_file(path, (size_t)1 << 30, &data, len, &err)) {
+        ds4_file_read(path, (size_t)1 << 30, &data, len, &err)) {
         unlink(path);
         die("synthetic model", err.msg);
     }

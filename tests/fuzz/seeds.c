@@ -20,15 +20,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/fileio.h"
+#include "base/file.h"
 #include "fuzzutil.h"
 #include "malformed.h"
 #include "quant/gguf.h"
-#include "trace/ds4dump.h"
-#include "trace/golden.h"
-#include "trace/golden_read.h"
-#include "trace/golden_write.h"
-#include "trace/officialvec.h"
+#include "format/dump.h"
+#include "format/golden.h"
+#include "format/golden_read.h"
+#include "format/golden_write.h"
+#include "format/lpvec.h"
 
 static const char *outdir;
 static unsigned n_written;
@@ -88,11 +88,11 @@ static void gguf_seeds(void) {
     fz_tiny_model(false, &buf, &len);
     gguf_file g;
     ds4err err = {0};
-    if (gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
+    if (ds4_gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
     size_t meta_end = (size_t)g.tensors[0].info_off;
     for (uint64_t i = 1; i < g.n_tensors; i++)
         if (g.tensors[i].info_off < meta_end) meta_end = (size_t)g.tensors[i].info_off;
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     memset(buf + 8, 0, 8);
     put("gguf", "tiny-metadata", buf, meta_end);
     free(buf);
@@ -115,7 +115,7 @@ static void model_seeds(void) {
     fz_tiny_model(false, &buf, &len);
     gguf_file g;
     ds4err err = {0};
-    if (gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
+    if (ds4_gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
     put("model", "unedited", "", 0);
     char name[64];
     /* Picks index fuzz_model's table: 0 -> 0, 2 -> 2, 22 -> UINT32_MAX,
@@ -147,7 +147,7 @@ static void model_seeds(void) {
     uint32_t w = (3u << 30) | (uint32_t)g.data_off;
     for (int b = 0; b < 4; b++) trunc[b] = (uint8_t)(w >> 8 * b);
     put("model", "truncate-at-data", trunc, sizeof(trunc));
-    gguf_close(&g);
+    ds4_gguf_close(&g);
     free(buf);
 }
 
@@ -189,7 +189,7 @@ static void tokenizer_seeds(void) {
         size_t len;
         ds4err err = {0};
         snprintf(path, sizeof(path), "vectors/prompts/%s.txt", prompts[i]);
-        if (ds4_read_file(path, 1 << 20, &buf, &len, &err)) fail(path, err.msg);
+        if (ds4_file_read(path, 1 << 20, &buf, &len, &err)) fail(path, err.msg);
         snprintf(path, sizeof(path), "prompt-%s", prompts[i]);
         put("tokenizer", path, buf, len);
         free(buf);
@@ -210,7 +210,7 @@ static void put_cut(const ds4_golden *g, uint32_t n, ds4_stop stop, const char *
         if (ds4_golden_push_step(&c, &g->steps[i], &err)) fail(name, err.msg);
     ds4_golden_set_end(&c, stop);
     ds4_buf out = {0};
-    if (ds4_golden_format(&c, &out, &err)) fail(name, err.msg);
+    if (ds4_golden_write_text(&c, &out, &err)) fail(name, err.msg);
     put("parsers", name, out.p, out.len);
     ds4_buf_free(&out);
     ds4_golden_free(&c);
@@ -221,10 +221,10 @@ static void parser_seeds(void) {
     char *buf;
     size_t len;
     ds4err err = {0};
-    if (ds4_read_file(golden_path, (size_t)1 << 30, &buf, &len, &err)) fail(golden_path, err.msg);
+    if (ds4_file_read(golden_path, (size_t)1 << 30, &buf, &len, &err)) fail(golden_path, err.msg);
     put("parsers", "golden-full", buf, len);
     ds4_golden g;
-    if (ds4_golden_parse(buf, len, golden_path, &g, &err)) fail(golden_path, err.msg);
+    if (ds4_golden_read_text(buf, len, golden_path, &g, &err)) fail(golden_path, err.msg);
     free(buf);
     put_cut(&g, 2, DS4_STOP_LENGTH, "golden-2-steps");
     put_cut(&g, 1, DS4_STOP_INTERRUPTED, "golden-interrupted");
@@ -236,11 +236,11 @@ static void parser_seeds(void) {
     memset(&out, 0, sizeof(out));
     ds4_lpv_append_opts o = {.id = "seed", .prompt_path = "prompts/capital.txt", .max_top = 5};
     ds4_buf_puts(&out, DS4_LPV_HEADER "\n");
-    if (ds4_lpv_format_case(&g, &o, &out, &err)) fail("vec case", err.msg);
+    if (ds4_lpvec_format_case(&g, &o, &out, &err)) fail("vec case", err.msg);
     put("parsers", "vec-case", out.p, out.len);
     ds4_buf_free(&out);
     ds4_golden_free(&g);
-    if (ds4_read_file("vectors/tiny.vec", 1 << 24, &buf, &len, &err)) fail("tiny.vec", err.msg);
+    if (ds4_file_read("vectors/tiny.vec", 1 << 24, &buf, &len, &err)) fail("tiny.vec", err.msg);
     put("parsers", "tiny.vec", buf, len);
     free(buf);
     static const char *const json[][2] = {

@@ -1,0 +1,479 @@
+/* ds4ref-bench: throughput of the reference forward pass.
+ *
+ * Default mode, like ds4-bench: a fixed synthetic token sequence is prefilled
+ * to each context frontier (only the newest interval is timed), then
+ * --gen-tokens tokens are decoded greedily one at a time (timed), and the
+ * session is truncated back to the frontier before the next one.  One CSV row
+ * per frontier:
+ *
+ *   ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,
+ *   rss_bytes,weight_bytes_per_token,gen_gbps,model_rss_bytes,threads,kernels
+ *
+ * weight_bytes_per_token is what one decode step must read: every matrix of
+ * the trunk and the head once, the n_expert_used routed experts of each layer
+ * and one embedding row.  gen_gbps = weight_bytes_per_token * gen_tps, the
+ * memory bandwidth decode would need if nothing stayed in cache.
+ * model_rss_bytes is how much of the mapped model file the process has
+ * touched (Linux /proc/self/smaps; 0 elsewhere).
+ *
+ * --layers also times one decode step layer by layer (through the forward
+ * pass's debug taps; a single token has no parallel loop a tap would
+ * serialize) and prints the estimate for the real 43-layer model, whose
+ * layers are 2 window-only, 21 ratio-4 and 20 ratio-128 (ds4's layout).
+ *
+ * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
+ * each block type (--kernel-rows changes the 4096 rows), T = 1 and T = 16
+ * tokens.
+ *
+ * Unlike the other programs, which use only the public API (ds4ref.h), this
+ * one includes internal headers: it times the kernels, the engine and the
+ * KV state that the public API deliberately hides. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <omp.h>
+#include <sys/resource.h>
+
+#include "base/version.h"
+#include "decode/sample.h"
+#include "decode/session.h"
+#include "forward/forward.h"
+#include "model/model.h"
+#include "quant/dot.h"
+#include "quant/formats.h"
+#include "../programs/wait_policy.h"
+
+typedef struct bench_cfg {
+    const char *model;
+    const char *csv;
+    uint32_t frontiers[16];
+    uint32_t n_frontiers;
+    uint32_t gen;
+    uint32_t ctx;
+    uint32_t chunk;
+    int threads;
+    int header;
+    int layers;
+    int kernels;
+    uint32_t kernel_rows;
+    int qat;
+    int warm;
+} bench_cfg;
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ds4ref-bench -m MODEL [options]\n"
+            "       ds4ref-bench --kernels [-t N]\n"
+            "\n"
+            "  -m, --model FILE     GGUF model (e.g. models/tiny.gguf, or a fullwidth\n"
+            "                       model from ds4ref-mkmodel --config fullwidth)\n"
+            "  -p, --prompt LIST    context frontiers, comma separated (default 64)\n"
+            "  -n, --gen-tokens N   greedy decode tokens per frontier (default 16)\n"
+            "  -c, --ctx N          allocated context (default: last frontier + gen + 1)\n"
+            "  --chunk N            tokens per forward pass (default 256)\n"
+            "  -t, --threads N      OpenMP threads (default: OpenMP's)\n"
+            "  --qat on|off         default on\n"
+            "  --layers             time one decode step per layer (to stderr)\n"
+            "  --warm               read the whole model once before timing (as a\n"
+            "                       program that loads its weights does)\n"
+            "  --kernels            matrix kernel throughput per block type\n"
+            "  --kernel-rows N      rows of the --kernels matrices (default 4096; 256\n"
+            "                       keeps them in L2: compute without memory)\n"
+            "  --no-header          omit the CSV header\n"
+            "  --csv FILE           write the CSV there instead of stdout\n"
+            "  -h, --help, --version\n");
+}
+
+static int parse_u32(const char *s, uint32_t *out) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || v == 0 || v > 0x7fffffffull) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_list(const char *s, bench_cfg *c) {
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    c->n_frontiers = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (c->n_frontiers == 16 || parse_u32(tok, &c->frontiers[c->n_frontiers])) return -1;
+        if (c->n_frontiers && c->frontiers[c->n_frontiers] <= c->frontiers[c->n_frontiers - 1])
+            return -1;
+        c->n_frontiers++;
+    }
+    return c->n_frontiers ? 0 : -1;
+}
+
+/* The options followed by a value. */
+static bool takes_value(const char *a) {
+    static const char *const names[] = {"-m", "--model", "--csv", "-p", "--prompt", "--qat", "-n",
+                                        "--gen-tokens", "-c", "--ctx", "--chunk", "--kernel-rows",
+                                        "-t", "--threads"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(a, names[i])) return true;
+    return false;
+}
+
+static int parse_args(int argc, char **argv, bench_cfg *c) {
+    memset(c, 0, sizeof(*c));
+    c->frontiers[0] = 64;
+    c->n_frontiers = 1;
+    c->gen = 16;
+    c->chunk = 256;
+    c->header = 1;
+    c->qat = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--version")) {
+            printf("ds4ref-bench %s (kernels %s)\n", DS4REF_VERSION, ds4_dot_kernels());
+            exit(0);
+        }
+        if (!strcmp(a, "--layers")) { c->layers = 1; continue; }
+        if (!strcmp(a, "--warm")) { c->warm = 1; continue; }
+        if (!strcmp(a, "--kernels")) { c->kernels = 1; continue; }
+        if (!strcmp(a, "--no-header")) { c->header = 0; continue; }
+        if (!takes_value(a)) {
+            fprintf(stderr, "ds4ref-bench: unknown option %s (see --help)\n", a);
+            return -1;
+        }
+        const char *v = i + 1 < argc ? argv[++i] : NULL;
+        uint32_t u;
+        if (!v) {
+            fprintf(stderr, "ds4ref-bench: %s needs a value (see --help)\n", a);
+            return -1;
+        }
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) c->model = v;
+        else if (!strcmp(a, "--csv")) c->csv = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (parse_list(v, c)) {
+                fprintf(stderr, "ds4ref-bench: --prompt expects increasing positive integers, got '%s'\n", v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--qat")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                fprintf(stderr, "ds4ref-bench: --qat expects on or off, got '%s'\n", v);
+                return -1;
+            }
+            c->qat = !strcmp(v, "on");
+        } else if (parse_u32(v, &u)) {
+            fprintf(stderr, "ds4ref-bench: bad option or value: %s %s\n", a, v);
+            return -1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--gen-tokens")) c->gen = u;
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) c->ctx = u;
+        else if (!strcmp(a, "--chunk")) c->chunk = u;
+        else if (!strcmp(a, "--kernel-rows")) c->kernel_rows = u;
+        else c->threads = (int)u;
+    }
+    if (!c->model && !c->kernels) {
+        fprintf(stderr, "ds4ref-bench: -m MODEL or --kernels is required (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+/* Resident set size now (Linux), else the peak getrusage reports. */
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        unsigned long long size, res;
+        int ok = fscanf(f, "%llu %llu", &size, &res) == 2;
+        fclose(f);
+        if (ok) return res * 4096ull;
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru)) return 0;
+    return (uint64_t)ru.ru_maxrss * 1024ull;
+}
+
+/* Resident bytes of the mappings of `path` (what the process touched of the
+ * model file), from /proc/self/smaps; 0 where that does not exist. */
+static uint64_t mapped_rss(const char *path) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return 0;
+    char *real = realpath(path, NULL);
+    char line[4096];
+    int in = 0;
+    uint64_t total = 0;
+    while (real && fgets(line, sizeof(line), f)) {
+        unsigned long long kb, lo, hi;
+        if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2) {   /* a mapping's header line */
+            size_t n = strlen(line);
+            while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = 0;
+            in = n >= strlen(real) && !strcmp(line + n - strlen(real), real);
+        } else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1) {
+            total += kb * 1024ull;
+        }
+    }
+    free(real);
+    fclose(f);
+    return total;
+}
+
+/* Every page of the mapped file read once, so that page faults are not
+ * timed.  Returns a sum the compiler cannot drop. */
+static uint64_t touch_pages(const gguf_file *g) {
+    uint64_t sum = 0;
+    for (uint64_t off = 0; off < g->size; off += 4096) sum += g->map[off];
+    return sum;
+}
+
+/* ---- weights one decode step reads --------------------------------------- */
+
+static uint64_t mat_bytes(const ds4_mat *m) {
+    return m->data ? m->rows * m->row_bytes : 0;
+}
+
+static uint64_t layer_bytes(const ds4_config *c, const ds4_layer *L) {
+    const ds4_mat *dense[] = {&L->hc_attn_fn, &L->hc_ffn_fn, &L->q_a,     &L->q_b,
+                              &L->kv,         &L->out_a,     &L->out_b,   &L->comp_kv,
+                              &L->comp_gate,  &L->idx_q_b,   &L->idx_proj, &L->idx_comp_kv,
+                              &L->idx_comp_gate, &L->gate_inp, &L->sh_gate, &L->sh_up,
+                              &L->sh_down};
+    uint64_t b = 0;
+    for (size_t i = 0; i < sizeof(dense) / sizeof(dense[0]); i++) b += mat_bytes(dense[i]);
+    /* One APE row per compressor and position. */
+    if (L->comp_ape.data) b += L->comp_ape.row_bytes;
+    if (L->idx_comp_ape.data) b += L->idx_comp_ape.row_bytes;
+    const ds4_mat *exps[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int i = 0; i < 3; i++) b += mat_bytes(exps[i]) / c->n_expert * c->n_expert_used;
+    return b;
+}
+
+static uint64_t decode_bytes(const ds4_model *m) {
+    uint64_t b = m->token_embd.row_bytes + mat_bytes(&m->output) + mat_bytes(&m->output_hc_fn);
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) b += layer_bytes(&m->cfg, &m->layers[l]);
+    return b;
+}
+
+/* ---- per-layer timing ---------------------------------------------------- */
+
+typedef struct layer_clock {
+    double t0;
+    double attn_end[256];
+    double ffn_end[256];
+    uint32_t n_layer;
+} layer_clock;
+
+static void on_tap(void *ud, const ds4_tap *t) {
+    layer_clock *lc = ud;
+    if (t->layer >= lc->n_layer) return;
+    if (!strcmp(t->name, "hc_attn")) lc->attn_end[t->layer] = now_sec();
+    else if (!strcmp(t->name, "hc_ffn")) lc->ffn_end[t->layer] = now_sec();
+}
+
+/* Times one decode step and prints per-layer times and the 43-layer
+ * estimate (2 x ratio 0, 21 x ratio 4, 20 x ratio 128, then the head). */
+static int time_layers(ds4_session *s, ds4_engine *e, const ds4_model *m, int32_t tok,
+                       ds4err *err) {
+    const ds4_config *c = &m->cfg;
+    layer_clock lc = {0};
+    lc.n_layer = c->n_layer < 256 ? c->n_layer : 256;
+    e->tap = on_tap;
+    e->tap_ud = &lc;
+    lc.t0 = now_sec();
+    int rc = ds4_session_eval(s, &tok, 1, NULL, NULL, err);
+    double t_end = now_sec();
+    e->tap = NULL;
+    e->tap_ud = NULL;
+    if (rc) return -1;
+    double sum[3] = {0}, cnt[3] = {0}, prev = lc.t0;
+    fprintf(stderr, "layer,ratio,attn_ms,ffn_ms,total_ms,weight_mb\n");
+    for (uint32_t l = 0; l < lc.n_layer; l++) {
+        double a = lc.attn_end[l] - prev, f = lc.ffn_end[l] - lc.attn_end[l];
+        uint32_t r = c->ratio[l];
+        int k = r == 0 ? 0 : r == 4 ? 1 : 2;
+        sum[k] += a + f;
+        cnt[k] += 1;
+        fprintf(stderr, "%u,%u,%.3f,%.3f,%.3f,%.1f\n", l, r, a * 1e3, f * 1e3, (a + f) * 1e3,
+                (double)layer_bytes(c, &m->layers[l]) / 1e6);
+        prev = lc.ffn_end[l];
+    }
+    double head = t_end - prev;
+    fprintf(stderr, "head,,,,%.3f,%.1f\n", head * 1e3,
+            (double)(mat_bytes(&m->output) + mat_bytes(&m->output_hc_fn)) / 1e6);
+    if (cnt[0] && cnt[1] && cnt[2]) {
+        double est = 2 * sum[0] / cnt[0] + 21 * sum[1] / cnt[1] + 20 * sum[2] / cnt[2] + head;
+        fprintf(stderr, "estimate_43_layers: %.1f ms/token = %.2f tokens/s "
+                        "(2 x %.2f + 21 x %.2f + 20 x %.2f + head %.2f ms)\n",
+                est * 1e3, 1.0 / est, sum[0] / cnt[0] * 1e3, sum[1] / cnt[1] * 1e3,
+                sum[2] / cnt[2] * 1e3, head * 1e3);
+    }
+    return 0;
+}
+
+/* ---- the frontier walk -------------------------------------------------- */
+
+/* Token i of the benchmark sequence: a fixed pseudo-random id (splitmix64). */
+static int32_t bench_token(uint64_t i, uint32_t n_vocab) {
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (int32_t)(z % n_vocab);
+}
+
+static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
+    ds4_model m;
+    if (ds4_model_open(&m, cfg->model, err)) return -1;
+    const ds4_config *c = &m.cfg;
+    if (cfg->warm && touch_pages(&m.file) == UINT64_MAX) fprintf(stderr, " ");
+    uint32_t last = cfg->frontiers[cfg->n_frontiers - 1];
+    uint32_t ctx = cfg->ctx ? cfg->ctx : last + cfg->gen + 2;
+    int rc = -1;
+    int32_t *toks = malloc(sizeof(int32_t) * last);
+    ds4_engine e;
+    ds4_session s;
+    int have_e = 0, have_s = 0;
+    if (!toks) {
+        ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i < last; i++) toks[i] = bench_token(i, c->n_vocab);
+    ds4_fwd_opts fo = {.qat = cfg->qat != 0};
+    if (ds4_engine_init(&e, &m, &fo, cfg->chunk, err)) goto done;
+    have_e = 1;
+    ds4_session_opts so = {.ctx = ctx, .chunk = cfg->chunk, .rollback = cfg->gen + 2};
+    if (ds4_session_init(&s, &e, &so, err)) goto done;
+    have_s = 1;
+    const uint64_t wbytes = decode_bytes(&m);
+    if (cfg->header)
+        fprintf(out, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
+                     "rss_bytes,weight_bytes_per_token,gen_gbps,model_rss_bytes,threads,kernels\n");
+    uint32_t prev = 0;
+    for (uint32_t f = 0; f < cfg->n_frontiers; f++) {
+        uint32_t fr = cfg->frontiers[f];
+        double t0 = now_sec();
+        if (ds4_session_eval(&s, toks + prev, fr - prev, NULL, NULL, err)) goto done;
+        double t1 = now_sec();
+        uint32_t done_gen = 0;
+        for (; done_gen < cfg->gen; done_gen++) {
+            int32_t tok = ds4_sample_argmax(s.logits, c->n_vocab);
+            if (ds4_session_eval(&s, &tok, 1, NULL, NULL, err)) goto done;
+        }
+        double t2 = now_sec();
+        double gen_tps = done_gen ? done_gen / (t2 - t1) : 0;
+        fprintf(out, "%u,%u,%.2f,%u,%.3f,%llu,%llu,%llu,%.2f,%llu,%d,%s\n", fr, fr - prev,
+                (fr - prev) / (t1 - t0), done_gen, gen_tps, (unsigned long long)s.kv.bytes,
+                (unsigned long long)rss_bytes(), (unsigned long long)wbytes,
+                gen_tps * (double)wbytes / 1e9, (unsigned long long)mapped_rss(cfg->model),
+                omp_get_max_threads(), ds4_dot_kernels());
+        fflush(out);
+        if (cfg->layers && f == cfg->n_frontiers - 1 &&
+            time_layers(&s, &e, &m, ds4_sample_argmax(s.logits, c->n_vocab), err))
+            goto done;
+        if (ds4_session_truncate(&s, fr, err)) goto done;
+        prev = fr;
+    }
+    rc = 0;
+done:
+    if (have_s) ds4_session_free(&s);
+    if (have_e) ds4_engine_free(&e);
+    free(toks);
+    ds4_model_close(&m);
+    return rc;
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+static uint64_t kr_state = 0x243F6A8885A308D3ull;
+
+static uint64_t kr_next(void) {
+    uint64_t z = (kr_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Random blocks with moderate, finite scales (as in test_dot). */
+static void fill_blocks(uint32_t type, uint8_t *p, uint64_t n) {
+    const ds4_type_info *t = ds4_types_info(type);
+    uint64_t bytes = ds4_types_row_bytes(type, n);
+    for (uint64_t i = 0; i < bytes; i++) p[i] = (uint8_t)kr_next();
+    for (uint64_t b = 0; b < n / t->blck; b++) {
+        uint8_t *k = p + b * t->bytes;
+        switch (type) {
+        case DS4_TYPE_F32: k[3] = (uint8_t)((k[3] & 0x80) | 0x3c); break;
+        case DS4_TYPE_F16: k[1] = (uint8_t)((k[1] & 0x83) | 0x30); break;
+        case DS4_TYPE_BF16: k[1] = (uint8_t)((k[1] & 0x80) | 0x3e); break;
+        case DS4_TYPE_Q8_0:
+        case DS4_TYPE_IQ2_XXS: k[1] = (uint8_t)((k[1] & 0x83) | 0x20); break;
+        case DS4_TYPE_Q2_K: k[81] = (uint8_t)((k[81] & 0x83) | 0x20); k[83] = 0x1c; break;
+        case DS4_TYPE_Q4_K: k[1] = (uint8_t)((k[1] & 0x83) | 0x20); k[3] = 0x1c; break;
+        default: break;
+        }
+    }
+}
+
+static int run_kernels(FILE *out, int header, uint64_t rows) {
+    static const uint32_t types[] = {DS4_TYPE_Q8_0, DS4_TYPE_IQ2_XXS, DS4_TYPE_Q2_K,
+                                     DS4_TYPE_Q4_K, DS4_TYPE_F16, DS4_TYPE_BF16, DS4_TYPE_F32};
+    const uint64_t cols = 4096;
+    static const int Ts[] = {1, 16};
+    float *x = malloc(sizeof(float) * cols * 16), *y = malloc(sizeof(float) * rows * 16);
+    if (!x || !y) return -1;
+    for (uint64_t i = 0; i < cols * 16; i++) x[i] = (float)((double)(kr_next() >> 11) * 0x1p-52 - 1.0);
+    if (header) fprintf(out, "type,rows,cols,T,threads,kernels,ms,weight_gbps,gmacs\n");
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        uint64_t rb = ds4_types_row_bytes(types[ti], cols);
+        uint8_t *data = malloc(rb * rows);
+        if (!data) return -1;
+        fill_blocks(types[ti], data, cols * rows);
+        ds4_mat W = {types[ti], cols, rows, rb, data};
+        for (int k = 0; k < 2; k++) {
+            int T = Ts[k], reps = 0;
+            ds4_dot_matmul(&W, x, cols, T, y, rows);   /* warm up: pages, caches, threads */
+            double t0 = now_sec(), t;
+            do {
+                ds4_dot_matmul(&W, x, cols, T, y, rows);
+                reps++;
+                t = now_sec() - t0;
+            } while (t < 0.3);
+            double sec = t / reps;
+            fprintf(out, "%s,%llu,%llu,%d,%d,%s,%.3f,%.2f,%.2f\n", ds4_types_name(types[ti]),
+                    (unsigned long long)rows, (unsigned long long)cols, T, omp_get_max_threads(),
+                    ds4_dot_kernels(), sec * 1e3, (double)(rb * rows) / sec / 1e9,
+                    (double)rows * (double)cols * T / sec / 1e9);
+            fflush(out);
+        }
+        free(data);
+    }
+    free(x);
+    free(y);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    ds4ref_wait_policy(argv);
+    bench_cfg cfg;
+    if (parse_args(argc, argv, &cfg)) return 2;
+    if (cfg.threads) omp_set_num_threads(cfg.threads);
+    FILE *out = stdout;
+    if (cfg.csv && !(out = fopen(cfg.csv, "w"))) {
+        perror(cfg.csv);
+        return 1;
+    }
+    ds4err err = {0};
+    int rc = cfg.kernels ? run_kernels(out, cfg.header, cfg.kernel_rows ? cfg.kernel_rows : 4096)
+                         : run_model(&cfg, out, &err);
+    if (out != stdout) fclose(out);
+    if (rc) {
+        fprintf(stderr, "ds4ref-bench: %s\n", err.msg[0] ? err.msg : "out of memory");
+        return err.code ? err.code : 1;
+    }
+    return 0;
+}

@@ -1,0 +1,139 @@
+/* ds4check.h — the checking library of ds4ref: comparing token streams
+ * (ds4ref-diff) and running another backend over the speculative-decoding
+ * matrix (ds4ref-conform).
+ *
+ * libds4ref (ds4ref.h) is the model and the formats it reads and writes; it
+ * never starts a process.  This library sits above it and is the one that
+ * does: ds4check_conform_run runs a backend's command for every cell.  Link
+ * with libds4check (`pkg-config --cflags --libs ds4check`).  Its calls take
+ * paths, never a model handle, and report errors through ds4ref_error with
+ * the DS4REF_E_* codes of ds4ref.h. */
+#ifndef DS4CHECK_H
+#define DS4CHECK_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ds4ref.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- diffing */
+
+/* Comparing two token streams with log-probabilities, as ds4ref-diff does
+ * (the figures are defined in docs/FORMATS.md, section 4).  Either file may
+ * be a ds4ref golden, a ds4 --dump-logprobs JSON or an official.vec file;
+ * the kind is told from the content (a file of none of these kinds is
+ * DS4REF_E_FORMAT, "not a golden, ds4 dump or official.vec").  The first
+ * file is the reference. */
+typedef struct ds4check_diff_options {
+    const char *case_id;       /* the case of an official.vec file (NULL: it must hold one) */
+    int all_steps;             /* also compare the steps after the first divergence */
+    int json;                  /* the report as one JSON object (else text) */
+    int quiet;                 /* text report without the per-step lines */
+    /* Thresholds; a negative value (or NAN) leaves one unchecked.  A
+     * threshold whose figure cannot be measured counts as violated.  With
+     * none at all (and no exact), min_top1 = 1 is checked: a divergence
+     * fails. */
+    double max_dlogprob;       /* largest |dlogprob| over the common tokens */
+    double min_top1;           /* share of the compared steps whose tokens agree */
+    double min_top5_overlap;   /* mean top-5 overlap fraction */
+    double min_top20_overlap;  /* mean top-20 overlap fraction */
+    double max_kl;             /* largest per-step KL(reference || other) */
+    int exact;                 /* require bit-identity in everything both record */
+} ds4check_diff_options;
+
+/* No threshold given (so min_top1 = 1 applies), text report with the
+ * per-step lines. */
+void ds4check_diff_options_init(ds4check_diff_options *o);
+
+typedef struct ds4check_diff_result {
+    uint32_t violations;       /* thresholds violated (differing prompts count): 0 = pass */
+    int exact;                 /* bit-identical in everything both sides record */
+    int prompt_differs;
+    int64_t first_divergence;  /* first step whose tokens differ; -1: none */
+    uint32_t n_steps_a;        /* steps of the reference (golden) */
+    uint32_t n_steps_b;        /* steps of the other file */
+    uint32_t n_compared;       /* steps compared */
+    double top1;               /* share of the compared steps whose tokens agree (NAN: none) */
+    double max_dlogprob;       /* NAN when no token is common to both sides */
+    double max_kl;             /* NAN when no step has a KL */
+} ds4check_diff_result;
+
+/* Compare `other` with `golden` under o (NULL: the defaults of
+ * ds4check_diff_options_init) and write the report of `ds4ref-diff` to
+ * report (NULL: none): the text report ends with "result: PASS" or
+ * "result: FAIL" and one "  violated: ..." line per violation.  Returns 0
+ * whenever the comparison was made, whatever the verdict; *result (may be
+ * NULL) gets the verdict and the main figures.  Errors: DS4REF_E_IO
+ * (cannot read a file, or write the report), DS4REF_E_FORMAT (malformed
+ * file), DS4REF_E_ARG (no or an unknown official.vec case), DS4REF_E_NOMEM. */
+int ds4check_diff_files(const char *golden, const char *other, const ds4check_diff_options *o,
+                      FILE *report, ds4check_diff_result *result, ds4ref_error *err);
+
+/* ------------------------------------------------------------ conformance */
+
+/* ds4ref-conform (docs/CONFORM.md): run another backend's command over the
+ * speculative-decoding matrix -- MTP draft depths, prefill chunks, batch
+ * sizes, prompts -- and check every cell against the reference. */
+typedef struct ds4check_conform_options {
+    const char *model_path;    /* the model, given to the backend and opened here */
+    const char *mtp_path;      /* its MTP head, or NULL (speculative cells are then n/a) */
+    const char *backend;       /* a preset ("ds4ref", "ds4") or a command template */
+    const char *ds4ref_path;   /* what {ds4ref} names (NULL: "ds4ref") */
+    const char *matrix;        /* NULL: the default; or "draft=0,2,4 chunk=64,whole batch=1" */
+    const char *prompts_dir;   /* NULL: the built-in corpus; or a folder of NAME.txt */
+    uint32_t n_tokens;         /* steps per row (default 32) */
+    uint32_t top_k;            /* alternatives the backend records (default 20) */
+    uint32_t ctx;              /* 0: the model's, at most 32768 */
+    int qat;                   /* the reference's FP8/FP4 simulation (default 1) */
+    double temperature;        /* 0: greedy (default) */
+    uint64_t seed;             /* default 1 */
+    int exact;                 /* bit-identity instead of the tolerance checks */
+    double max_gap;            /* nats (default 0.5) */
+    double tie_eps;            /* nats (default 0.05) */
+    double max_dlogprob;       /* default 0.5; NAN: unchecked */
+    double min_top5_overlap;   /* default NAN: unchecked */
+    double min_top20_overlap;  /* default NAN: unchecked */
+    const char *cache_dir;     /* NULL: no cache */
+    const char *work_dir;      /* NULL: a temporary folder, removed afterwards */
+    double timeout;            /* seconds a cell may run (0: no limit) */
+    /* Set asynchronously (by a SIGINT handler): the running cell's command is
+     * killed and the call returns DS4REF_E_INTERRUPTED. */
+    volatile sig_atomic_t *stop;
+    /* Called before each step of the run ("reference for chat", "draft=3
+     * chunk=7 batch=2 code", finally "done"). */
+    void (*progress)(void *ud, uint32_t done, uint32_t total, const char *what);
+    void *progress_ud;
+    /* Every cell as JSON, written atomically when the run ends (opened
+     * before it starts); NULL: none. */
+    const char *json_path;
+} ds4check_conform_options;
+
+void ds4check_conform_options_init(ds4check_conform_options *o);
+
+typedef struct ds4check_conform_result {
+    uint32_t cells, pass, fail, error, tie, not_exercised, na;
+    uint32_t ran;              /* cells whose backend ran and wrote its outputs */
+} ds4check_conform_result;
+
+/* Run the matrix; the text report (table, failures, smallest failing cell
+ * of each prompt, summary) goes to report (NULL: none).  Returns 0
+ * whenever the matrix ran, whatever the verdicts (read them in *res); an
+ * error is about the setup: the model, a bad template or matrix, a prompt
+ * that does not fit the context, a folder or file that cannot be written. */
+int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
+                       ds4check_conform_result *res, ds4ref_error *err);
+
+/* The backend presets, i = 0, 1, ...: their name, command template and a
+ * line about them; 0 past the last. */
+int ds4check_conform_preset(uint32_t i, const char **name, const char **tmpl, const char **about);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,102 @@
+/* ds4ref-mkmodel: write a synthetic DS4 model (base GGUF + MTP GGUF).
+ * Argument parsing over the public API (ds4ref_synth_write in ds4ref.h);
+ * the generator is src/model/synth.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds4ref.h"
+
+#include "options.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ds4ref-mkmodel --config NAME [--seed N] [--types f32|ds4]\n"
+            "                      [--vocab-from tokenizer.json[.xz]] [--no-mtp] -o FILE\n"
+            "\n"
+            "Writes a complete DeepSeek V4 Flash GGUF with random weights to FILE and\n"
+            "the matching MTP head to FILE with -mtp.gguf in place of .gguf.\n"
+            "Same options and seed give byte-identical files.\n"
+            "\n"
+            "  --config NAME   tiny (4 layers: ratios 0,0,4,128), tiny-k64 (tiny with heads\n"
+            "                  of 64, RoPE on 16: runs with --qat off only), tiny-spec (tiny\n"
+            "                  whose MTP head drafts what it decodes), fullwidth (the\n"
+            "                  real per-layer dimensions, 3 layers, 16 experts) or fulldepth\n"
+            "                  (the same with the real 43 layers and their ratios, ~13 GB)\n"
+            "  --types T       f32: every float tensor F32; ds4 (default): ds4's\n"
+            "                  published mix (Q8_0 / F16 / IQ2_XXS / Q2_K / F32 / I32)\n"
+            "  --seed N        random seed (default 1)\n"
+            "  --vocab-from F  embed a Hugging Face byte-level BPE vocabulary\n"
+            "  --no-mtp        do not write the MTP file\n"
+            "  -h, --help, --version\n");
+}
+
+enum opt_id { O_HELP, O_VERSION, O_NO_MTP, O_CONFIG, O_SEED, O_TYPES, O_VOCAB_FROM, O_OUT };
+
+static const ds4ref_option options[] = {
+    {"-h", O_HELP, false}, {"--help", O_HELP, false}, {"--version", O_VERSION, false},
+    {"--no-mtp", O_NO_MTP, false}, {"--config", O_CONFIG, true}, {"--seed", O_SEED, true},
+    {"--types", O_TYPES, true}, {"--vocab-from", O_VOCAB_FROM, true}, {"-o", O_OUT, true},
+};
+
+int main(int argc, char **argv) {
+    ds4ref_synth_options o;
+    ds4ref_synth_options_init(&o);
+    o.config = NULL;   /* required */
+    const char *out = NULL;
+    int mtp = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        char *end;
+        switch (ds4ref_option_next("ds4ref-mkmodel", options, sizeof(options) / sizeof(options[0]),
+                                   argc, argv, &i, &v)) {
+        case -1:
+            return DS4REF_E_ARG;
+        case O_HELP:
+            usage(stdout);
+            return 0;
+        case O_VERSION:
+            printf("ds4ref-mkmodel %s\n", ds4ref_version());
+            return 0;
+        case O_NO_MTP:
+            mtp = 0;
+            break;
+        case O_CONFIG:
+            o.config = v;
+            break;
+        case O_SEED:
+            errno = 0;
+            o.seed = strtoull(v, &end, 10);
+            if (*end || !*v || *v == '-' || errno) {
+                fprintf(stderr, "ds4ref-mkmodel: --seed expects a decimal integer, got '%s'\n", v);
+                return DS4REF_E_ARG;
+            }
+            break;
+        case O_TYPES:
+            if (strcmp(v, "f32") && strcmp(v, "ds4")) {
+                fprintf(stderr, "ds4ref-mkmodel: --types expects f32 or ds4, got '%s'\n", v);
+                return DS4REF_E_ARG;
+            }
+            o.f32 = !strcmp(v, "f32");
+            break;
+        case O_VOCAB_FROM:
+            o.vocab_from = v;
+            break;
+        case O_OUT:
+            out = v;
+            break;
+        }
+    }
+    if (!o.config || !out) {
+        fprintf(stderr, "ds4ref-mkmodel: --config NAME and -o FILE are required (see --help)\n");
+        return DS4REF_E_ARG;
+    }
+    ds4ref_error err = {0};
+    char *mtp_path = NULL;
+    int rc = mtp ? ds4ref_synth_mtp_path(out, &mtp_path, &err) : 0;
+    if (rc == 0) rc = ds4ref_synth_write(&o, out, mtp_path, &err);
+    if (rc) fprintf(stderr, "ds4ref-mkmodel: %s\n", err.message);
+    ds4ref_free(mtp_path);
+    return rc;
+}

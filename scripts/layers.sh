@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Checks the library's layering (docs/ARCHITECTURE.md): every dependency
+# goes downward, and nothing depends on itself in a circle.
+#
+#   scripts/layers.sh [BUILD_DIR]     (default build; run by make test)
+#   scripts/layers.sh --edges FILE    check one "from to" edge list (the
+#                                   test that the check can fail uses it)
+#   scripts/layers.sh --programs DIR  check the includes of DIR's programs
+#
+# The layers, lowest first (all under src/):
+#   libds4ref:   0 base/  1 quant/  2 text/  3 model/  4 format/  5 forward/
+#                6 decode/  7 run/  8 api/ (and include/ds4ref.h)
+#   libds4check: 9 diff/  10 conform/  11 check/ (and include/ds4check.h)
+# Programs (programs/*.c, *.h) may include the public headers and their own
+# helpers beside them only; bench/bench.c is the one exception, because it
+# measures what the API hides.
+#
+# Two graphs are checked, because either can go wrong without the other:
+#   - includes: each library source or header and the project headers it
+#     includes ("folder/name.h");
+#   - objects: each library object and the objects that define the symbols
+#     it leaves undefined (nm), i.e. who calls whom at link time.
+# An edge from a lower layer to a higher one is an error, and so is a cycle
+# (tsort finds them), within a layer as well as across layers, and a file
+# that includes itself.  Prints the
+# two graphs' sizes and exits 0 when both are clean, 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+
+rank() {
+    case "$1" in
+        src/base/*) echo 0 ;;
+        src/quant/*) echo 1 ;;
+        src/text/*) echo 2 ;;
+        src/model/*) echo 3 ;;
+        src/format/*) echo 4 ;;
+        src/forward/*) echo 5 ;;
+        src/decode/*) echo 6 ;;
+        src/run/*) echo 7 ;;
+        src/api/* | include/ds4ref.h) echo 8 ;;
+        src/diff/*) echo 9 ;;
+        src/conform/*) echo 10 ;;
+        src/check/* | include/ds4check.h) echo 11 ;;
+        *) echo -1 ;;
+    esac
+}
+
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# check_graph NAME EDGES: upward edges and cycles of a "from to" edge list.
+check_graph() {
+    local name=$1 edges=$2 from to rf rt
+    while read -r from to; do
+        rf=$(rank "$from")
+        rt=$(rank "$to")
+        if [ "$from" = "$to" ]; then
+            # A cycle of length one, which tsort takes for a lone node.
+            # (a.c including a.h is no such edge: those are two files.)
+            echo "layers: $name: $from depends on itself"
+            fail=1
+        elif [ "$rf" -lt 0 ] || [ "$rt" -lt 0 ]; then
+            echo "layers: $name: $from -> $to: outside the known layers"
+            fail=1
+        elif [ "$rt" -gt "$rf" ]; then
+            echo "layers: $name: upward edge $from -> $to"
+            fail=1
+        fi
+    done < "$edges"
+    # Longer cycles.
+    if ! tsort "$edges" > /dev/null 2> "$tmp/tsort.err"; then
+        echo "layers: $name: cycle:"
+        sed 's/^tsort: /  /' "$tmp/tsort.err"
+        fail=1
+    fi
+    echo "layers: $name graph: $(cut -d' ' -f1 "$edges" | sort -u | wc -l) nodes with edges," \
+         "$(wc -l < "$edges") edges"
+}
+
+# check_programs DIR: DIR's programs include the public headers and their
+# own helpers beside them only.
+check_programs() {
+    local f inc
+    for f in "$1"/*.[ch]; do
+        while read -r inc; do
+            case "$inc" in
+                ds4ref.h | ds4check.h) ;;
+                */*) echo "layers: $f includes \"$inc\": programs use the public headers only"
+                     fail=1 ;;
+                *) [ -f "$1/$inc" ] || { echo "layers: $f includes \"$inc\", which is not beside it"
+                                         fail=1; } ;;
+            esac
+        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+    done
+    echo "layers: programs: $(ls "$1"/*.c | wc -l) programs checked"
+}
+
+if [ "${1:-}" = --programs ]; then
+    check_programs "$2"
+    exit $fail
+fi
+
+if [ "${1:-}" = --edges ]; then
+    check_graph edges "$2"
+    [ $fail -eq 0 ] && echo "layers: OK"
+    exit $fail
+fi
+
+# ---- includes
+sources=$(ls src/*/*.[ch])
+: > "$tmp/inc"
+for f in $sources; do
+    sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
+    while read -r inc; do
+        case "$inc" in
+            ds4ref.h | ds4check.h) to=include/$inc ;;
+            */*) to=src/$inc ;;
+            *) echo "layers: $f includes \"$inc\": name its folder" >&2; to=unknown/$inc ;;
+        esac
+        if [ ! -f "$to" ]; then
+            echo "layers: $f includes \"$inc\", which is not a library header" >&2
+        fi
+        echo "$f $to"
+    done >> "$tmp/inc"
+done
+check_graph includes "$tmp/inc"
+
+# ---- objects
+objs=$(cd "$build" 2>/dev/null && ls src/*/*.o 2>/dev/null)
+if [ -z "$objs" ]; then
+    echo "layers: no library objects under $build (build first)"
+    exit 1
+fi
+: > "$tmp/defs"
+for o in $objs; do
+    nm -g --defined-only "$build/$o" | awk -v o="${o%.o}.c" 'NF == 3 { print $3, o }' >> "$tmp/defs"
+done
+sort -k1,1 "$tmp/defs" > "$tmp/defs.sorted"
+: > "$tmp/calls"
+for o in $objs; do
+    nm -u "$build/$o" | awk '{ print $NF }' | sort -u |
+        join - "$tmp/defs.sorted" | awk -v o="${o%.o}.c" '{ print o, $2 }' >> "$tmp/calls"
+done
+sort -u "$tmp/calls" -o "$tmp/calls"
+check_graph objects "$tmp/calls"
+
+# ---- programs: the public headers and their own helpers only
+check_programs programs
+
+if [ $fail -ne 0 ]; then
+    echo "layers: FAILED (docs/ARCHITECTURE.md says what may depend on what)"
+    exit 1
+fi
+echo "layers: OK: every include and every call goes downward, no cycles"

@@ -1,0 +1,104 @@
+/* ds4ref-conform in the public API (ds4ref.h) over src/conform/. */
+#include "ds4check.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "api/apierr.h"
+#include "api/apimodel.h"
+#include "base/file.h"
+#include "conform/conform.h"
+#include "conform/template.h"
+
+void ds4check_conform_options_init(ds4check_conform_options *o) {
+    memset(o, 0, sizeof(*o));
+    o->n_tokens = 32;
+    o->top_k = 20;
+    o->qat = 1;
+    o->seed = 1;
+    o->max_gap = 0.5;
+    o->tie_eps = 0.05;
+    o->max_dlogprob = 0.5;
+    o->min_top5_overlap = NAN;
+    o->min_top20_overlap = NAN;
+}
+
+int ds4check_conform_preset(uint32_t i, const char **name, const char **tmpl, const char **about) {
+    return ds4chk_template_preset_at(i, name, tmpl, about);
+}
+
+/* The internal options of o, over the corpus and matrix made from it. */
+static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus, ds4_cf_opts *in,
+                       ds4err *e) {
+    memset(in, 0, sizeof(*in));
+    const char *preset = o->backend ? ds4chk_template_preset(o->backend) : NULL;
+    if (!o->backend) return ds4_err_set(e, DS4_E_ARG, "no backend: give a preset or a template");
+    in->backend = preset ? preset : o->backend;
+    in->backend_name = preset ? o->backend : "(template)";
+    in->model_path = o->model_path;
+    in->mtp_path = o->mtp_path;
+    in->ds4ref_path = o->ds4ref_path ? o->ds4ref_path : "ds4ref";
+    ds4chk_matrix_default(&in->matrix);
+    if (o->matrix && ds4chk_matrix_parse(&in->matrix, o->matrix, e)) return -1;
+    if (o->prompts_dir ? ds4chk_corpus_dir(corpus, o->prompts_dir, e)
+                       : ds4chk_corpus_builtin(corpus, e))
+        return -1;
+    in->corpus = corpus;
+    in->n_tokens = o->n_tokens;
+    in->top_k = o->top_k ? o->top_k : 20;
+    in->ctx = o->ctx;
+    in->temp = o->temperature;
+    in->seed = o->seed;
+    in->limits = (ds4_cf_limits){.exact = o->exact != 0, .max_gap = o->max_gap,
+                                 .tie_eps = o->tie_eps, .max_dlogprob = o->max_dlogprob,
+                                 .min_top5 = o->min_top5_overlap,
+                                 .min_top20 = o->min_top20_overlap};
+    in->cache_dir = o->cache_dir;
+    in->work_dir = o->work_dir;
+    in->timeout = o->timeout;
+    in->stop = o->stop;
+    in->progress = o->progress;
+    in->progress_ud = o->progress_ud;
+    return 0;
+}
+
+static void to_public(const ds4_cf_result *r, ds4check_conform_result *out) {
+    if (!out) return;
+    *out = (ds4check_conform_result){r->n_cells, r->count[DS4_CF_PASS], r->count[DS4_CF_FAIL],
+                                   r->count[DS4_CF_ERROR], r->count[DS4_CF_TIE],
+                                   r->count[DS4_CF_NOT_EXERCISED], r->count[DS4_CF_NA], r->n_ran};
+}
+
+int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
+                       ds4check_conform_result *res, ds4ref_error *err) {
+    ds4err e = {0};
+    ds4_cf_corpus corpus = {0};
+    ds4_cf_opts in;
+    ds4_afile json = {0};
+    ds4ref_model *m = NULL;
+    ds4_cf_result r = {0};
+    if (res) memset(res, 0, sizeof(*res));
+    if (!o || !o->model_path) return api_fail_msg(err, DS4REF_E_ARG, "ds4check_conform_run: no model");
+    int rc = to_internal(o, &corpus, &in, &e);
+    if (rc == 0 && o->json_path) rc = ds4_file_atomic_open(&json, o->json_path, &e);
+    if (rc == 0) {
+        ds4ref_model_options mo;
+        ds4ref_model_options_init(&mo);
+        mo.path = o->model_path;
+        mo.qat = o->qat;
+        ds4ref_error me;
+        if (ds4ref_model_open(&mo, &m, &me)) rc = ds4_err_set(&e, me.code, "%s", me.message);
+    }
+    const ds4_tokenizer *tok = NULL;
+    if (rc == 0) rc = ds4_model_tokenizer(&m->m, &tok, &e);
+    if (rc == 0) rc = ds4chk_conform_run(&m->e, tok, &in, &r, &e);
+    if (rc == 0) rc = ds4chk_report_write(&r, &in, report, &json, &e);
+    if (rc == 0) to_public(&r, res);
+    ds4_file_atomic_abort(&json);
+    ds4chk_conform_result_free(&r);
+    ds4chk_corpus_free(&corpus);
+    ds4ref_model_close(m);
+    if (rc) return api_fail(err, &e);
+    api_ok(err);
+    return 0;
+}

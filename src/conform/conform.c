@@ -1,0 +1,507 @@
+/* The ds4ref-conform driver (conform.h). */
+#include "conform/conform.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "conform/template.h"
+#include "decode/generate.h"
+#include "text/chat.h"
+#include "diff/diff.h"
+#include "format/trace.h"
+
+#define LOG_LIMIT ((size_t)64 << 20)
+
+void ds4chk_conform_result_free(ds4_cf_result *r) {
+    for (uint32_t i = 0; r->prompts && i < r->n_prompts; i++) {
+        free(r->prompts[i].ids);
+        ds4_buf_free(&r->prompts[i].rendered);
+        ds4_golden_free(&r->prompts[i].ref);
+    }
+    for (uint32_t i = 0; r->forced && i < r->n_forced; i++) ds4chk_reference_tf_free(&r->forced[i].tf);
+    free(r->prompts);
+    free(r->cells);
+    free(r->forced);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- prompts ---- */
+
+/* Each corpus text as ds4's tests render a prompt (no system prompt,
+ * thinking off), its rendered bytes, and its reference golden. */
+static int prepare_prompts(ds4_cf_ref *ref, const ds4_tokenizer *tok, const ds4_cf_opts *o,
+                           ds4_cf_result *res, ds4err *err) {
+    const ds4_cf_corpus *c = o->corpus;
+    res->prompts = calloc(c->n, sizeof(ds4_cf_prompt));
+    if (!res->prompts) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    res->n_prompts = c->n;
+    ds4_chat_opts co = {.thinking = false, .effort_max = false};
+    for (uint32_t i = 0; i < c->n; i++) {
+        ds4_cf_prompt *p = &res->prompts[i];
+        ds4_tokens t = {0};
+        p->name = c->p[i].name;
+        ds4_golden_init(&p->ref, DS4_TRACE_GOLDEN);
+        if (ds4_chat_prompt_ids(tok, NULL, 0, (const char *)c->p[i].bytes, c->p[i].len, &co, &t,
+                                err)) {
+            ds4_tokens_free(&t);
+            return -1;
+        }
+        p->ids = t.ids;
+        p->n = (uint32_t)t.n;
+        if (ds4_tok_decode(tok, p->ids, p->n, &p->rendered, err)) return -1;
+        if (p->rendered.failed) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        if ((uint64_t)p->n + o->n_tokens - 1 > res->ctx)
+            return ds4_err_set(err, DS4_E_RANGE, "prompt %s: %u tokens and %u steps do not fit a "
+                              "context of %u: give --ctx %u or more", p->name, p->n, o->n_tokens,
+                              res->ctx, p->n + o->n_tokens - 1);
+        char what[160];
+        snprintf(what, sizeof(what), "reference for %s (%u tokens)", p->name, p->n);
+        if (o->progress) o->progress(o->progress_ud, i, c->n, what);
+        if (ds4chk_reference_golden(ref, p->ids, p->n, &p->ref, &p->cached, err)) return -1;
+    }
+    return 0;
+}
+
+/* ---- cells ---- */
+
+/* Why this template cannot run cell c (NULL: it can).  Without a
+ * placeholder a dimension keeps one value: depth 0, the whole prompt (or
+ * the last chunk listed), one row. */
+static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cell *c) {
+    if (c->draft && !(uses & 1u << DS4_CF_DRAFT)) return "the backend template has no {draft}";
+    if (c->draft && !o->mtp_path) return "no MTP model (--mtp)";
+    const ds4_cf_dim *ch = &o->matrix.chunk;
+    bool has_whole = false;
+    for (uint32_t i = 0; i < ch->n; i++) has_whole |= ch->v[i] == DS4_CF_WHOLE;
+    uint32_t keep = has_whole ? DS4_CF_WHOLE : ch->v[ch->n - 1];
+    if (c->chunk_spec != keep && !(uses & 1u << DS4_CF_CHUNK))
+        return "the backend template has no {chunk}";
+    if (c->batch > 1 && !(uses & (1u << DS4_CF_BATCH | 1u << DS4_CF_BATCH_TOKENS)))
+        return "the backend template has no {batch} or {batch_tokens}";
+    return NULL;
+}
+
+static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
+    const ds4_cf_matrix *m = &o->matrix;
+    uint64_t n = (uint64_t)m->draft.n * m->chunk.n * m->batch.n * res->n_prompts;
+    if (!n) return ds4_err_set(err, DS4_E_ARG, "the matrix has no cell");
+    res->cells = calloc(n, sizeof(ds4_cf_cell));
+    if (!res->cells) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    for (uint32_t d = 0; d < m->draft.n; d++)
+        for (uint32_t c = 0; c < m->chunk.n; c++)
+            for (uint32_t b = 0; b < m->batch.n; b++)
+                for (uint32_t p = 0; p < res->n_prompts; p++) {
+                    ds4_cf_cell *cell = &res->cells[res->n_cells++];
+                    cell->draft = m->draft.v[d];
+                    cell->chunk_spec = m->chunk.v[c];
+                    cell->batch = m->batch.v[b];
+                    cell->prompt = p;
+                    cell->row = -1;
+                    ds4chk_verdict_finding_pass(&cell->f);
+                    uint32_t longest = 1;
+                    for (uint32_t r = 0; r < cell->batch; r++) {
+                        cell->rows[r].prompt = (p + r) % res->n_prompts;
+                        cell->rows[r].tf = -1;
+                        ds4chk_verdict_finding_pass(&cell->rows[r].f);
+                        uint32_t np = res->prompts[cell->rows[r].prompt].n;
+                        if (np > longest) longest = np;
+                    }
+                    cell->chunk = cell->chunk_spec == DS4_CF_WHOLE ? longest : cell->chunk_spec;
+                }
+    return 0;
+}
+
+void ds4chk_conform_cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, bool with_prompt, char *out,
+                      size_t cap) {
+    char ch[16];
+    snprintf(out, cap, "draft=%u chunk=%s batch=%u%s%s", c->draft,
+             ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch, with_prompt ? " " : "",
+             with_prompt ? r->prompts[c->prompt].name : "");
+}
+
+/* ---- the work folder ---- */
+
+static int write_small(const char *path, const void *data, size_t n, ds4err *err) {
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(data, 1, n, f) == n;
+    if (f && fclose(f)) ok = false;
+    return ok ? 0 : ds4_err_set(err, DS4_E_IO, "%s: cannot write: %s", path, strerror(errno));
+}
+
+/* "DIR/NAME" or "DIR/NAME.ROW" (row >= 0) into a ds4_buf. */
+static char *path_in(const char *dir, const char *name, int row) {
+    ds4_buf b = {0};
+    if (row >= 0) ds4_buf_printf(&b, "%s/%s.%d", dir, name, row);
+    else ds4_buf_printf(&b, "%s/%s", dir, name);
+    if (b.failed) {
+        ds4_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* ids[0..n), each followed by sep. */
+static void put_ids(ds4_buf *b, const int32_t *ids, uint32_t n, char sep) {
+    for (uint32_t i = 0; i < n; i++) ds4_buf_printf(b, "%" PRId32 "%c", ids[i], sep);
+}
+
+/* b into DIR/NAME (row < 0) or DIR/NAME.ROW. */
+static int write_buf(const char *dir, const char *name, int row, const ds4_buf *b, ds4err *err) {
+    char *path = path_in(dir, name, row);
+    int rc = !path || b->failed ? ds4_err_set(err, DS4_E_NOMEM, "out of memory")
+                                : write_small(path, b->p ? b->p : "", b->len, err);
+    free(path);
+    return rc;
+}
+
+/* A row's tokens and prompt files, under .ROW (row >= 0) or not. */
+static int write_row(const ds4_cf_prompt *p, const char *dir, int row, ds4err *err) {
+    ds4_buf ids = {0};
+    put_ids(&ids, p->ids, p->n, '\n');
+    int rc = write_buf(dir, "tokens", row, &ids, err);
+    if (rc == 0) rc = write_buf(dir, "prompt", row, &p->rendered, err);
+    ds4_buf_free(&ids);
+    return rc;
+}
+
+/* The cell's inputs: row 0's files without a suffix, every row's with one
+ * when there are several, and the batch_tokens file (a row per line). */
+static int write_inputs(const ds4_cf_result *res, const ds4_cf_cell *c, const char *dir,
+                        ds4err *err) {
+    int rc = write_row(&res->prompts[c->rows[0].prompt], dir, -1, err);
+    for (uint32_t r = 0; rc == 0 && c->batch > 1 && r < c->batch; r++)
+        rc = write_row(&res->prompts[c->rows[r].prompt], dir, (int)r, err);
+    ds4_buf batch = {0};
+    for (uint32_t r = 0; r < c->batch; r++) {
+        const ds4_cf_prompt *p = &res->prompts[c->rows[r].prompt];
+        put_ids(&batch, p->ids, p->n - 1, ' ');
+        ds4_buf_printf(&batch, "%" PRId32 "\n", p->ids[p->n - 1]);
+    }
+    if (rc == 0) rc = write_buf(dir, "batch_tokens", -1, &batch, err);
+    ds4_buf_free(&batch);
+    return rc;
+}
+
+/* Remove a folder this run made, with everything in it. */
+static void remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *sub = path_in(path, e->d_name, -1);
+            struct stat st;
+            if (sub && lstat(sub, &st) == 0) {
+                if (S_ISDIR(st.st_mode)) remove_tree(sub);
+                else unlink(sub);
+            }
+            free(sub);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* ---- running a cell ---- */
+
+/* The teacher-forced record of a row's stream: one already made for the
+ * same prompt and tokens, or a new one.  -1 on error. */
+static int32_t tf_of(ds4_cf_ref *ref, ds4_cf_result *res, uint32_t prompt, const ds4_golden *out,
+                     ds4err *err) {
+    uint32_t n = out->n_steps;
+    int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!ids) {
+        ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) ids[i] = out->steps[i].tok.id;
+    for (uint32_t t = 0; t < res->n_forced; t++) {
+        const ds4_cf_forced *f = &res->forced[t];
+        if (f->prompt == prompt && f->tf.n == n && !memcmp(f->tf.ids, ids, sizeof(int32_t) * n)) {
+            free(ids);
+            return (int32_t)t;
+        }
+    }
+    ds4_cf_forced *grown = realloc(res->forced, sizeof(*grown) * (res->n_forced + 1));
+    int32_t at = -1;
+    if (!grown) {
+        ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    } else {
+        res->forced = grown;
+        ds4_cf_forced *f = &grown[res->n_forced];
+        const ds4_cf_prompt *p = &res->prompts[prompt];
+        f->prompt = prompt;
+        if (ds4chk_reference_force(ref, p->ids, p->n, &p->ref, ids, n, &f->tf, err) == 0)
+            at = (int32_t)res->n_forced++;
+    }
+    free(ids);
+    return at;
+}
+
+/* Row r of a cell whose backend ran: its output read and checked. */
+static void check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
+                         const ds4_tokenizer *tok, ds4_cf_cell *c, uint32_t r, const char *dir) {
+    ds4_cf_row *row = &c->rows[r];
+    const ds4_cf_prompt *p = &res->prompts[row->prompt];
+    char *path = path_in(dir, "out", c->batch > 1 ? (int)r : -1);
+    ds4_golden out;
+    ds4err e = {0};
+    ds4_golden_init(&out, DS4_TRACE_DUMP);
+    if (!path) {
+        snprintf(row->f.detail, sizeof(row->f.detail), "out of memory");
+        row->f.status = DS4_CF_ERROR;
+    } else if (ds4_trace_load(path, NULL, &out, &e)) {
+        row->f.status = DS4_CF_ERROR;
+        snprintf(row->f.detail, sizeof(row->f.detail), "no usable output: %.300s", e.msg);
+    } else if (ds4chk_verdict_usable(&out, p->ids, p->n, o->n_tokens, ref->e->m->cfg.n_vocab,
+                                   &row->f)) {
+        row->tf = tf_of(ref, res, row->prompt, &out, &e);
+        if (row->tf < 0) {
+            row->f.status = DS4_CF_ERROR;
+            snprintf(row->f.detail, sizeof(row->f.detail), "teacher forcing: %.300s", e.msg);
+        } else {
+            int32_t eos = ds4_tok_special(tok, DS4_SPECIAL_EOS);
+            ds4chk_verdict_row(&p->ref, &out, &res->forced[row->tf].tf, o->n_tokens, eos, &o->limits, tok,
+                             &row->f);
+        }
+    }
+    ds4_golden_free(&out);
+    free(path);
+}
+
+/* The worst row decides the cell. */
+static void cell_from_rows(ds4_cf_cell *c) {
+    for (uint32_t r = 0; r < c->batch; r++)
+        if (c->rows[r].f.status > c->status) {
+            c->status = c->rows[r].f.status;
+            c->f = c->rows[r].f;
+            c->row = (int32_t)r;
+        }
+}
+
+/* The cell failed to run: why, and the end of the backend's log. */
+static void cell_error(ds4_cf_cell *c, const char *why, const char *last) {
+    c->status = DS4_CF_ERROR;
+    c->f.status = DS4_CF_ERROR;
+    int n = snprintf(c->f.detail, sizeof(c->f.detail), "%s; its log ends: ", why);
+    if (n > 0 && (size_t)n < sizeof(c->f.detail))
+        snprintf(c->f.detail + n, sizeof(c->f.detail) - (size_t)n, "%.*s",
+                 (int)(sizeof(c->f.detail) - (size_t)n - 1), last);
+}
+
+/* Run cell c: inputs, the command, the outputs.  Errors returned are the
+ * run's own (the work folder); the backend's failures are the cell's. */
+static int run_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
+                    const ds4_tokenizer *tok, ds4_cf_cell *c, uint32_t index, const char *work,
+                    ds4err *err) {
+    char name[64], ch[16];
+    snprintf(name, sizeof(name), "%03u-d%u-c%s-b%u-", index, c->draft,
+             ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch);
+    ds4_buf dir = {0};
+    ds4_buf_printf(&dir, "%s/%s%s", work, name, res->prompts[c->prompt].name);
+    char *tokens = path_in(dir.p, "tokens", -1), *prompt = path_in(dir.p, "prompt", -1),
+         *batch = path_in(dir.p, "batch_tokens", -1), *out = path_in(dir.p, "out", -1),
+         *log = path_in(dir.p, "log", -1);
+    int rc = dir.failed || !tokens || !prompt || !batch || !out || !log
+                 ? ds4_err_set(err, DS4_E_NOMEM, "out of memory") : 0;
+    if (rc == 0 && mkdir(dir.p, 0755) && errno != EEXIST)
+        rc = ds4_err_set(err, DS4_E_IO, "%s: %s", dir.p, strerror(errno));
+    if (rc == 0) rc = write_inputs(res, c, dir.p, err);
+    ds4_buf cmd = {0};
+    if (rc == 0) {
+        ds4_cf_vars v = {.model = o->model_path, .mtp = c->draft ? o->mtp_path : NULL,
+                         .tokens_file = tokens, .prompt_file = prompt, .batch_tokens = batch,
+                         .out = out, .ds4ref = o->ds4ref_path, .n = o->n_tokens,
+                         .draft = c->draft, .chunk = c->chunk, .batch = c->batch,
+                         .ctx = res->ctx, .top_k = o->top_k, .temp = o->temp, .seed = o->seed};
+        rc = ds4chk_template_expand(o->backend, &v, &cmd, err);
+    }
+    ds4_cf_exit x;
+    if (rc == 0) rc = ds4chk_backend_spawn(cmd.p, log, o->timeout, o->stop, &x, err);
+    if (rc == 0) {
+        snprintf(c->log, sizeof(c->log), "%s", log);
+        c->seconds = x.seconds;
+        char *text = NULL, last[200] = "";
+        size_t len = 0;
+        ds4err ignored = {0};
+        if (ds4_file_read(log, LOG_LIMIT, &text, &len, &ignored) == 0) {
+            ds4chk_backend_read_accept(text, len, &c->accept);
+            ds4chk_backend_last_line(text, len, last, sizeof(last));
+        }
+        free(text);
+        char why[96];
+        if (x.timed_out) {
+            snprintf(why, sizeof(why), "the backend ran past the %g s timeout", o->timeout);
+            cell_error(c, why, last);
+        } else if (x.status) {
+            snprintf(why, sizeof(why), "the backend exited with status %d", x.status);
+            cell_error(c, why, last);
+        } else {
+            for (uint32_t r = 0; r < c->batch; r++) check_output(ref, res, o, tok, c, r, dir.p);
+            cell_from_rows(c);
+            bool some = false;
+            for (uint32_t r = 0; r < c->batch; r++) some |= c->rows[r].tf >= 0;
+            res->n_ran += some;
+        }
+    }
+    ds4_buf_free(&cmd);
+    free(tokens);
+    free(prompt);
+    free(batch);
+    free(out);
+    free(log);
+    ds4_buf_free(&dir);
+    return rc;
+}
+
+/* ---- across cells ---- */
+
+/* Is a a better base cell than b: a lower depth, then a smaller batch,
+ * then the whole prompt in one chunk, else a larger chunk? */
+static bool better_base(const ds4_cf_cell *a, const ds4_cf_cell *b) {
+    if (a->draft != b->draft) return a->draft < b->draft;
+    if (a->batch != b->batch) return a->batch < b->batch;
+    if ((a->chunk_spec == DS4_CF_WHOLE) != (b->chunk_spec == DS4_CF_WHOLE))
+        return a->chunk_spec == DS4_CF_WHOLE;
+    return a->chunk > b->chunk;
+}
+
+/* The base cell of prompt p (better_base), NULL when it left no record. */
+static const ds4_cf_cell *base_cell(const ds4_cf_result *res, uint32_t p) {
+    const ds4_cf_cell *best = NULL;
+    for (uint32_t i = 0; i < res->n_cells; i++) {
+        const ds4_cf_cell *c = &res->cells[i];
+        if (c->prompt == p && c->status != DS4_CF_NA && (!best || better_base(c, best))) best = c;
+    }
+    return best && best->rows[0].tf >= 0 ? best : NULL;
+}
+
+/* Every row against the base cell's stream of its prompt. */
+static void check_consistency(ds4_cf_result *res, const ds4_cf_opts *o, const ds4_tokenizer *tok) {
+    for (uint32_t p = 0; p < res->n_prompts; p++) {
+        const ds4_cf_cell *base = base_cell(res, p);
+        if (!base) continue;
+        char name[96];
+        ds4chk_conform_cell_name(res, base, false, name, sizeof(name));
+        const ds4_cf_tf *bt = &res->forced[base->rows[0].tf].tf;
+        for (uint32_t i = 0; i < res->n_cells; i++) {
+            ds4_cf_cell *c = &res->cells[i];
+            if (c == base || c->status >= DS4_CF_FAIL) continue;
+            for (uint32_t r = 0; r < c->batch; r++) {
+                ds4_cf_row *row = &c->rows[r];
+                if (row->prompt != p || row->tf < 0) continue;
+                ds4_cf_finding f;
+                ds4chk_verdict_same(bt, &res->forced[row->tf].tf, name, &o->limits, tok, &f);
+                if (f.status > row->f.status) row->f = f;
+            }
+            cell_from_rows(c);
+        }
+    }
+}
+
+/* A speculative cell that passed must have accepted a deep draft. */
+static void check_exercised(ds4_cf_result *res) {
+    for (uint32_t i = 0; i < res->n_cells; i++) {
+        ds4_cf_cell *c = &res->cells[i];
+        if (c->status != DS4_CF_PASS || !c->draft) continue;
+        uint64_t need = c->draft < 3 ? c->draft : 3;
+        const ds4_cf_accept *a = &c->accept;
+        if (!a->known || !a->has_deepest) {
+            c->status = DS4_CF_NOT_EXERCISED;
+            snprintf(c->f.detail, sizeof(c->f.detail), "the backend reported no acceptance counts "
+                     "(docs/CONFORM.md: the accept lines it may print)");
+        } else if (a->deepest < need) {
+            c->status = DS4_CF_NOT_EXERCISED;
+            snprintf(c->f.detail, sizeof(c->f.detail), "no cycle accepted %" PRIu64 " drafts (the "
+                     "most: %" PRIu64 ", of %" PRIu64 " accepted in all)", need, a->deepest,
+                     a->accepted);
+        }
+        c->f.status = c->status;
+    }
+}
+
+/* ---- the run ---- */
+
+/* The folder the cells run in: the one given, or a new temporary one. */
+static int open_work(const ds4_cf_opts *o, char *work, size_t cap, bool *temporary,
+                     ds4err *err) {
+    *temporary = !o->work_dir;
+    if (o->work_dir) {
+        snprintf(work, cap, "%s", o->work_dir);
+        return ds4_file_make_dirs(work, err);
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(work, cap, "%s/ds4ref-conform-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(work)) return ds4_err_set(err, DS4_E_IO, "%s: %s", work, strerror(errno));
+    return 0;
+}
+
+static void tally(ds4_cf_result *res) {
+    memset(res->count, 0, sizeof(res->count));
+    for (uint32_t i = 0; i < res->n_cells; i++) res->count[res->cells[i].status]++;
+}
+
+int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
+               ds4_cf_result *res, ds4err *err) {
+    memset(res, 0, sizeof(*res));
+    uint32_t uses;
+    if (ds4chk_template_check(o->backend, &uses, err)) return -1;
+    if (o->temp > 0 && !(uses & 1u << DS4_CF_TEMP))
+        return ds4_err_set(err, DS4_E_ARG, "--temp %g: the backend template has no {temp}", o->temp);
+    if (o->temp > 0 && o->limits.exact)
+        return ds4_err_set(err, DS4_E_ARG, "--exact compares greedy runs: use --temp 0");
+    if (!o->corpus || !o->corpus->n) return ds4_err_set(err, DS4_E_ARG, "no prompts");
+    if (!o->n_tokens) return ds4_err_set(err, DS4_E_ARG, "no tokens to generate (-n)");
+    res->ctx = ds4_generate_session_opts(e, o->ctx, 0).ctx;   /* ds4ref's own default */
+    res->greedy = o->temp == 0;
+    ds4_cf_opts run = *o;
+    run.limits.greedy = res->greedy;
+    ds4_cf_ref ref;
+    if (ds4chk_reference_init(&ref, e, tok, res->ctx, o->top_k, o->n_tokens, true, o->cache_dir, err))
+        return -1;
+    char work[4096];
+    bool temporary = false;
+    int rc = prepare_prompts(&ref, tok, &run, res, err);
+    if (rc == 0) rc = make_cells(&run, res, err);
+    if (rc == 0) rc = open_work(&run, work, sizeof(work), &temporary, err);
+    for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
+        ds4_cf_cell *c = &res->cells[i];
+        if (o->stop && *o->stop) {
+            rc = ds4_err_set(err, DS4_E_INTERRUPTED, "interrupted after %u of %u cells", i,
+                            res->n_cells);
+            break;
+        }
+        char what[160];
+        ds4chk_conform_cell_name(res, c, true, what, sizeof(what));
+        if (o->progress) o->progress(o->progress_ud, i, res->n_cells, what);
+        const char *na = cell_na(&run, uses, c);
+        if (na) {
+            c->status = c->f.status = DS4_CF_NA;
+            snprintf(c->f.detail, sizeof(c->f.detail), "%s", na);
+            continue;
+        }
+        rc = run_cell(&ref, res, &run, tok, c, i, work, err);
+        if (rc && err->code == DS4_E_INTERRUPTED)
+            ds4_err_set(err, DS4_E_INTERRUPTED, "interrupted in cell %u of %u (%s)", i + 1,
+                       res->n_cells, what);
+    }
+    if (rc == 0) {
+        if (res->greedy) check_consistency(res, &run, tok);
+        check_exercised(res);
+        tally(res);
+        if (o->progress) o->progress(o->progress_ud, res->n_cells, res->n_cells, "done");
+    }
+    if (temporary) {
+        remove_tree(work);
+        for (uint32_t i = 0; res->cells && i < res->n_cells; i++) res->cells[i].log[0] = '\0';
+    }
+    ds4chk_reference_free(&ref);
+    if (rc) ds4chk_conform_result_free(res);
+    return rc;
+}

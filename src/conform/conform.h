@@ -1,0 +1,130 @@
+/* ds4ref-conform: run a backend over the speculative-decoding matrix and
+ * say which cell breaks, where, and by how much (docs/CONFORM.md).
+ *
+ * For every cell -- an MTP draft depth, a prefill chunk, a batch size and a
+ * prompt -- the backend's command (template.h) runs once, on the cell's
+ * prompts (row r of a batch gets the corpus prompt after row r-1's, so the
+ * rows differ in length), and writes one output per row.  Each row is
+ * checked against the reference (verdict.h); then every row's stream is
+ * compared with the backend's own stream of the base cell for that prompt;
+ * then a speculative cell that passed is "not exercised" unless the backend
+ * reported that some cycle accepted a draft at depth min(draft, 3) or
+ * deeper (for depth 3 and up: beyond depth 2, where ds4 #358 lived). */
+#ifndef DS4_CONFORM_H
+#define DS4_CONFORM_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/file.h"
+#include "conform/backend.h"
+#include "conform/corpus.h"
+#include "conform/matrix.h"
+#include "conform/reference.h"
+#include "conform/verdict.h"
+#include "forward/engine.h"
+#include "text/tokenizer.h"
+#include "format/golden.h"
+
+typedef void (*ds4_cf_progress_fn)(void *ud, uint32_t done, uint32_t total, const char *what);
+
+typedef struct ds4_cf_opts {
+    const char *model_path;    /* given to the backend ({model}); the engine's model */
+    const char *mtp_path;      /* {mtp}; NULL: speculative cells are n/a */
+    const char *backend;       /* the command template */
+    const char *backend_name;  /* how the report names it */
+    const char *ds4ref_path;   /* {ds4ref} */
+    ds4_cf_matrix matrix;
+    const ds4_cf_corpus *corpus;
+    uint32_t n_tokens;         /* steps per row */
+    uint32_t top_k;            /* alternatives the backend records ({top_k}) */
+    uint32_t ctx;              /* 0: the model's, at most 32768 */
+    double temp;               /* 0: greedy */
+    uint64_t seed;
+    ds4_cf_limits limits;      /* .greedy is set from temp */
+    const char *cache_dir;     /* NULL: no cache */
+    const char *work_dir;      /* NULL: a temporary folder, removed at the end */
+    double timeout;            /* seconds per cell; 0: none */
+    volatile sig_atomic_t *stop;   /* NULL, or set asynchronously (SIGINT): the run stops */
+    ds4_cf_progress_fn progress;
+    void *progress_ud;
+} ds4_cf_opts;
+
+/* A prompt made ready: its ids, its rendered text, its reference. */
+typedef struct ds4_cf_prompt {
+    const char *name;          /* the corpus's */
+    int32_t *ids;
+    uint32_t n;
+    ds4_buf rendered;          /* the bytes of ids: what {prompt_file} holds */
+    ds4_golden ref;
+    bool cached;               /* the reference came from the cache */
+} ds4_cf_prompt;
+
+/* The reference teacher-forced on a stream that followed one prompt. */
+typedef struct ds4_cf_forced {
+    uint32_t prompt;
+    ds4_cf_tf tf;
+} ds4_cf_forced;
+
+typedef struct ds4_cf_row {
+    uint32_t prompt;           /* index into the prompts */
+    ds4_cf_finding f;
+    int32_t tf;                /* index of its teacher-forced record, -1 none */
+} ds4_cf_row;
+
+typedef struct ds4_cf_cell {
+    uint32_t draft, chunk_spec, chunk, batch, prompt;   /* chunk: the number given */
+    ds4_cf_status status;
+    int32_t row;               /* the row of f, -1 for the cell as a whole */
+    ds4_cf_finding f;          /* what decided the status */
+    ds4_cf_accept accept;      /* as the backend reported it */
+    double seconds;
+    ds4_cf_row rows[DS4_CF_MAX_BATCH];
+    char log[256];             /* the backend's log, when the work folder is kept */
+} ds4_cf_cell;
+
+typedef struct ds4_cf_result {
+    uint32_t n_prompts;
+    ds4_cf_prompt *prompts;
+    uint32_t n_cells;
+    ds4_cf_cell *cells;
+    uint32_t count[DS4_CF_NSTATUS];
+    uint32_t n_ran;            /* cells whose backend exited 0 and left its outputs */
+    uint32_t n_forced;
+    ds4_cf_forced *forced;     /* teacher-forced records, shared by equal streams */
+    uint32_t ctx;
+    bool greedy;
+} ds4_cf_result;
+
+/* "draft=3 chunk=7 batch=2", then " PROMPT" when with_prompt. */
+void ds4chk_conform_cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, bool with_prompt, char *out,
+                      size_t cap);
+
+/* Run the matrix with the reference model on engine e (tok: its
+ * tokenizer).  Returns 0 whenever the matrix ran, whatever the verdicts;
+ * errors are about the setup (a bad template, a prompt that does not fit,
+ * a folder that cannot be written). */
+int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
+               ds4_cf_result *res, ds4err *err);
+void ds4chk_conform_result_free(ds4_cf_result *r);
+
+/* The report: the matrix table, each failure, the smallest failing cell of
+ * each prompt, the summary line. */
+int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *out);
+
+/* Every cell as JSON: {"backend", "mode", "cells": [{"draft", "chunk",
+ * "batch", "prompt", "status", "first_step", "gap", "detail", ...}],
+ * "summary"}. */
+int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *out);
+
+/* Both reports of a finished run: the text to report (NULL: none), the JSON
+ * into json (an atomic writer opened before the run, committed here; a
+ * closed one: none). */
+int ds4chk_report_write(const ds4_cf_result *r, const ds4_cf_opts *o, FILE *report,
+                         ds4_afile *json, ds4err *err);
+
+#endif

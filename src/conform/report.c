@@ -1,0 +1,260 @@
+/* ds4ref-conform's reports (conform.h): the terminal table and the JSON. */
+#include "conform/conform.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "text/json.h"
+
+/* At most this many lines per list in the text report (the JSON has all). */
+#define LIST_MAX 40
+
+static const char *base_name(const char *p) {
+    const char *s = p ? strrchr(p, '/') : NULL;
+    return s ? s + 1 : p ? p : "";
+}
+
+static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o) {
+    ds4_buf_printf(b, "ds4ref-conform: backend %s on %s", o->backend_name ? o->backend_name : o->backend,
+                   base_name(o->model_path));
+    if (o->mtp_path) ds4_buf_printf(b, " (MTP %s)", base_name(o->mtp_path));
+    ds4_buf_printf(b, ", %u tokens a row, context %u\n", o->n_tokens, r->ctx);
+    if (o->limits.exact) {
+        ds4_buf_puts(b, "mode: exact (tokens and logprobs bit-identical to ds4ref)\n");
+    } else {
+        ds4_buf_puts(b, "mode: tolerance (");
+        if (r->greedy) ds4_buf_printf(b, "gap <= %g nats, ", o->limits.max_gap);
+        if (!isnan(o->limits.max_dlogprob)) ds4_buf_printf(b, "|dlogprob| <= %g, ", o->limits.max_dlogprob);
+        if (!isnan(o->limits.min_top5)) ds4_buf_printf(b, "top-5 overlap >= %g, ", o->limits.min_top5);
+        if (!isnan(o->limits.min_top20)) ds4_buf_printf(b, "top-20 overlap >= %g, ", o->limits.min_top20);
+        ds4_buf_printf(b, "ties below %g nats)\n", o->limits.tie_eps);
+    }
+    ds4_buf_puts(b, "prompts:");
+    uint32_t cached = 0;
+    for (uint32_t i = 0; i < r->n_prompts; i++) {
+        ds4_buf_printf(b, "%s %s (%u tokens)", i ? "," : "", r->prompts[i].name, r->prompts[i].n);
+        cached += r->prompts[i].cached;
+    }
+    ds4_buf_printf(b, "; references: %u computed, %u from the cache\n\n", r->n_prompts - cached,
+                   cached);
+}
+
+/* "pass", "FAIL@5", "tie@7", "n/e", "ERROR", "n/a", then "91%/3" for a
+ * speculative cell whose backend reported its accepts. */
+static void entry(const ds4_cf_cell *c, char *out, size_t cap) {
+    char st[32];
+    switch (c->status) {
+    case DS4_CF_PASS: snprintf(st, sizeof(st), "pass"); break;
+    case DS4_CF_NOT_EXERCISED: snprintf(st, sizeof(st), "n/e"); break;
+    case DS4_CF_TIE: snprintf(st, sizeof(st), "tie@%" PRId64, c->f.step); break;
+    case DS4_CF_FAIL:
+        if (c->f.step >= 0) snprintf(st, sizeof(st), "FAIL@%" PRId64, c->f.step);
+        else snprintf(st, sizeof(st), "FAIL");
+        break;
+    case DS4_CF_ERROR: snprintf(st, sizeof(st), "ERROR"); break;
+    default: snprintf(st, sizeof(st), "n/a"); break;
+    }
+    const ds4_cf_accept *a = &c->accept;
+    if (c->draft && a->known && c->status != DS4_CF_NA && c->status != DS4_CF_ERROR) {
+        double rate = a->proposed ? 100.0 * (double)a->accepted / (double)a->proposed : 0;
+        if (a->has_deepest) snprintf(out, cap, "%s %.0f%%/%" PRIu64, st, rate, a->deepest);
+        else snprintf(out, cap, "%s %.0f%%", st, rate);
+    } else {
+        snprintf(out, cap, "%s", st);
+    }
+}
+
+static void put_table(ds4_buf *b, const ds4_cf_result *r) {
+    int w = 14;
+    for (uint32_t p = 0; p < r->n_prompts; p++)
+        if ((int)strlen(r->prompts[p].name) + 1 > w) w = (int)strlen(r->prompts[p].name) + 1;
+    ds4_buf_puts(b, "draft chunk batch ");
+    for (uint32_t p = 0; p < r->n_prompts; p++) ds4_buf_printf(b, " %-*s", w, r->prompts[p].name);
+    ds4_buf_putc(b, '\n');
+    for (uint32_t i = 0; i < r->n_cells; i += r->n_prompts) {
+        const ds4_cf_cell *c = &r->cells[i];
+        char ch[16];
+        ds4_buf_printf(b, "%5u %5s %5u ", c->draft, ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)),
+                       c->batch);
+        for (uint32_t p = 0; p < r->n_prompts && i + p < r->n_cells; p++) {
+            char e[48];
+            entry(&r->cells[i + p], e, sizeof(e));
+            ds4_buf_printf(b, " %-*s", w, e);
+        }
+        ds4_buf_putc(b, '\n');
+    }
+}
+
+/* "  draft=3 chunk=7 batch=2 chat, row 1 (code): DETAIL [gap G, |dlogprob| D]". */
+static void put_cell_line(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell *c) {
+    char name[160];
+    ds4chk_conform_cell_name(r, c, true, name, sizeof(name));
+    ds4_buf_printf(b, "  %s", name);
+    if (c->row >= 0 && c->batch > 1)
+        ds4_buf_printf(b, ", row %d (%s)", c->row, r->prompts[c->rows[c->row].prompt].name);
+    ds4_buf_printf(b, ": %s", c->f.detail);
+    if (c->status == DS4_CF_FAIL && !isnan(c->f.gap)) {
+        ds4_buf_printf(b, " [gap %.3g", c->f.gap);
+        if (!isnan(c->f.dlogprob)) ds4_buf_printf(b, ", |dlogprob| %.3g", c->f.dlogprob);
+        ds4_buf_putc(b, ']');
+    }
+    if (c->log[0] && c->status == DS4_CF_ERROR) ds4_buf_printf(b, " (log: %s)", c->log);
+    ds4_buf_putc(b, '\n');
+}
+
+/* The cells of one status, at most LIST_MAX of them. */
+static void put_list(ds4_buf *b, const ds4_cf_result *r, ds4_cf_status a, ds4_cf_status z,
+                     const char *title) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->n_cells; i++) {
+        const ds4_cf_cell *c = &r->cells[i];
+        if (c->status < a || c->status > z) continue;
+        if (n++ == 0) ds4_buf_printf(b, "\n%s:\n", title);
+        if (n <= LIST_MAX) put_cell_line(b, r, c);
+    }
+    if (n > LIST_MAX) ds4_buf_printf(b, "  ... and %u more (--json has every cell)\n", n - LIST_MAX);
+}
+
+/* Per prompt, the failing cell with the lowest depth, then the smallest
+ * batch, then the smallest chunk: where to start looking. */
+static void put_smallest(ds4_buf *b, const ds4_cf_result *r) {
+    bool title = false;
+    for (uint32_t p = 0; p < r->n_prompts; p++) {
+        const ds4_cf_cell *best = NULL;
+        for (uint32_t i = 0; i < r->n_cells; i++) {
+            const ds4_cf_cell *c = &r->cells[i];
+            if (c->prompt != p || (c->status != DS4_CF_FAIL && c->status != DS4_CF_ERROR)) continue;
+            if (!best || c->draft < best->draft ||
+                (c->draft == best->draft &&
+                 (c->batch < best->batch || (c->batch == best->batch && c->chunk < best->chunk))))
+                best = c;
+        }
+        if (!best) continue;
+        if (!title) ds4_buf_puts(b, "\nsmallest failing cell:\n");
+        title = true;
+        put_cell_line(b, r, best);
+    }
+}
+
+int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
+    put_header(b, r, o);
+    put_table(b, r);
+    put_list(b, r, DS4_CF_FAIL, DS4_CF_ERROR, "failures");
+    put_list(b, r, DS4_CF_TIE, DS4_CF_TIE, "ties (a reference near-tie, not failed)");
+    put_list(b, r, DS4_CF_NOT_EXERCISED, DS4_CF_NOT_EXERCISED, "not exercised");
+    put_smallest(b, r);
+    ds4_buf_printf(b, "\n%u cells: %u pass, %u fail, %u error, %u tie, %u not exercised, %u n/a\n",
+                   r->n_cells, r->count[DS4_CF_PASS], r->count[DS4_CF_FAIL],
+                   r->count[DS4_CF_ERROR], r->count[DS4_CF_TIE],
+                   r->count[DS4_CF_NOT_EXERCISED], r->count[DS4_CF_NA]);
+    return b->failed ? -1 : 0;
+}
+
+/* ---- JSON ---- */
+
+static void put_num(ds4_buf *b, const char *key, double v) {
+    if (isnan(v) || isinf(v)) ds4_buf_printf(b, ",\"%s\":null", key);
+    else ds4_buf_printf(b, ",\"%s\":%.17g", key, v);
+}
+
+static void put_str(ds4_buf *b, const char *key, const char *s) {
+    ds4_buf_printf(b, ",\"%s\":", key);
+    ds4_json_put_str(b, s, strlen(s));
+}
+
+static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell *c) {
+    char ch[16];
+    ds4_buf_printf(b, "{\"draft\":%u,\"chunk\":", c->draft);
+    if (c->chunk_spec == DS4_CF_WHOLE) ds4_buf_puts(b, "\"whole\"");
+    else ds4_buf_puts(b, ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)));
+    ds4_buf_printf(b, ",\"chunk_tokens\":%u,\"batch\":%u", c->chunk, c->batch);
+    put_str(b, "prompt", r->prompts[c->prompt].name);
+    put_str(b, "status", ds4chk_verdict_status_name(c->status));
+    if (c->f.step >= 0 && c->status != DS4_CF_PASS) ds4_buf_printf(b, ",\"first_step\":%" PRId64, c->f.step);
+    else ds4_buf_puts(b, ",\"first_step\":null");
+    put_num(b, "gap", c->status == DS4_CF_PASS ? NAN : c->f.gap);
+    put_str(b, "detail", c->status == DS4_CF_PASS ? "" : c->f.detail);
+    if (c->row >= 0 && c->status != DS4_CF_PASS) ds4_buf_printf(b, ",\"row\":%d", c->row);
+    else ds4_buf_puts(b, ",\"row\":null");
+    put_num(b, "dlogprob", c->status == DS4_CF_PASS ? NAN : c->f.dlogprob);
+    if (c->f.token >= 0 && c->status != DS4_CF_PASS) ds4_buf_printf(b, ",\"token\":%" PRId32, c->f.token);
+    else ds4_buf_puts(b, ",\"token\":null");
+    const ds4_cf_accept *a = &c->accept;
+    if (a->known) {
+        ds4_buf_printf(b, ",\"proposed\":%" PRIu64 ",\"accepted\":%" PRIu64, a->proposed, a->accepted);
+        put_num(b, "accept_rate", a->proposed ? (double)a->accepted / (double)a->proposed : NAN);
+        if (a->has_deepest) ds4_buf_printf(b, ",\"deepest\":%" PRIu64, a->deepest);
+        else ds4_buf_puts(b, ",\"deepest\":null");
+    } else {
+        ds4_buf_puts(b, ",\"proposed\":null,\"accepted\":null,\"accept_rate\":null,\"deepest\":null");
+    }
+    put_num(b, "seconds", c->seconds);
+    ds4_buf_puts(b, ",\"rows\":[");
+    for (uint32_t i = 0; i < c->batch; i++) {
+        const ds4_cf_row *row = &c->rows[i];
+        ds4_buf_puts(b, i ? ",{" : "{");
+        ds4_buf_puts(b, "\"prompt\":");
+        const char *pn = r->prompts[row->prompt].name;
+        ds4_json_put_str(b, pn, strlen(pn));
+        put_str(b, "status", ds4chk_verdict_status_name(row->f.status));
+        put_str(b, "detail", row->f.detail);
+        ds4_buf_putc(b, '}');
+    }
+    ds4_buf_puts(b, "]}");
+}
+
+int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
+    ds4_buf_puts(b, "{\"format\":\"ds4ref-conform-v1\"");
+    put_str(b, "backend", o->backend_name ? o->backend_name : o->backend);
+    put_str(b, "template", o->backend);
+    put_str(b, "mode", o->limits.exact ? "exact" : "tolerance");
+    put_str(b, "model", o->model_path);
+    if (o->mtp_path) put_str(b, "mtp", o->mtp_path);
+    ds4_buf_printf(b, ",\"tokens\":%u,\"ctx\":%u,\"top_k\":%u", o->n_tokens, r->ctx, o->top_k);
+    put_num(b, "max_gap", o->limits.max_gap);
+    put_num(b, "tie_eps", o->limits.tie_eps);
+    put_num(b, "max_dlogprob", o->limits.max_dlogprob);
+    ds4_buf_puts(b, ",\"prompts\":[");
+    for (uint32_t i = 0; i < r->n_prompts; i++) {
+        ds4_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        ds4_json_put_str(b, r->prompts[i].name, strlen(r->prompts[i].name));
+        ds4_buf_printf(b, ",\"tokens\":%u}", r->prompts[i].n);
+    }
+    ds4_buf_puts(b, "],\"cells\":[");
+    for (uint32_t i = 0; i < r->n_cells; i++) {
+        if (i) ds4_buf_putc(b, ',');
+        ds4_buf_puts(b, "\n");
+        put_cell_json(b, r, &r->cells[i]);
+    }
+    ds4_buf_puts(b, "\n],\"summary\":{");
+    for (int s = 0; s < DS4_CF_NSTATUS; s++) {
+        if (s) ds4_buf_putc(b, ',');
+        ds4_json_put_str(b, ds4chk_verdict_status_name((ds4_cf_status)s),
+                         strlen(ds4chk_verdict_status_name((ds4_cf_status)s)));
+        ds4_buf_printf(b, ":%u", r->count[s]);
+    }
+    ds4_buf_printf(b, ",\"cells\":%u}}\n", r->n_cells);
+    return b->failed ? -1 : 0;
+}
+
+int ds4chk_report_write(const ds4_cf_result *r, const ds4_cf_opts *in, FILE *report,
+                         ds4_afile *json, ds4err *e) {
+    ds4_buf b = {0};
+    int rc = 0;
+    if (report) {
+        rc = ds4chk_report_text(r, in, &b) ? ds4_err_set(e, DS4_E_NOMEM, "out of memory") : 0;
+        if (rc == 0 && (fwrite(b.p, 1, b.len, report) != b.len || fflush(report)))
+            rc = ds4_err_set(e, DS4_E_IO, "report: write failed");
+        ds4_buf_free(&b);
+    }
+    if (rc == 0 && json->path) {
+        rc = ds4chk_report_json(r, in, &b) ? ds4_err_set(e, DS4_E_NOMEM, "out of memory") : 0;
+        if (rc == 0) rc = ds4_file_atomic_write(json, b.p, b.len, e);
+        if (rc == 0) rc = ds4_file_atomic_commit(json, e);
+        ds4_buf_free(&b);
+    }
+    return rc;
+}

@@ -1,0 +1,223 @@
+/* Backend command templates (template.h). */
+#include "conform/template.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const var_names[DS4_CF_NVARS] = {
+    "model", "mtp", "tokens_file", "prompt_file", "batch_tokens", "n", "draft", "chunk",
+    "batch", "ctx", "top_k", "temp", "seed", "out", "ds4ref",
+};
+
+typedef struct preset {
+    const char *name, *tmpl, *about;
+} preset;
+
+/* ds4 has no option for the prefill chunk or for token ids: the chunk is
+ * its DS4_METAL_PREFILL_CHUNK (for every backend, despite the name), the
+ * prompt its rendered chat text (a prompt file that starts with the BOS
+ * string is tokenized as it is).  --mtp-draft and --seed must be > 0, so
+ * they sit in optional groups.  DS4_MTP_SPEC_LOG=1 makes it print a line per
+ * speculative cycle, which ds4ref-conform reads for the accept counts. */
+static const preset presets[] = {
+    {"ds4ref",
+     "{ds4ref} -m {model} {[--mtp {mtp} --mtp-draft {draft} --spec-report]} "
+     "--batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} --logprobs-top-k {top_k} "
+     "--golden-out {out}",
+     "this build of ds4ref: the self-check (every row of a batch in shared passes, goldens)"},
+    {"ds4",
+     "DS4_METAL_PREFILL_CHUNK={chunk} DS4_MTP_SPEC_LOG=1 ds4 -m {model} "
+     "{[--mtp {mtp} --mtp-draft {draft}]} --prompt-file {prompt_file} -n {n} -c {ctx} "
+     "--temp {temp} {[--seed {seed}]} --logprobs-top-k {top_k} --dump-logprobs {out}",
+     "antirez/ds4's command line (ds4 on the PATH): one row, --dump-logprobs"},
+};
+
+const char *ds4chk_template_preset(const char *name) {
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+        if (!strcmp(presets[i].name, name)) return presets[i].tmpl;
+    return NULL;
+}
+
+bool ds4chk_template_preset_at(uint32_t i, const char **name, const char **tmpl, const char **about) {
+    if (i >= sizeof(presets) / sizeof(presets[0])) return false;
+    *name = presets[i].name;
+    *tmpl = presets[i].tmpl;
+    *about = presets[i].about;
+    return true;
+}
+
+/* ---- scanning ---- */
+
+/* What starts at p: a literal brace, a group's ends, a placeholder (its
+ * index in *var, its length in *len), or plain text. */
+typedef enum tok_kind { T_TEXT, T_BRACE, T_OPEN, T_CLOSE, T_VAR, T_BAD } tok_kind;
+
+static tok_kind scan(const char *p, int *var, size_t *len) {
+    if (p[0] == '{' && p[1] == '{') {
+        *len = 2;
+        return T_BRACE;
+    }
+    if (p[0] == '{' && p[1] == '[') {
+        *len = 2;
+        return T_OPEN;
+    }
+    if (p[0] == ']' && p[1] == '}') {
+        *len = 2;
+        return T_CLOSE;
+    }
+    if (p[0] != '{') {
+        *len = 1;
+        return T_TEXT;
+    }
+    const char *end = strchr(p, '}');
+    *len = end ? (size_t)(end - p) + 1 : strlen(p);
+    for (int i = 0; end && i < DS4_CF_NVARS; i++)
+        if (strlen(var_names[i]) == *len - 2 && !strncmp(p + 1, var_names[i], *len - 2)) {
+            *var = i;
+            return T_VAR;
+        }
+    return T_BAD;
+}
+
+int ds4chk_template_check(const char *tmpl, uint32_t *uses, ds4err *err) {
+    *uses = 0;
+    bool in_group = false;
+    for (const char *p = tmpl; *p;) {
+        int var = -1;
+        size_t len;
+        switch (scan(p, &var, &len)) {
+        case T_BAD:
+            return ds4_err_set(err, DS4_E_ARG, "backend template: unknown placeholder %.*s at byte "
+                              "%zu (write {{ for a literal brace)", (int)(len > 40 ? 40 : len), p,
+                              (size_t)(p - tmpl));
+        case T_OPEN:
+            if (in_group)
+                return ds4_err_set(err, DS4_E_ARG, "backend template: a {[ group inside another "
+                                  "at byte %zu", (size_t)(p - tmpl));
+            in_group = true;
+            break;
+        case T_CLOSE:
+            in_group = false;
+            break;
+        case T_VAR: *uses |= 1u << var; break;
+        case T_TEXT: case T_BRACE: break;
+        }
+        p += len;
+    }
+    if (in_group) return ds4_err_set(err, DS4_E_ARG, "backend template: a {[ group without its ]}");
+    if (!(*uses & 1u << DS4_CF_OUT))
+        return ds4_err_set(err, DS4_E_ARG, "backend template: no {out}, where the backend writes "
+                          "its result");
+    if (!(*uses & (1u << DS4_CF_TOKENS_FILE | 1u << DS4_CF_PROMPT_FILE | 1u << DS4_CF_BATCH_TOKENS)))
+        return ds4_err_set(err, DS4_E_ARG, "backend template: no prompt ({tokens_file}, "
+                          "{prompt_file} or {batch_tokens})");
+    return 0;
+}
+
+/* ---- expansion ---- */
+
+/* Bytes a shell passes through unquoted. */
+static bool shell_plain(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./,:=@%+-", *s))
+            return false;
+    return true;
+}
+
+static void put_quoted(ds4_buf *b, const char *s) {
+    if (shell_plain(s)) {
+        ds4_buf_puts(b, s);
+        return;
+    }
+    ds4_buf_putc(b, '\'');
+    for (; *s; s++) {
+        if (*s == '\'') ds4_buf_puts(b, "'\\''");
+        else ds4_buf_putc(b, *s);
+    }
+    ds4_buf_putc(b, '\'');
+}
+
+/* The shortest "%.Ng" that reads back as x. */
+static void put_double(ds4_buf *b, double x) {
+    char s[32];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(s, sizeof(s), "%.*g", prec, x);
+        if (strtod(s, NULL) == x) break;
+    }
+    ds4_buf_puts(b, s);
+}
+
+/* Variable var's text into b; *empty says whether it counts as absent in a
+ * group (nothing, or 0). */
+static void put_var(ds4_buf *b, const ds4_cf_vars *v, int var, bool *empty) {
+    const char *s = NULL;
+    uint64_t u = 0;
+    switch ((enum ds4_cf_var)var) {
+    case DS4_CF_MODEL: s = v->model; break;
+    case DS4_CF_MTP: s = v->mtp; break;
+    case DS4_CF_TOKENS_FILE: s = v->tokens_file; break;
+    case DS4_CF_PROMPT_FILE: s = v->prompt_file; break;
+    case DS4_CF_BATCH_TOKENS: s = v->batch_tokens; break;
+    case DS4_CF_OUT: s = v->out; break;
+    case DS4_CF_DS4REF: s = v->ds4ref; break;
+    case DS4_CF_N: u = v->n; break;
+    case DS4_CF_DRAFT: u = v->draft; break;
+    case DS4_CF_CHUNK: u = v->chunk; break;
+    case DS4_CF_BATCH: u = v->batch; break;
+    case DS4_CF_CTX: u = v->ctx; break;
+    case DS4_CF_TOP_K: u = v->top_k; break;
+    case DS4_CF_SEED: u = v->seed; break;
+    case DS4_CF_TEMP:
+        *empty = v->temp == 0;
+        put_double(b, v->temp);
+        return;
+    case DS4_CF_NVARS: return;
+    }
+    if (var <= DS4_CF_BATCH_TOKENS || var >= DS4_CF_OUT) {
+        *empty = !s || !*s;
+        put_quoted(b, s ? s : "");
+    } else {
+        *empty = u == 0;
+        ds4_buf_printf(b, "%" PRIu64, u);
+    }
+}
+
+int ds4chk_template_expand(const char *tmpl, const ds4_cf_vars *v, ds4_buf *out, ds4err *err) {
+    uint32_t uses;
+    if (ds4chk_template_check(tmpl, &uses, err)) return -1;
+    ds4_buf group = {0};
+    bool in_group = false, drop = false;
+    for (const char *p = tmpl; *p;) {
+        int var = -1;
+        size_t len;
+        ds4_buf *b = in_group ? &group : out;
+        bool empty = false;
+        switch (scan(p, &var, &len)) {
+        case T_TEXT: ds4_buf_putc(b, *p); break;
+        case T_BRACE: ds4_buf_putc(b, '{'); break;
+        case T_OPEN:
+            in_group = true;
+            drop = false;
+            group.len = 0;
+            break;
+        case T_CLOSE:
+            if (!in_group) ds4_buf_puts(out, "]}");   /* no group to close: text */
+            else if (!drop && group.len) ds4_buf_put(out, group.p, group.len);
+            in_group = false;
+            break;
+        case T_VAR:
+            put_var(b, v, var, &empty);
+            drop |= in_group && empty;
+            break;
+        case T_BAD: break;   /* refused by the check above */
+        }
+        p += len;
+    }
+    bool failed = out->failed || group.failed;
+    ds4_buf_free(&group);
+    if (failed) return ds4_err_set(err, DS4_E_NOMEM, "out of memory expanding the backend template");
+    return 0;
+}

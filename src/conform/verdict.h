@@ -1,0 +1,85 @@
+/* The verdicts of ds4ref-conform on one row of one cell (docs/CONFORM.md).
+ *
+ * Exact mode (a backend that claims ds4ref's numerics): the row's tokens,
+ * logits and logprobs must be bit-identical to the reference golden for
+ * the same prompt, in everything the output records.
+ *
+ * Tolerance mode (the default): the reference is teacher-forced on the
+ * backend's own committed tokens, and at every step
+ *   gap = logprob of the reference's argmax - logprob of the committed token
+ * must stay within max_gap for a greedy backend: a verifier that commits a
+ * wrong draft commits a token far below the argmax (ds4 #358: about 21
+ * logits).  The backend's own top-k logprobs must also agree with the
+ * reference's under the same prefix (max |dlogprob| over the tokens in both
+ * lists, top-5 and top-20 overlap), as ds4ref-diff measures them.
+ *
+ * Across cells: a backend's stream for a prompt at any draft depth, chunk
+ * and batch must equal its stream of the base cell (the lowest depth, the
+ * whole prompt in one chunk, the smallest batch) unless a reference
+ * near-tie (the two tokens' logprobs within tie_eps) explains the first
+ * difference: then the cell is a "tie", neither pass nor fail. */
+#ifndef DS4_CONFORM_VERDICT_H
+#define DS4_CONFORM_VERDICT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "conform/reference.h"
+#include "text/tokenizer.h"
+#include "format/golden.h"
+
+/* From best to worst; a cell takes the worst of its rows. */
+typedef enum ds4_cf_status {
+    DS4_CF_PASS,
+    DS4_CF_NOT_EXERCISED,  /* passed, but no draft deep enough was accepted */
+    DS4_CF_TIE,            /* differs from the base cell only at a reference near-tie */
+    DS4_CF_FAIL,
+    DS4_CF_ERROR,          /* the backend did not run, or left no usable output */
+    DS4_CF_NA,             /* not run: the backend cannot take this cell's settings */
+    DS4_CF_NSTATUS
+} ds4_cf_status;
+
+/* "pass", "not exercised", "tie", "fail", "error", "n/a". */
+const char *ds4chk_verdict_status_name(ds4_cf_status s);
+
+typedef struct ds4_cf_limits {
+    bool exact;
+    bool greedy;           /* temp 0: the gap is checked */
+    double max_gap;        /* nats */
+    double tie_eps;        /* nats */
+    double max_dlogprob;   /* NAN: unchecked */
+    double min_top5;       /* mean overlap fraction; NAN: unchecked */
+    double min_top20;
+} ds4_cf_limits;
+
+/* The first thing found wrong (or PASS). */
+typedef struct ds4_cf_finding {
+    ds4_cf_status status;
+    int64_t step;          /* -1: not a step's (a missing file, the prompt) */
+    int32_t token;         /* the backend's token at that step, or -1 */
+    double gap;            /* at that step; NAN when not measured */
+    double dlogprob;       /* the largest |dlogprob| at that step; NAN when none */
+    char detail[400];
+} ds4_cf_finding;
+
+void ds4chk_verdict_finding_pass(ds4_cf_finding *f);
+
+/* Can out be checked at all: token ids, the cell's prompt, ids inside the
+ * vocabulary, at most n_want steps?  FAIL or ERROR in f when not. */
+bool ds4chk_verdict_usable(const ds4_golden *out, const int32_t *prompt, uint32_t n_prompt,
+                         uint32_t n_want, uint32_t n_vocab, ds4_cf_finding *f);
+
+/* One row: out (the backend's output for this prompt) against ref (the
+ * reference golden) and tf (the reference teacher-forced on out's tokens).
+ * n_want: the steps asked for; eos: the end token (-1 none), after which a
+ * row may stop early.  tok renders tokens in details (may be NULL). */
+void ds4chk_verdict_row(const ds4_golden *ref, const ds4_golden *out, const ds4_cf_tf *tf,
+                      uint32_t n_want, int32_t eos, const ds4_cf_limits *l,
+                      const ds4_tokenizer *tok, ds4_cf_finding *f);
+
+/* A row's stream (its teacher-forced record) against the base cell's for
+ * the same prompt, named base_name in the detail: PASS, TIE or FAIL. */
+void ds4chk_verdict_same(const ds4_cf_tf *base, const ds4_cf_tf *row, const char *base_name,
+                       const ds4_cf_limits *l, const ds4_tokenizer *tok, ds4_cf_finding *f);
+
+#endif

@@ -1,0 +1,254 @@
+/* The attention sublayer (official Attention.forward): low-rank query, one
+ * shared KV head, sliding window plus compressed rows, attention sinks and a
+ * grouped low-rank output projection.
+ *
+ * For a batch of T tokens the order is:
+ *   1. projections for the whole batch (matrix products);
+ *   2. per token: q heads RMS-normed and RoPE'd; the KV row normed, RoPE'd,
+ *      FP8-rounded (QAT) and written into the sequence's window ring;
+ *   3. compressors: every token's inputs are stored, then the windows the
+ *      batch completes are pooled into compressed rows;
+ *   4. ratio-4 layers: the indexer picks compressed rows per token;
+ *   5. per (token, head): softmax attention over the window rows (oldest
+ *      first) and the compressed rows (ascending), with the head's sink in
+ *      the denominator; output de-rotated at the query position;
+ *   6. grouped output projection.
+ * A token reads only rows of positions it may see, all of which exist by step
+ * 5, so the result does not depend on which other tokens share the batch. */
+#include "forward/attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "base/detmath.h"
+#include "forward/compressor.h"
+#include "forward/indexer.h"
+#include "forward/norm.h"
+#include "forward/qat.h"
+
+static uint32_t window_start(uint32_t pos, uint32_t swa) {
+    return pos + 1 >= swa ? pos + 1 - swa : 0;
+}
+
+/* Entry index of the k-th compressed row a token attends: the indexer's
+ * choice on ratio-4 layers, every visible row otherwise. */
+static uint32_t comp_entry(const ds4_layer *L, const ds4_fwd_scratch *s, uint32_t t,
+                           uint32_t idx_topk, uint32_t k) {
+    return L->ratio == 4 ? s->isel[(uint64_t)t * idx_topk + k] : k;
+}
+
+/* The r-th row token t attends in layer il: the window's rows, oldest
+ * first, then the compressed rows in ascending entry order. */
+static const float *attended_row(const ds4_config *c, const ds4_layer *L,
+                                 const ds4_fwd_scratch *s, uint32_t t, uint32_t il, uint32_t r) {
+    const ds4_tok *tk = &s->tok[t];
+    uint32_t w0 = window_start(tk->pos, c->swa), n_raw = tk->pos - w0 + 1;
+    if (r < n_raw) return ds4_kv_raw_row(tk->kv, il, w0 + r);
+    return ds4_comp_row(&tk->kv->L[il].comp, comp_entry(L, s, t, c->idx_topk, r - n_raw));
+}
+
+/* One head of one token.  q: [head_dim]; o: [head_dim], which may be q
+ * (every read of q comes before the first write of o); p: scratch. */
+static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_scratch *s,
+                        uint32_t t, uint32_t il, uint32_t h, const float *q, float *o, double *p) {
+    const ds4_tok *tk = &s->tok[t];
+    uint32_t hd = c->head_dim, n_raw = tk->pos - window_start(tk->pos, c->swa) + 1;
+    uint32_t n_comp = L->ratio ? s->nsel[t] : 0;
+    double scale = 1.0 / sqrt((double)hd);
+    double mx = -INFINITY;
+    for (uint32_t r = 0; r < n_raw + n_comp; r++) {
+        const float *row = attended_row(c, L, s, t, il, r);
+        p[r] = ds4_dot_f32(q, row, hd) * scale;
+        if (p[r] > mx) mx = p[r];
+    }
+    double den = ds4_det_exp((double)L->sinks.v[h] - mx);
+    double acc[DS4_MAX_HEAD_DIM];
+    memset(acc, 0, sizeof(double) * hd);
+    for (uint32_t r = 0; r < n_raw + n_comp; r++) {
+        const float *row = attended_row(c, L, s, t, il, r);
+        double e = ds4_det_exp(p[r] - mx);
+        den += e;
+        for (uint32_t d = 0; d < hd; d++) acc[d] += e * (double)row[d];
+    }
+    for (uint32_t d = 0; d < hd; d++) o[d] = (float)(acc[d] / den);
+}
+
+static void project(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    const ds4_matmul_op ops[2] = {
+        {&L->q_a, s->a, c->n_embd, (int)T, s->qr, c->q_lora},
+        {&L->kv, s->a, c->n_embd, (int)T, s->kvrow, c->head_dim},
+    };
+    ds4_dot_matmul_many(ops, 2);
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * c->q_lora))
+    for (uint32_t t = 0; t < T; t++) {
+        float *qr = s->qr + (uint64_t)t * c->q_lora;
+        ds4_norm_rms(qr, L->q_a_norm.v, c->q_lora, c->rms_eps, qr);
+    }
+    ds4_dot_matmul(&L->q_b, s->qr, c->q_lora, (int)T, s->q, (uint64_t)c->n_head * c->head_dim);
+}
+
+/* Step 2: q heads and the KV row, which goes into the window ring. */
+static void prepare_q_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
+                         const ds4_rope *rope, uint32_t T) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint32_t hd = c->head_dim, nope = hd - c->n_rot;
+#pragma omp parallel for schedule(static) \
+    if (ds4_worth_threads(4.0 * T * (c->n_head + 1) * hd))
+    for (uint32_t t = 0; t < T; t++) {
+        const ds4_tok *tk = &s->tok[t];
+        float cs[2 * DS4_ROPE_MAX_PAIRS];
+        ds4_rope_cos_sin(rope, tk->pos, cs);
+        for (uint32_t h = 0; h < c->n_head; h++) {
+            float *qh = s->q + ((uint64_t)t * c->n_head + h) * hd;
+            ds4_norm_rms(qh, NULL, hd, c->rms_eps, qh);
+            ds4_rope_rotate(qh + nope, cs, c->n_rot / 2, false);
+        }
+        float *kvr = s->kvrow + (uint64_t)t * hd;
+        ds4_norm_rms(kvr, L->kv_norm.v, hd, c->rms_eps, kvr);
+        ds4_rope_rotate(kvr + nope, cs, c->n_rot / 2, false);
+        /* nope is a multiple of 64 (ds4_engine_init checks it with QAT on). */
+        if (e->opts.qat) ds4_qat_fp8_e4m3(kvr, nope, NULL);
+        memcpy(ds4_kv_raw_row(tk->kv, il, tk->pos), kvr, sizeof(float) * hd);
+    }
+}
+
+/* Step 3 for one compressor (attention or indexer) of layer il. */
+static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_mat *wkv,
+                     const ds4_mat *wgate, const ds4_mat *ape, const ds4_vec *norm,
+                     const ds4_rope *rope, uint32_t T) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint32_t width = (uint32_t)wkv->rows;
+    const ds4_matmul_op ops[2] = {
+        {wkv, s->a, c->n_embd, (int)T, s->ckv, width},
+        {wgate, s->a, c->n_embd, (int)T, s->csc, width},
+    };
+    ds4_dot_matmul_many(ops, 2);
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * width))
+    for (uint32_t t = 0; t < T; t++) {
+        ds4_layer_state *ls = &s->tok[t].kv->L[il];
+        ds4_compressor_store(indexer ? &ls->idx : &ls->comp, ape, s->tok[t].pos,
+                       s->ckv + (uint64_t)t * width, s->csc + (uint64_t)t * width);
+    }
+#pragma omp parallel for schedule(dynamic, 1) \
+    if (!e->tap && ds4_worth_threads(8.0 * T * width))
+    for (uint32_t t = 0; t < T; t++) {
+        ds4_layer_state *ls = &s->tok[t].kv->L[il];
+        ds4_comp_state *cs = indexer ? &ls->idx : &ls->comp;
+        uint32_t pos = s->tok[t].pos;
+        if ((pos + 1) % cs->ratio) continue;
+        ds4_compressor_emit(cs, norm, c->rms_eps, rope, c->n_rot, pos, indexer, e->opts.qat);
+        ds4_engine_tap_emit(e, indexer ? "idx_row" : "comp_row", t, DS4_TAP_F32,
+                     ds4_comp_row(cs, pos / cs->ratio), cs->dim);
+    }
+}
+
+/* Step 4: indexer queries, head weights and each token's selection. */
+static int run_indexer(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
+                 uint32_t T, ds4err *err) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint32_t iq_w = c->idx_head * c->idx_dim;
+    const ds4_matmul_op ops[2] = {
+        {&L->idx_q_b, s->qr, c->q_lora, (int)T, s->iq, iq_w},
+        {&L->idx_proj, s->a, c->n_embd, (int)T, s->iw, c->idx_head},
+    };
+    ds4_dot_matmul_many(ops, 2);
+    uint32_t max_vis = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t v = (s->tok[t].pos + 1) / 4;
+        if (v > max_vis) max_vis = v;
+    }
+    if (ds4_engine_thread_doubles(e, max_vis + 1, err)) return -1;
+#pragma omp parallel for schedule(dynamic, 1) \
+    if (!e->tap && ds4_worth_threads((double)T * (max_vis + 8) * iq_w))
+    for (uint32_t t = 0; t < T; t++) {
+        const ds4_tok *tk = &s->tok[t];
+        float *q = s->iq + (uint64_t)t * iq_w;
+        float cs[2 * DS4_ROPE_MAX_PAIRS];
+        ds4_rope_cos_sin(rope, tk->pos, cs);
+        for (uint32_t h = 0; h < c->idx_head; h++) {
+            float *qh = q + (uint64_t)h * c->idx_dim;
+            ds4_rope_rotate(qh + c->idx_dim - c->n_rot, cs, c->n_rot / 2, false);
+            /* idx_dim is a power of two >= 32 and <= DS4_HADAMARD_MAX
+             * (checked at load), so neither call can fail. */
+            ds4_qat_hadamard_f32(qh, c->idx_dim, NULL);
+            if (e->opts.qat) ds4_qat_fp4_e2m1(qh, c->idx_dim, NULL);
+        }
+        double *score = s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride;
+        uint32_t n_scored;
+        uint32_t *sel = s->isel + (uint64_t)t * c->idx_topk;
+        s->nsel[t] = ds4_indexer_select(c, &tk->kv->L[il].idx, q, s->iw + (uint64_t)t * c->idx_head,
+                                        tk->pos, sel, score, &n_scored);
+        if (n_scored) ds4_engine_tap_emit(e, "indexer_scores", t, DS4_TAP_F64, score, n_scored);
+        ds4_engine_tap_emit(e, "indexer_sel", t, DS4_TAP_I32, sel, s->nsel[t]);
+    }
+    return 0;
+}
+
+/* Steps 5-6. */
+static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
+                  uint32_t T, ds4err *err) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint32_t hd = c->head_dim, max_rows = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t pos = s->tok[t].pos;
+        if (L->ratio && L->ratio != 4) s->nsel[t] = (pos + 1) / L->ratio;
+        uint32_t n = pos - window_start(pos, c->swa) + 1 + (L->ratio ? s->nsel[t] : 0);
+        if (n > max_rows) max_rows = n;
+    }
+    if (ds4_engine_thread_doubles(e, max_rows, err)) return -1;
+    uint64_t qdim = (uint64_t)c->n_head * hd;
+#pragma omp parallel for schedule(dynamic, 1) \
+    if (ds4_worth_threads(2.0 * T * c->n_head * max_rows * hd))
+    for (uint64_t th = 0; th < (uint64_t)T * c->n_head; th++) {
+        uint32_t t = (uint32_t)(th / c->n_head), h = (uint32_t)(th % c->n_head);
+        double *p = s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride;
+        /* The output replaces the query it was computed from. */
+        float *o = s->q + t * qdim + (uint64_t)h * hd;
+        attend_head(c, L, s, t, il, h, o, o, p);
+        ds4_rope_apply(rope, o + hd - c->n_rot, s->tok[t].pos, true);
+    }
+    /* Group g reads heads [g*H/G, (g+1)*H/G), i.e. a contiguous slice of o;
+     * the groups are independent products, computed in one region. */
+    uint64_t gin = qdim / c->o_groups, low_w = (uint64_t)c->o_groups * c->o_lora;
+    enum { BATCH = 64 };
+    ds4_mat sub[BATCH];
+    ds4_matmul_op ops[BATCH];
+    for (uint32_t g0 = 0; g0 < c->o_groups; g0 += BATCH) {
+        uint32_t ng = c->o_groups - g0 < BATCH ? c->o_groups - g0 : BATCH;
+        for (uint32_t k = 0; k < ng; k++) {
+            uint32_t g = g0 + k;
+            sub[k] = L->out_a;
+            sub[k].rows = c->o_lora;
+            sub[k].data = L->out_a.data + (uint64_t)g * c->o_lora * L->out_a.row_bytes;
+            ops[k] = (ds4_matmul_op){&sub[k], s->q + g * gin, qdim, (int)T,
+                                     s->low + (uint64_t)g * c->o_lora, low_w};
+        }
+        ds4_dot_matmul_many(ops, (int)ng);
+    }
+    ds4_dot_matmul(&L->out_b, s->low, low_w, (int)T, s->out, c->n_embd);
+    return 0;
+}
+
+int ds4_attention(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
+                  uint32_t T, ds4err *err) {
+    project(e, L, T);
+    prepare_q_kv(e, L, il, rope, T);
+    if (L->ratio) {
+        compress(e, il, false, &L->comp_kv, &L->comp_gate, &L->comp_ape, &L->comp_norm, rope, T);
+        if (L->ratio == 4) {
+            compress(e, il, true, &L->idx_comp_kv, &L->idx_comp_gate, &L->idx_comp_ape,
+                     &L->idx_comp_norm, rope, T);
+            if (run_indexer(e, L, il, rope, T, err)) return -1;
+        }
+    }
+    return attend(e, L, il, rope, T, err);
+}

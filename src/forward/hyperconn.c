@@ -1,0 +1,116 @@
+/* Hyper-connections (mHC) and their Sinkhorn projection.
+ *
+ * The residual stream of DeepSeek V4 is n_hc parallel copies of the hidden
+ * state.  Before a sublayer, hc_pre mixes them into one input vector with
+ * weights derived from the state itself (sigmoid "pre" weights) and prepares a
+ * doubly-stochastic combine matrix (Sinkhorn) and "post" weights; after the
+ * sublayer, hc_post writes the output back into every stream.  The output head
+ * collapses the streams once more with sigmoid weights only.
+ *
+ * Mirrors the official Block.hc_pre / hc_post, ParallelHead.hc_head and
+ * kernel.hc_split_sinkhorn.  The mixes, Sinkhorn iterates and pre weights are
+ * internal doubles; post and comb are stored as f32 for hc_post, and every
+ * output row is rounded to f32 once. */
+#include "forward/hyperconn.h"
+
+#include <math.h>
+
+#include <omp.h>
+
+#include "base/detmath.h"
+#include "forward/norm.h"
+
+/* mix[k] = (fn row k . x) * rsqrt(mean(x^2) + eps), the official order
+ * (F.linear on the raw state, then the norm factor).  Called for one token
+ * outside any parallel region (decode), the rows are spread over the
+ * threads; inside the callers' per-token loops they are not, since a nested
+ * team would be made of new threads every time. */
+static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, double *mix) {
+    uint32_t n = c->n_hc * c->n_embd;
+    double rs = ds4_norm_rms_scale(x, n, c->rms_eps);
+#pragma omp parallel for schedule(static) \
+    if (omp_get_level() == 0 && ds4_worth_threads((double)fn->rows * n))
+    for (uint64_t k = 0; k < fn->rows; k++)
+        mix[k] = ds4_dot_row(fn->type, fn->data + k * fn->row_bytes, x, n) * rs;
+}
+
+/* y[d] = sum_h w[h] * x[h][d], h ascending, in double. */
+static void hc_collapse(const ds4_config *c, const double *w, const float *x, float *y) {
+    uint32_t n = c->n_embd;
+    for (uint32_t d = 0; d < n; d++) {
+        double acc = 0;
+        for (uint32_t h = 0; h < c->n_hc; h++) acc += w[h] * (double)x[(uint64_t)h * n + d];
+        y[d] = (float)acc;
+    }
+}
+
+/* Row softmax (+eps), then alternate column and row normalization: the
+ * official hc_split_sinkhorn, which ends with a column pass.  cm is hc x hc,
+ * row i = input stream, column j = output stream. */
+void ds4_hc_sinkhorn(double *cm, uint32_t hc, uint32_t iters, double eps) {
+    for (uint32_t i = 0; i < hc; i++) {
+        double *row = cm + i * hc;
+        double mx = row[0];
+        for (uint32_t j = 1; j < hc; j++)
+            if (row[j] > mx) mx = row[j];
+        double s = 0;
+        for (uint32_t j = 0; j < hc; j++) {
+            row[j] = ds4_det_exp(row[j] - mx);
+            s += row[j];
+        }
+        for (uint32_t j = 0; j < hc; j++) row[j] = row[j] / s + eps;
+    }
+    for (uint32_t it = 0; it < iters; it++) {
+        if (it > 0) {
+            for (uint32_t i = 0; i < hc; i++) {
+                double s = 0;
+                for (uint32_t j = 0; j < hc; j++) s += cm[i * hc + j];
+                for (uint32_t j = 0; j < hc; j++) cm[i * hc + j] /= s + eps;
+            }
+        }
+        for (uint32_t j = 0; j < hc; j++) {
+            double s = 0;
+            for (uint32_t i = 0; i < hc; i++) s += cm[i * hc + j];
+            for (uint32_t i = 0; i < hc; i++) cm[i * hc + j] /= s + eps;
+        }
+    }
+}
+
+void ds4_hc_pre(const ds4_config *c, const ds4_mat *fn, const ds4_vec *scale,
+                const ds4_vec *base, const float *x, float *y, float *post, float *comb) {
+    uint32_t hc = c->n_hc;
+    double mix[DS4_MAX_HC * (DS4_MAX_HC + 2)], pre[DS4_MAX_HC], cm[DS4_MAX_HC * DS4_MAX_HC];
+    double eps = (double)c->hc_eps;
+    const float *s = scale->v, *b = base->v;
+    hc_mixes(c, fn, x, mix);
+    for (uint32_t h = 0; h < hc; h++) {
+        pre[h] = ds4_det_sigmoid(mix[h] * s[0] + b[h]) + eps;
+        post[h] = (float)(2.0 * ds4_det_sigmoid(mix[hc + h] * s[1] + b[hc + h]));
+    }
+    for (uint32_t k = 0; k < hc * hc; k++) cm[k] = mix[2 * hc + k] * s[2] + b[2 * hc + k];
+    ds4_hc_sinkhorn(cm, hc, c->sinkhorn_iter, eps);
+    for (uint32_t k = 0; k < hc * hc; k++) comb[k] = (float)cm[k];
+    hc_collapse(c, pre, x, y);
+}
+
+void ds4_hc_post(const ds4_config *c, const float *f, const float *x, const float *post,
+                 const float *comb, float *out) {
+    uint32_t hc = c->n_hc, n = c->n_embd;
+    for (uint32_t j = 0; j < hc; j++) {
+        for (uint32_t d = 0; d < n; d++) {
+            double acc = (double)post[j] * (double)f[d];
+            for (uint32_t i = 0; i < hc; i++)
+                acc += (double)comb[i * hc + j] * (double)x[(uint64_t)i * n + d];
+            out[(uint64_t)j * n + d] = (float)acc;
+        }
+    }
+}
+
+void ds4_hc_head(const ds4_config *c, const ds4_mat *fn, const ds4_vec *scale,
+                 const ds4_vec *base, const float *x, float *y) {
+    double mix[DS4_MAX_HC], w[DS4_MAX_HC];
+    hc_mixes(c, fn, x, mix);
+    for (uint32_t h = 0; h < c->n_hc; h++)
+        w[h] = ds4_det_sigmoid(mix[h] * scale->v[0] + base->v[h]) + (double)c->hc_eps;
+    hc_collapse(c, w, x, y);
+}

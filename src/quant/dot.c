@@ -1,0 +1,276 @@
+/* The canonical reductions of dot.h: dot products, sums of squares and
+ * matrix-vector / matrix-matrix products, and the choice of kernels.
+ *
+ * There is exactly one evaluation order (dot.h; written out in dot_lanes.h):
+ * element i's product, formed in double, goes to lane i % 16, and the lanes
+ * meet in a fixed halving tree.  The kernel variants (dot_kern.h) compute
+ * that order with different instructions; this file decides which variant
+ * runs and how a product is cut into jobs for the threads.  Nothing here may
+ * change which additions happen or in which order, so every variant, thread
+ * count and batch shape gives the same bits.
+ *
+ * A matrix product is cut into jobs: rows in groups of JOB_ROWS (divided by
+ * 4, down to RB, while that leaves too few jobs for the threads), tokens in
+ * tiles of at most TILE_T, the tokens spread evenly over them; one (group,
+ * tile) pair is one job, and one thread owns a job, i.e. every output
+ * value, whole.  Jobs are numbered group-major, tile-minor, so consecutive
+ * jobs of one thread reuse the same rows while they are in cache.
+ *
+ * Nothing here allocates: every buffer has a fixed size on the stack (about
+ * 44 KiB for a job of several tokens; the IQ2_XXS lookup tables of the
+ * AVX-512 kernels are static, built once), so the functions cannot fail
+ * halfway. */
+#include "quant/dot.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "quant/dot_kern.h"
+#include "quant/dot_lanes.h"
+
+/* ------------------------------------------------------------------------ */
+/* Choosing the kernels                                                     */
+/* ------------------------------------------------------------------------ */
+
+#if defined(__x86_64__)
+/* F16C, which clang's __builtin_cpu_supports does not name: CPUID leaf 1,
+ * ECX bit 29.  It is VEX-encoded, so the OS support that the AVX2 check
+ * below confirms covers it. */
+static bool cpu_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
+/* Can this CPU run variant k?  __builtin_cpu_supports also checks that the
+ * OS saves the wider registers. */
+static bool cpu_has(const ds4_dot_kern *k) {
+#if defined(__x86_64__)
+    if (k == &ds4_dot_avx512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2") && cpu_f16c();
+    if (k == &ds4_dot_avx2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c();
+#endif
+    (void)k;
+    return true;
+}
+
+/* Every variant this build has, best first. */
+static const ds4_dot_kern *const variants[] = {
+#if defined(__x86_64__)
+    &ds4_dot_avx512,
+    &ds4_dot_avx2,
+#elif defined(__aarch64__)
+    &ds4_dot_neon,
+#endif
+    &ds4_dot_portable,
+};
+enum { N_VARIANTS = sizeof(variants) / sizeof(variants[0]) };
+
+static const ds4_dot_kern *kern;
+static char kern_error[160];
+static char kern_list[64];       /* the variants this CPU can run, best first */
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+
+static const ds4_dot_kern *find(const char *name) {
+    for (int i = 0; i < N_VARIANTS; i++)
+        if (!strcmp(variants[i]->name, name)) return variants[i];
+    return NULL;
+}
+
+/* The best variant, unless DS4REF_KERNELS names another; a name this build
+ * or this CPU cannot honour leaves the best one chosen and an error for
+ * ds4_dot_check to report. */
+static void choose(void) {
+    for (int i = N_VARIANTS - 1; i >= 0; i--)
+        if (cpu_has(variants[i])) kern = variants[i];
+    for (int i = 0; i < N_VARIANTS; i++) {
+        if (!cpu_has(variants[i])) continue;
+        size_t n = strlen(kern_list);
+        snprintf(kern_list + n, sizeof(kern_list) - n, "%s%s", n ? " " : "", variants[i]->name);
+    }
+    const char *want = getenv("DS4REF_KERNELS");
+    if (!want || !*want) return;
+    const ds4_dot_kern *k = find(want);
+    if (!k)
+        snprintf(kern_error, sizeof(kern_error),
+                 "DS4REF_KERNELS=%.40s: no such kernels here (this build and CPU have: %s)",
+                 want, kern_list);
+    else if (!cpu_has(k))
+        snprintf(kern_error, sizeof(kern_error),
+                 "DS4REF_KERNELS=%.40s: this CPU lacks the instructions they need", want);
+    else
+        kern = k;
+}
+
+static const ds4_dot_kern *kernels(void) {
+    pthread_once(&kern_once, choose);
+    return kern;
+}
+
+const char *ds4_dot_kernels(void) {
+    return kernels()->name;
+}
+
+const char *ds4_dot_available(void) {
+    kernels();
+    return kern_list;
+}
+
+int ds4_dot_check(ds4err *err) {
+    kernels();
+    if (kern_error[0]) return ds4_err_set(err, DS4_E_UNSUPPORTED, "%s", kern_error);
+    return 0;
+}
+
+int ds4_dot_use(const char *name, ds4err *err) {
+    kernels();
+    const ds4_dot_kern *k = find(name);
+    if (!k || !cpu_has(k))
+        return ds4_err_set(err, k ? DS4_E_UNSUPPORTED : DS4_E_ARG,
+                          "no %s kernels here (this build and CPU have: %s)", name, kern_list);
+    kern = k;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Products                                                                 */
+/* ------------------------------------------------------------------------ */
+
+double ds4_dot_f32(const float *a, const float *b, uint64_t n) {
+    return kernels()->dot_f32(a, b, n);
+}
+
+double ds4_dot_sumsq_f32(const float *a, uint64_t n) {
+    return ds4_dot_f32(a, a, n);
+}
+
+/* Checks shared by the row kernels: a known type and a whole number of
+ * blocks.  Callers validate shapes at load time, so failing here is a bug. */
+static const ds4_type_info *row_type(uint32_t type, uint64_t n) {
+    const ds4_type_info *t = ds4_types_info(type);
+    if (!t || (n != 0 && ds4_types_row_bytes(type, n) == 0)) return NULL;
+    return t;
+}
+
+/* An invalid type or width has no defined value; NaN makes the mistake loud
+ * instead of looking like a plausible number. */
+double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
+    const ds4_type_info *t = row_type(type, n);
+    if (!t) return NAN;
+    /* An empty row may come as NULL pointers, and NULL + 0 is undefined. */
+    if (n == 0) return 0.0;
+    const ds4_mat W = {type, n, 1, ds4_types_row_bytes(type, n), row};
+    return kernels()->row_dot(&W, t, x);
+}
+
+ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert) {
+    ds4_mat m = *stacked;
+    m.data = stacked->data + expert * stacked->rows * stacked->row_bytes;
+    return m;
+}
+
+/* Outputs of an invalid matrix are NaN (see ds4_dot_row). */
+static void fill_nan(uint64_t r0, uint64_t r1, int T, float *y, uint64_t ldy) {
+    for (int k = 0; k < T; k++)
+        for (uint64_t r = r0; r < r1; r++) y[(uint64_t)k * ldy + r] = NAN;
+}
+
+/* Job jobno of rows [r0, r1) in groups of `group` rows x ntiles token
+ * tiles. */
+static void run_job(const ds4_dot_kern *k, const ds4_mat *W, const ds4_type_info *t, uint64_t r0,
+                    uint64_t r1, int group, uint64_t jobno, int ntiles, const float *x,
+                    uint64_t ldx, int T, float *y, uint64_t ldy) {
+    const uint64_t g0 = r0 + jobno / (uint64_t)ntiles * (uint64_t)group;
+    /* The tokens are spread evenly over the tiles: 17 tokens are tiles of
+     * 9 and 8, not 16 and a lone token that would read the rows again. */
+    const int tile = (int)(jobno % (uint64_t)ntiles);
+    const int t0 = (int)((int64_t)tile * T / ntiles), t1 = (int)((int64_t)(tile + 1) * T / ntiles);
+    const int nr = r1 - g0 < (uint64_t)group ? (int)(r1 - g0) : group;
+    const int nt = t1 - t0;
+    k->job(W, t, g0, nr, x, ldx, t0, nt, y, ldy);
+}
+
+static uint64_t n_jobs(uint64_t rows, int group, int ntiles) {
+    return (rows + (uint64_t)group - 1) / (uint64_t)group * (uint64_t)ntiles;
+}
+
+void ds4_dot_matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1,
+                     const float *x, uint64_t ldx, int T, float *y, uint64_t ldy) {
+    const ds4_type_info *t = row_type(W->type, W->cols);
+    if (!t) {
+        fill_nan(r0, r1, T, y, ldy);
+        return;
+    }
+    if (T <= 0 || r1 <= r0) return;
+    const ds4_dot_kern *k = kernels();
+    const int ntiles = (T + TILE_T - 1) / TILE_T;
+    const uint64_t jobs = n_jobs(r1 - r0, JOB_ROWS, ntiles);
+    for (uint64_t j = 0; j < jobs; j++)
+        run_job(k, W, t, r0, r1, JOB_ROWS, j, ntiles, x, ldx, T, y, ldy);
+}
+
+/* Job numbering of ds4_dot_matmul_many: op i owns jobs [first[i], first[i+1]). */
+static uint64_t number_jobs(const ds4_matmul_op *ops, const ds4_type_info *const *types, int n,
+                            int group, uint64_t *first) {
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const int ntiles = (ops[i].T + TILE_T - 1) / TILE_T;
+        first[i + 1] = first[i] + (types[i] && ops[i].T > 0 ? n_jobs(ops[i].W->rows, group, ntiles) : 0);
+    }
+    return first[n];
+}
+
+/* Several products in one parallel region: their jobs are numbered one
+ * after the other and spread over the threads together.  Every output is
+ * still one job's, computed by the same code as ds4_dot_matmul. */
+void ds4_dot_matmul_many(const ds4_matmul_op *ops, int n_ops) {
+    enum { MAX_OPS = 64 };
+    const int n = n_ops < MAX_OPS ? n_ops : MAX_OPS;
+    const ds4_dot_kern *k = kernels();
+    const ds4_type_info *types[MAX_OPS];
+    uint64_t first[MAX_OPS + 1];
+    double work = 0;
+    for (int i = 0; i < n; i++) {
+        types[i] = row_type(ops[i].W->type, ops[i].W->cols);
+        if (!types[i]) fill_nan(0, ops[i].W->rows, ops[i].T, ops[i].y, ops[i].ldy);
+        work += (double)ops[i].W->rows * (double)ops[i].W->cols * (ops[i].T > 0 ? ops[i].T : 0);
+    }
+    const int parallel = ds4_worth_threads(work);
+    /* Small products are cut finer so every thread gets work; the size of
+     * a job never changes a value, only who computes it. */
+    int group = JOB_ROWS;
+    while (parallel && group > RB &&
+           number_jobs(ops, types, n, group, first) < 4 * (uint64_t)omp_get_max_threads())
+        group /= 4;
+    const uint64_t jobs = number_jobs(ops, types, n, group, first);
+    /* Dynamic: a thread that lost its core to another program takes fewer
+     * jobs instead of holding the others up; chunks of consecutive jobs
+     * keep a thread on the same rows. */
+    const int chunk = (int)(jobs / (8 * (uint64_t)omp_get_max_threads())) + 1;
+    #pragma omp parallel for schedule(dynamic, chunk) if (parallel)
+    for (uint64_t j = 0; j < jobs; j++) {
+        int i = 0;
+        while (j >= first[i + 1]) i++;
+        const ds4_matmul_op *o = &ops[i];
+        const int ntiles = (o->T + TILE_T - 1) / TILE_T;
+        run_job(k, o->W, types[i], 0, o->W->rows, group, j - first[i], ntiles, o->x, o->ldx, o->T,
+                o->y, o->ldy);
+    }
+    if (n_ops > MAX_OPS) ds4_dot_matmul_many(ops + MAX_OPS, n_ops - MAX_OPS);
+}
+
+void ds4_dot_matmul(const ds4_mat *W, const float *x, uint64_t ldx, int T,
+                float *y, uint64_t ldy) {
+    const ds4_matmul_op op = {W, x, ldx, T, y, ldy};
+    ds4_dot_matmul_many(&op, 1);
+}

@@ -1,0 +1,109 @@
+/* The canonical reductions of ds4ref.
+ *
+ * Every dot product, sum of squares and matrix-vector product in the model is
+ * defined by ONE evaluation order, so results never depend on the thread count,
+ * the batch shape, the compiler or the vector width:
+ *
+ *   - each product a[i]*b[i] is formed in double from two f32 values, which is
+ *     exact (24+24 significant bits < 53);
+ *   - product i is added to lane (i % DS4_LANES) in increasing i, in double;
+ *   - the lanes are combined by the fixed halving tree
+ *       l[k] += l[k+8] (k<8); l[k] += l[k+4] (k<4); l[k] += l[k+2] (k<2);
+ *       result = l[0] + l[1];
+ *   - the caller rounds the double result to f32 once, where the model stores
+ *     an activation.
+ *
+ * Because the lanes are explicit in the C code, a compiler may vectorize them
+ * with any vector width without reassociating anything; the result is the same
+ * bits on x86-64 and aarch64, at -O0 and -O3.
+ *
+ * A quantized weight row takes part through its exact f32 dequantization
+ * (formats.h): dot(row, x) == ds4_dot_f32(dequant(row), x) bit for bit. */
+#ifndef DS4_DOT_H
+#define DS4_DOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+#define DS4_LANES 16
+
+double ds4_dot_f32(const float *a, const float *b, uint64_t n);
+double ds4_dot_sumsq_f32(const float *a, uint64_t n);   /* == ds4_dot_f32(a, a, n) */
+
+/* Dot product of one stored row of `type` (n elements) with f32 x. */
+double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n);
+
+/* A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` elements of
+ * `type`, row r at data + r*row_bytes.  A 3-D expert tensor [cols, rows, E]
+ * gives one view per expert (ds4_dot_expert). */
+typedef struct ds4_mat {
+    uint32_t type;
+    uint64_t cols;       /* ne0: input width */
+    uint64_t rows;       /* ne1: output width */
+    uint64_t row_bytes;
+    const uint8_t *data;
+} ds4_mat;
+
+ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert);
+
+/* y[t*ldy + r] = (float) dot(row r of W, x + t*ldx) for r in [0, W->rows) and
+ * t in [0, T).  Rows are split over OpenMP threads; every output value is
+ * computed by one thread with the canonical order above, so the result is the
+ * same for any thread count and any T. */
+void ds4_dot_matmul(const ds4_mat *W, const float *x, uint64_t ldx, int T,
+                float *y, uint64_t ldy);
+
+/* Same for a row range [r0, r1) only, without OpenMP (the caller parallelizes
+ * over something else, e.g. experts). */
+void ds4_dot_matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1,
+                     const float *x, uint64_t ldx, int T, float *y, uint64_t ldy);
+
+/* One product of ds4_dot_matmul_many: y[t*ldy + r] = dot(row r of W, x + t*ldx)
+ * for t < T. */
+typedef struct ds4_matmul_op {
+    const ds4_mat *W;
+    const float *x;
+    uint64_t ldx;
+    int T;
+    float *y;
+    uint64_t ldy;
+} ds4_matmul_op;
+
+/* Independent products (no op may read another's output) in one parallel
+ * region: one fork/join instead of n_ops, and the threads share the work of
+ * all of them.  Every value equals ds4_dot_matmul's. */
+void ds4_dot_matmul_many(const ds4_matmul_op *ops, int n_ops);
+
+/* Is a loop of about `work` multiply-adds (or steps of similar cost) worth
+ * a parallel region?  Waking the OpenMP team costs microseconds on an idle
+ * machine and, on a busy one, up to a scheduler time slice: a thread that
+ * lost its core holds everyone up at the end of the region.  Work below
+ * about 0.1 ms therefore runs on the calling thread.  Which thread computes
+ * a value never changes it. */
+static inline bool ds4_worth_threads(double work) {
+    return work >= (double)(1u << 20);
+}
+
+/* The kernels: every variant this build has (portable; AVX2 and AVX-512 on
+ * x86-64, NEON on aarch64) computes the same canonical order, so the choice
+ * never changes a bit.  The best one the CPU supports is chosen at the first
+ * use, unless the environment variable DS4REF_KERNELS names another. */
+
+/* The name of the variant in use: "avx512", "avx2", "neon" or "portable". */
+const char *ds4_dot_kernels(void);
+
+/* The variants this build and CPU can run, best first, space separated. */
+const char *ds4_dot_available(void);
+
+/* An error (DS4_E_UNSUPPORTED, naming the variable and what is available)
+ * when DS4REF_KERNELS names a variant that cannot be used here; the best
+ * variant is in use then.  Programs call it once at startup. */
+int ds4_dot_check(ds4err *err);
+
+/* Switch to the named variant (tests and benchmarks compare them).  Not
+ * while a product runs on another thread. */
+int ds4_dot_use(const char *name, ds4err *err);
+
+#endif

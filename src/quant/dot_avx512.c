@@ -1,0 +1,585 @@
+/* The AVX-512 kernels (AVX-512F/DQ + FMA + F16C): the canonical order of
+ * dot_lanes.h with 8-double registers, dequantizers that produce the f32
+ * values of formats.c 16 at a time, and fused one-token kernels.  This file
+ * is compiled with the AVX-512 target flags and used only on CPUs that have
+ * them (dot.c). */
+#include "quant/dot_kern.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <pthread.h>
+
+#include "quant/dot_lanes.h"
+
+/* Fused multiply-add.  These kernels accumulate with fma(w, x, acc) where
+ * the portable code writes acc + (double)w * (double)x.  The two are the
+ * same number: w and x are f32 values (24 significant bits each), so w*x
+ * has at most 48 significant bits and an exponent far inside double's range
+ * (|w*x| < 2^256, and nonzero products are >= 2^-298, far above double's
+ * smallest subnormal 2^-1074): the product is exact in double, and fma's
+ * single rounding of w*x + acc is the rounding of the addition.  That holds
+ * for signed zeros and infinities too; only which NaN payload comes out of
+ * a NaN input may differ, and NaN payloads are not part of the contract
+ * (x86-64 and aarch64 already propagate them differently).  The build keeps
+ * -ffp-contract=off, so the compiler never fuses anything else. */
+
+static inline void lanes_add(double *restrict l, const float *restrict a, const float *restrict b,
+                      uint64_t n) {
+    __m512d lo = _mm512_loadu_pd(l), hi = _mm512_loadu_pd(l + 8);
+    uint64_t i = 0;
+    for (; i + L <= n; i += L) {
+        lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i)),
+                             _mm512_cvtps_pd(_mm256_loadu_ps(b + i)), lo);
+        hi = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i + 8)),
+                             _mm512_cvtps_pd(_mm256_loadu_ps(b + i + 8)), hi);
+    }
+    _mm512_storeu_pd(l, lo);
+    _mm512_storeu_pd(l + 8, hi);
+    lanes_add_portable(l, a + i, b + i, n - i);
+}
+
+/* nr is a compile-time constant at every call site (see rows_fma), so a[][]
+ * lives in registers: 2*nr accumulators of 8 lanes each.  The activations
+ * are widened once per 16 elements for all nr rows. */
+static inline __attribute__((always_inline)) void
+rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
+           const float *restrict x, uint64_t m) {
+    __m512d a[RB][2];
+    for (int j = 0; j < nr; j++) {
+        a[j][0] = _mm512_loadu_pd(acc[j]);
+        a[j][1] = _mm512_loadu_pd(acc[j] + 8);
+    }
+    uint64_t i = 0;
+    for (; i + L <= m; i += L) {
+        const __m512d x0 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        const __m512d x1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+        for (int j = 0; j < nr; j++) {
+            const float *wj = w + (uint64_t)j * CHUNK + i;
+            a[j][0] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(wj)), x0, a[j][0]);
+            a[j][1] = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(wj + 8)), x1, a[j][1]);
+        }
+    }
+    for (int j = 0; j < nr; j++) {
+        _mm512_storeu_pd(acc[j], a[j][0]);
+        _mm512_storeu_pd(acc[j] + 8, a[j][1]);
+    }
+    if (i < m) rows_fma_portable(acc, nr, w + i, x + i, m - i);
+}
+
+static inline void rows_fma(double (*restrict acc)[L], int nr, const float *restrict w,
+                     const float *restrict x, uint64_t m) {
+    switch (nr) {
+    case 4: rows_fma_n(acc, 4, w, x, m); break;
+    case 3: rows_fma_n(acc, 3, w, x, m); break;
+    case 2: rows_fma_n(acc, 2, w, x, m); break;
+    default: rows_fma_n(acc, 1, w, x, m); break;
+    }
+}
+
+/* AVX-512 dequantizers: the f32 operations of formats.c, in the same order,
+ * 16 elements at a time; test_dot compares them with ds4_formats_dequant_row bit for
+ * bit.  Block scales go through the hardware f16 conversion, which is exact
+ * for every finite half and Inf; a chunk with a NaN-or-Inf scale (exponent
+ * field 31) is left to the portable code so even those keep their bits. */
+
+static inline uint32_t rd16(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+static inline uint32_t rd32(const uint8_t *p) {
+    return rd16(p) | rd16(p + 2) << 16;
+}
+
+static inline int f16_special(uint32_t h) {
+    return (h & 0x7c00u) == 0x7c00u;
+}
+
+static inline float f16_scale(uint32_t h) {
+    return _cvtsh_ss((unsigned short)h);
+}
+
+static inline __m512i load16_u8(const uint8_t *p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* Q8_0: y = (float)q * d. */
+static int dq_q8_0(const uint8_t *p, float *w, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, p += 34, w += 32) {
+        const uint32_t h = rd16(p);
+        if (f16_special(h)) return 0;
+        const __m512 d = _mm512_set1_ps(f16_scale(h));
+        for (int k = 0; k < 2; k++) {
+            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 2 + 16 * k)));
+            _mm512_storeu_ps(w + 16 * k, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+        }
+    }
+    return 1;
+}
+
+/* Q2_K: sub-block j = 8*half + 2*(shift/2) + sub of 16 elements,
+ * dl = d * (sc & 15), ml = dmin * (sc >> 4), y = dl * q - ml. */
+static int dq_q2_K(const uint8_t *p, float *w, uint64_t nb) {
+    const __m512i three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
+    for (uint64_t b = 0; b < nb; b++, p += 84, w += 256) {
+        const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
+        if (f16_special(hd) || f16_special(hm)) return 0;
+        const __m512i sc = load16_u8(p);
+        float dl[16], ml[16];
+        _mm512_storeu_ps(dl, _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
+                                           _mm512_cvtepi32_ps(_mm512_and_si512(sc, fifteen))));
+        _mm512_storeu_ps(ml, _mm512_mul_ps(_mm512_set1_ps(f16_scale(hm)),
+                                           _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4))));
+        for (int half = 0; half < 2; half++)
+            for (int sub = 0; sub < 2; sub++) {
+                const __m512i q = load16_u8(p + 16 + 32 * half + 16 * sub);
+                for (int s = 0; s < 4; s++) {
+                    const int j = 8 * half + 2 * s + sub;
+                    const __m512i qs = _mm512_and_si512(
+                        _mm512_srlv_epi32(q, _mm512_set1_epi32(2 * s)), three);
+                    const __m512 v = _mm512_sub_ps(
+                        _mm512_mul_ps(_mm512_set1_ps(dl[j]), _mm512_cvtepi32_ps(qs)),
+                        _mm512_set1_ps(ml[j]));
+                    _mm512_storeu_ps(w + 16 * j, v);
+                }
+            }
+    }
+    return 1;
+}
+
+/* Q4_K: the six-bit scale and min of sub-block j (formats.c). */
+static void q4k_scale_min(int j, const uint8_t *s, uint32_t *sc, uint32_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xfu) | (uint32_t)(s[j - 4] >> 6) << 4;
+        *m = (uint32_t)(s[j + 4] >> 4) | (uint32_t)(s[j] >> 6) << 4;
+    }
+}
+
+/* Q4_K: the factors of a block's 8 sub-blocks, d1[j] = d * sc and
+ * m1[j] = dmin * m, for the dequantizer and the fused product alike; 0
+ * when d or dmin is Inf or NaN (such blocks go the portable way). */
+static inline int q4k_block_scales(const uint8_t *p, float d1[8], float m1[8]) {
+    const uint32_t hd = rd16(p), hm = rd16(p + 2);
+    if (f16_special(hd) || f16_special(hm)) return 0;
+    const float d = f16_scale(hd), dmin = f16_scale(hm);
+    for (int j = 0; j < 8; j++) {
+        uint32_t sc, mn;
+        q4k_scale_min(j, p + 4, &sc, &mn);
+        d1[j] = d * (float)sc;
+        m1[j] = dmin * (float)mn;
+    }
+    return 1;
+}
+
+/* Q4_K: y = (d * sc) * q - dmin * m per sub-block of 32. */
+static int dq_q4_K(const uint8_t *p, float *w, uint64_t nb) {
+    const __m512i fifteen = _mm512_set1_epi32(15);
+    for (uint64_t b = 0; b < nb; b++, p += 144, w += 256) {
+        float dj[8], mj[8];
+        if (!q4k_block_scales(p, dj, mj)) return 0;
+        for (int j = 0; j < 8; j++) {
+            const __m512 d1 = _mm512_set1_ps(dj[j]), m1 = _mm512_set1_ps(mj[j]);
+            const __m512i shift = _mm512_set1_epi32(4 * (j & 1));
+            for (int h = 0; h < 2; h++) {
+                const __m512i q = _mm512_and_si512(
+                    _mm512_srlv_epi32(load16_u8(p + 16 + 32 * (j / 2) + 16 * h), shift), fifteen);
+                _mm512_storeu_ps(w + 32 * j + 16 * h,
+                                 _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1));
+            }
+        }
+    }
+    return 1;
+}
+
+/* IQ2_XXS: y = (db * grid) * (+-1); the sign is applied by flipping the
+ * sign bit, which is what multiplying a non-NaN by -1 does. */
+static int dq_iq2_xxs(const uint8_t *p, float *w, uint64_t nb) {
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (uint64_t b = 0; b < nb; b++, p += 66, w += 256) {
+        const uint32_t hd = rd16(p);
+        if (f16_special(hd)) return 0;
+        const float d = f16_scale(hd);
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *g = p + 2 + 8 * ib;
+            const uint32_t aux = rd32(g + 4);
+            const __m512 db = _mm512_set1_ps(d * (0.5f + (float)(aux >> 28)) * 0.25f);
+            for (int h = 0; h < 2; h++) {
+                const int l = 2 * h;
+                const __m128i grid = _mm_set_epi64x((long long)ds4_formats_iq2xxs_grid[g[l + 1]],
+                                                    (long long)ds4_formats_iq2xxs_grid[g[l]]);
+                const __mmask16 neg = (__mmask16)(ds4_formats_ksigns_iq2xs[(aux >> (7 * l)) & 127] |
+                                                  ds4_formats_ksigns_iq2xs[(aux >> (7 * l + 7)) & 127] << 8);
+                const __m512 v = _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(grid)));
+                const __m512i vi = _mm512_castps_si512(v);
+                _mm512_storeu_ps(w + 32 * ib + 16 * h,
+                                 _mm512_castsi512_ps(_mm512_mask_xor_epi32(vi, neg, vi, sign)));
+            }
+        }
+    }
+    return 1;
+}
+
+/* F16 elements: exact hardware conversion unless a NaN or Inf is among
+ * them; returns how many elements were done (a multiple of 16). */
+static uint64_t dq_f16(const uint8_t *p, float *w, uint64_t n) {
+    const __m256i expo = _mm256_set1_epi16(0x7c00);
+    uint64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(p + 2 * i));
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_and_si256(h, expo), expo))) break;
+        _mm512_storeu_ps(w + i, _mm512_cvtph_ps(h));
+    }
+    return i;
+}
+
+static uint64_t dq_bf16(const uint8_t *p, float *w, uint64_t n) {
+    uint64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * i)));
+        _mm512_storeu_ps(w + i, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+    }
+    return i;
+}
+
+static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, uint64_t off, float *w,
+                          uint64_t m) {
+    const uint8_t *p = row + off / t->blck * t->bytes;
+    const uint64_t nb = m / t->blck;
+    uint64_t done = 0;
+    switch (t->id) {
+    case DS4_TYPE_Q8_0: done = dq_q8_0(p, w, nb) ? m : 0; break;
+    case DS4_TYPE_Q2_K: done = dq_q2_K(p, w, nb) ? m : 0; break;
+    case DS4_TYPE_Q4_K: done = dq_q4_K(p, w, nb) ? m : 0; break;
+    case DS4_TYPE_IQ2_XXS: done = dq_iq2_xxs(p, w, nb) ? m : 0; break;
+    case DS4_TYPE_F16: done = dq_f16(p, w, m); break;
+    case DS4_TYPE_BF16: done = dq_bf16(p, w, m); break;
+    case DS4_TYPE_F32: memcpy(w, p, sizeof(float) * m); done = m; break;
+    default: break;
+    }
+    /* The rest (a tail, a special scale, another type) the portable way;
+     * done is a whole number of blocks. */
+    if (done < m) dequant_portable(t, row, off + done, w + done, m - done);
+}
+
+/* ---- One token: dequantization fused with the multiply-adds ------------
+ *
+ * For a single token (decode) the weights are used once, so they go from
+ * the block straight into the accumulators without the f32 buffer.  The
+ * values are those of the dq_* functions above and the order of additions
+ * is the same: per row, blocks in increasing order and inside a block 16
+ * elements at a time in increasing order, element i into lane i % 16. */
+
+typedef struct acc16 {
+    __m512d lo, hi;   /* lanes 0-7, 8-15 */
+} acc16;
+
+/* The 16 activations at x as doubles (exact). */
+static inline acc16 widen16(const float *x) {
+    acc16 v = {_mm512_cvtps_pd(_mm256_loadu_ps(x)), _mm512_cvtps_pd(_mm256_loadu_ps(x + 8))};
+    return v;
+}
+
+/* a += w * x for 16 f32 weights (see "Fused multiply-add" above). */
+static inline void fma16(acc16 *a, __m512 w, acc16 x) {
+    const __m256 whi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1));
+    a->lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(w)), x.lo, a->lo);
+    a->hi = _mm512_fmadd_pd(_mm512_cvtps_pd(whi), x.hi, a->hi);
+}
+
+static inline void prefetch_rows(const uint8_t *const *rows, int nr, uint64_t pos) {
+    for (int j = 0; j < nr; j++) __builtin_prefetch(rows[j] + pos);
+}
+
+/* Each fused kernel returns 0, having stored nothing, when a block scale is
+ * NaN or Inf; the caller then takes the buffered path, which handles it. */
+/* Q8_0 in double: (double)q * (double)d is exactly the f32 weight q * d
+ * (8 + 11 significant bits), so the weights are made 8 at a time straight
+ * in double, without the f32 stage and its widening. */
+static inline __attribute__((always_inline)) int
+fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+    for (uint64_t b = 0; b < nb; b++) {
+        const acc16 x0 = widen16(x + 32 * b), x1 = widen16(x + 32 * b + 16);
+        if ((b & 1) == 0) prefetch_rows(rows, nr, 34 * b + 768);
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *p = rows[j] + 34 * b;
+            const uint32_t h = rd16(p);
+            if (f16_special(h)) return 0;
+            const __m512d d = _mm512_set1_pd((double)f16_scale(h));
+            __m512d w[4];
+            for (int g = 0; g < 4; g++)
+                w[g] = _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_cvtepi8_epi64(
+                                         _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g)))), d);
+            a[j].lo = _mm512_fmadd_pd(w[0], x0.lo, a[j].lo);
+            a[j].hi = _mm512_fmadd_pd(w[1], x0.hi, a[j].hi);
+            a[j].lo = _mm512_fmadd_pd(w[2], x1.lo, a[j].lo);
+            a[j].hi = _mm512_fmadd_pd(w[3], x1.hi, a[j].hi);
+        }
+    }
+    return 1;
+}
+
+static inline __attribute__((always_inline)) int
+fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+    const __m512i three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
+    float dl[RB][16], ml[RB][16];
+    for (uint64_t b = 0; b < nb; b++) {
+        prefetch_rows(rows, nr, 84 * b + 512);
+        prefetch_rows(rows, nr, 84 * b + 576);
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *p = rows[j] + 84 * b;
+            const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
+            if (f16_special(hd) || f16_special(hm)) return 0;
+            const __m512i sc = load16_u8(p);
+            _mm512_storeu_ps(dl[j], _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
+                                                  _mm512_cvtepi32_ps(_mm512_and_si512(sc, fifteen))));
+            _mm512_storeu_ps(ml[j], _mm512_mul_ps(_mm512_set1_ps(f16_scale(hm)),
+                                                  _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4))));
+        }
+        /* Sub-block g = 8*half + 2*s + sub covers elements 16g..16g+15:
+         * walk g in increasing order. */
+        for (int half = 0; half < 2; half++) {
+            __m512i q[RB][2];
+            for (int j = 0; j < nr; j++)
+                for (int sub = 0; sub < 2; sub++)
+                    q[j][sub] = load16_u8(rows[j] + 84 * b + 16 + 32 * half + 16 * sub);
+            for (int s = 0; s < 4; s++) {
+                const __m512i shift = _mm512_set1_epi32(2 * s);
+                for (int sub = 0; sub < 2; sub++) {
+                    const int g = 8 * half + 2 * s + sub;
+                    const acc16 xv = widen16(x + 256 * b + 16 * g);
+                    for (int j = 0; j < nr; j++) {
+                        const __m512i qs = _mm512_and_si512(_mm512_srlv_epi32(q[j][sub], shift), three);
+                        fma16(&a[j], _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl[j][g]),
+                                                                 _mm512_cvtepi32_ps(qs)),
+                                                   _mm512_set1_ps(ml[j][g])), xv);
+                    }
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+static inline __attribute__((always_inline)) int
+fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+    const __m512i fifteen = _mm512_set1_epi32(15);
+    for (uint64_t b = 0; b < nb; b++) {
+        float d1[RB][8], m1[RB][8];
+        prefetch_rows(rows, nr, 144 * b + 576);
+        prefetch_rows(rows, nr, 144 * b + 640);
+        prefetch_rows(rows, nr, 144 * b + 704);
+        for (int j = 0; j < nr; j++)
+            if (!q4k_block_scales(rows[j] + 144 * b, d1[j], m1[j])) return 0;
+        for (int k = 0; k < 8; k++) {
+            const __m512i shift = _mm512_set1_epi32(4 * (k & 1));
+            for (int h = 0; h < 2; h++) {
+                const acc16 xv = widen16(x + 256 * b + 32 * k + 16 * h);
+                for (int j = 0; j < nr; j++) {
+                    const uint8_t *q = rows[j] + 144 * b + 16 + 32 * (k / 2) + 16 * h;
+                    const __m512i qv = _mm512_and_si512(_mm512_srlv_epi32(load16_u8(q), shift), fifteen);
+                    fma16(&a[j], _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d1[j][k]),
+                                                             _mm512_cvtepi32_ps(qv)),
+                                               _mm512_set1_ps(m1[j][k])), xv);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* IQ2_XXS in double.  The f32 weight is (db * grid) * (+-1), all exact
+ * (16 + 6 significant bits), so its product with x equals
+ * (grid * (+-1)) * (db * x) exactly: db * x has at most 40 significant bits
+ * and the grid factor 6.  The grid points and sign patterns are therefore
+ * looked up as 8 doubles each (grid_d, sign_d: 24 KiB, built once), which
+ * takes one multiply per 8 weights instead of unpacking bytes. */
+static double grid_d[256][8] __attribute__((aligned(64)));
+static double sign_d[128][8] __attribute__((aligned(64)));
+static pthread_once_t iq2_once = PTHREAD_ONCE_INIT;
+
+static void iq2_tables_init(void) {
+    for (int i = 0; i < 256; i++)
+        for (int k = 0; k < 8; k++) grid_d[i][k] = (double)((ds4_formats_iq2xxs_grid[i] >> (8 * k)) & 0xff);
+    for (int i = 0; i < 128; i++)
+        for (int k = 0; k < 8; k++) sign_d[i][k] = (ds4_formats_ksigns_iq2xs[i] >> k) & 1 ? -1.0 : 1.0;
+}
+
+/* Per block and row, everything the inner loop needs besides the tables,
+ * computed 8 groups at a time in vector registers: the group scales db (as
+ * doubles, from the f32 formula) and the byte offsets of each 8 weights'
+ * grid_d and sign_d rows.  The 64 bytes after the f16 scale are the 8
+ * groups: 4 grid indices, then the u32 with the 4 sign indices and the
+ * 4-bit scale. */
+typedef struct iq2_prep {
+    double db[8];
+    uint32_t grid_off[4][8], sign_off[4][8];
+} iq2_prep;
+
+static inline void iq2_prepare(const uint8_t *blk, float d, iq2_prep *o) {
+    const __m512i q = _mm512_loadu_si512(blk + 2);
+    const __m256i lo = _mm512_cvtepi64_epi32(q);                      /* grid indices */
+    const __m256i aux = _mm512_cvtepi64_epi32(_mm512_srli_epi64(q, 32));
+    const __m256 s = _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28));
+    const __m256 db = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(_mm256_set1_ps(0.5f), s)),
+                                    _mm256_set1_ps(0.25f));
+    _mm512_storeu_pd(o->db, _mm512_cvtps_pd(db));
+    const __m256i m127 = _mm256_set1_epi32(127), m255 = _mm256_set1_epi32(255);
+    for (int l = 0; l < 4; l++) {
+        const __m256i gi = _mm256_and_si256(_mm256_srli_epi32(lo, 8 * l), m255);
+        const __m256i si = _mm256_and_si256(_mm256_srli_epi32(aux, 7 * l), m127);
+        _mm256_storeu_si256((__m256i *)o->grid_off[l], _mm256_slli_epi32(gi, 6));
+        _mm256_storeu_si256((__m256i *)o->sign_off[l], _mm256_slli_epi32(si, 6));
+    }
+}
+
+static inline __attribute__((always_inline)) int
+fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+    pthread_once(&iq2_once, iq2_tables_init);
+    const uint8_t *gt = (const uint8_t *)grid_d, *st = (const uint8_t *)sign_d;
+    for (uint64_t b = 0; b < nb; b++) {
+        iq2_prep pr[RB];
+        prefetch_rows(rows, nr, 66 * b + 512);
+        prefetch_rows(rows, nr, 66 * b + 576);
+        for (int j = 0; j < nr; j++) {
+            const uint32_t h = rd16(rows[j] + 66 * b);
+            if (f16_special(h)) return 0;
+            iq2_prepare(rows[j] + 66 * b, f16_scale(h), &pr[j]);
+        }
+        for (int ib = 0; ib < 8; ib++) {
+            const acc16 x0 = widen16(x + 256 * b + 32 * ib), x1 = widen16(x + 256 * b + 32 * ib + 16);
+            const __m512d xl[4] = {x0.lo, x0.hi, x1.lo, x1.hi};
+            for (int j = 0; j < nr; j++) {
+                const __m512d db = _mm512_set1_pd(pr[j].db[ib]);
+                for (int l = 0; l < 4; l++) {
+                    const __m512d w = _mm512_mul_pd(_mm512_load_pd(gt + pr[j].grid_off[l][ib]),
+                                                    _mm512_load_pd(st + pr[j].sign_off[l][ib]));
+                    const __m512d xs = _mm512_mul_pd(xl[l], db);
+                    if (l & 1) a[j].hi = _mm512_fmadd_pd(w, xs, a[j].hi);
+                    else a[j].lo = _mm512_fmadd_pd(w, xs, a[j].lo);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* nr rows of type t (whole rows of n elements) against one token: acc[j]
+ * gets row j's lanes.  Returns 0 when the type has no fused kernel or a
+ * scale is special (acc untouched). */
+static inline __attribute__((always_inline)) int
+fused_n(const ds4_type_info *t, const uint8_t *const *rows, const int nr, const float *x,
+        uint64_t n, double (*acc)[L]) {
+    acc16 a[RB];
+    for (int j = 0; j < nr; j++) a[j].lo = a[j].hi = _mm512_setzero_pd();
+    const uint64_t nb = n / t->blck;
+    int ok;
+    switch (t->id) {
+    case DS4_TYPE_Q8_0: ok = fused_q8_0(rows, nr, x, nb, a); break;
+    case DS4_TYPE_Q2_K: ok = fused_q2_K(rows, nr, x, nb, a); break;
+    case DS4_TYPE_Q4_K: ok = fused_q4_K(rows, nr, x, nb, a); break;
+    case DS4_TYPE_IQ2_XXS: ok = fused_iq2_xxs(rows, nr, x, nb, a); break;
+    default: ok = 0; break;
+    }
+    if (!ok) return 0;
+    for (int j = 0; j < nr; j++) {
+        _mm512_storeu_pd(acc[j], a[j].lo);
+        _mm512_storeu_pd(acc[j] + 8, a[j].hi);
+    }
+    return 1;
+}
+
+static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows, int nr, const float *x,
+                      uint64_t n, double (*acc)[L]) {
+    switch (nr) {
+    case 4: return fused_n(t, rows, 4, x, n, acc);
+    case 3: return fused_n(t, rows, 3, x, n, acc);
+    case 2: return fused_n(t, rows, 2, x, n, acc);
+    default: return fused_n(t, rows, 1, x, n, acc);
+    }
+}
+
+/* ---- Several tokens: the blocked multiply (dot_job.h) -------------------
+ *
+ * R rows x K tokens of a chunk, weights and activations already in double.
+ * The lanes of one half (lanes 0-7, then 8-15) of every (row, token) pair
+ * stay in registers over the whole chunk: R*K accumulators, R weight
+ * registers and one activation register, at most 4 x 4 + 4 + 1 = 21 of the
+ * 32.  Each loaded weight vector serves K tokens and each activation vector
+ * R rows.  The two halves are independent chains, so doing one after the
+ * other moves no addition.
+ *
+ * mma_block is the same loop in dot_avx2.c, dot_avx512.c and dot_neon.c,
+ * written out in each: what differs is the instruction set's (vector type,
+ * width, aligned or unaligned loads, the operand order of its fused
+ * multiply-add) and the block that fits its registers, and one shared body
+ * would take a macro for each of those inside the innermost loop. */
+static inline __attribute__((always_inline)) void
+mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
+          const double *restrict wd, const double *restrict xd, uint64_t groups) {
+    for (int h = 0; h < 2; h++) {
+        __m512d a[4][4];
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) a[r][k] = _mm512_load_pd(acc[r][k0 + k] + 8 * h);
+        /* Two pointers walk the chunk; rows and tokens are constant
+         * offsets from them. */
+        const double *wp = wd + 8 * h, *xp = xd + (uint64_t)k0 * BCHUNK + 8 * h;
+        for (uint64_t g = 0; g < groups; g++, wp += L, xp += L) {
+            __m512d w[4];
+            for (int r = 0; r < R; r++) w[r] = _mm512_load_pd(wp + r * BCHUNK);
+            for (int k = 0; k < K; k++) {
+                const __m512d xv = _mm512_load_pd(xp + k * BCHUNK);
+                for (int r = 0; r < R; r++) a[r][k] = _mm512_fmadd_pd(w[r], xv, a[r][k]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) _mm512_store_pd(acc[r][k0 + k] + 8 * h, a[r][k]);
+    }
+}
+
+/* The block shapes as compile-time constants, so the accumulators are
+ * registers: up to 4 rows x 4 tokens here, 4 x 2 in dot_avx2.c, whose
+ * mma_shape is this switch over its own, smaller set of shapes. */
+static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, int k0,
+                             const double *restrict wd, const double *restrict xd,
+                             uint64_t groups) {
+    switch (R * 8 + K) {
+    case 4 * 8 + 4: mma_block(acc, 4, 4, k0, wd, xd, groups); break;
+    case 4 * 8 + 3: mma_block(acc, 4, 3, k0, wd, xd, groups); break;
+    case 4 * 8 + 2: mma_block(acc, 4, 2, k0, wd, xd, groups); break;
+    case 4 * 8 + 1: mma_block(acc, 4, 1, k0, wd, xd, groups); break;
+    case 3 * 8 + 4: mma_block(acc, 3, 4, k0, wd, xd, groups); break;
+    case 3 * 8 + 3: mma_block(acc, 3, 3, k0, wd, xd, groups); break;
+    case 3 * 8 + 2: mma_block(acc, 3, 2, k0, wd, xd, groups); break;
+    case 3 * 8 + 1: mma_block(acc, 3, 1, k0, wd, xd, groups); break;
+    case 2 * 8 + 4: mma_block(acc, 2, 4, k0, wd, xd, groups); break;
+    case 2 * 8 + 3: mma_block(acc, 2, 3, k0, wd, xd, groups); break;
+    case 2 * 8 + 2: mma_block(acc, 2, 2, k0, wd, xd, groups); break;
+    case 2 * 8 + 1: mma_block(acc, 2, 1, k0, wd, xd, groups); break;
+    case 1 * 8 + 4: mma_block(acc, 1, 4, k0, wd, xd, groups); break;
+    case 1 * 8 + 3: mma_block(acc, 1, 3, k0, wd, xd, groups); break;
+    case 1 * 8 + 2: mma_block(acc, 1, 2, k0, wd, xd, groups); break;
+    default: mma_block(acc, 1, 1, k0, wd, xd, groups); break;
+    }
+}
+
+static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
+                       const double *restrict wd, const double *restrict xd, uint64_t m) {
+    const uint64_t groups = m / L;
+    for (int k0 = 0; k0 < nt; k0 += 4)
+        mma_shape(acc, nr, nt - k0 < 4 ? nt - k0 : 4, k0, wd, xd, groups);
+    if (m % L) mma_portable(acc, nr, nt, wd + groups * L, xd + groups * L, m % L);
+}
+
+#define KERN_LANES_ADD lanes_add
+#define KERN_ROWS_FMA rows_fma
+#define KERN_DEQUANT dequant_chunk
+#define KERN_FUSED fused_rows
+#define KERN_MMA mma
+#include "quant/dot_job.h"
+
+const ds4_dot_kern ds4_dot_avx512 = {"avx512", kern_dot_f32, kern_row_dot, kern_job};
+
+#endif
