@@ -56,7 +56,7 @@ DEFAULT_MODEL = models/tiny.gguf
 # ds4ref-conform's default: a tiny model whose MTP head drafts what it decodes.
 SPEC_MODEL = models/tiny-spec.gguf
 
-.PHONY: all test check-unit clean valgrind vectors bench
+.PHONY: all test check clean valgrind vectors bench
 all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(SPEC_MODEL) $(BUILD)/libds4ref.so \
      $(BUILD)/libds4check.so $(BUILD)/conform-backend
 
@@ -154,6 +154,11 @@ $(SPEC_MODEL): $(BINDIR)/ds4ref-mkmodel
 test: all
 	@tests/run_tests.sh $(BUILD)
 
+# The inner loop: unit tests, layering and symbols, ds4_test on the goldens,
+# the command lines (README: a few minutes on 2 cores).
+check: all
+	@tests/run_tests.sh --quick $(BUILD)
+
 vectors: ds4ref ds4ref-mkmodel
 	scripts/make_vectors.sh
 
@@ -240,7 +245,8 @@ mutants:
 	scripts/mutants.sh $(BUILD)/mutants
 
 # make install PREFIX=/usr/local: the two headers, libraries and pkg-config
-# files, and the programs.  ds4_test is not installed: it runs from the
+# files, the programs, and the synthetic models they default to
+# (PREFIX/share/ds4ref/models, programs/models.h).  ds4_test is not installed: it runs from the
 # source tree (vectors/, ../shared), and its name would be too generic in a
 # bin/.
 PREFIX ?= /usr/local
@@ -256,6 +262,9 @@ install: all
 	    sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $$l.pc.in \
 	        > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$l.pc || exit 1; done
 	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/ds4ref/models
+	install -m 644 $(DEFAULT_MODEL) $(DEFAULT_MODEL:.gguf=-mtp.gguf) $(SPEC_MODEL) \
+	    $(SPEC_MODEL:.gguf=-mtp.gguf) $(DESTDIR)$(PREFIX)/share/ds4ref/models/
 
 # The examples, built against this tree's library.
 examples: $(BUILD)/examples/compare_head

@@ -43,6 +43,7 @@
 #include "model/model.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
+#include "../programs/models.h"
 #include "../programs/wait_policy.h"
 
 typedef struct bench_cfg {
@@ -70,11 +71,12 @@ static double now_sec(void) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ds4ref-bench -m MODEL [options]\n"
+            "usage: ds4ref-bench [-m MODEL] [options]\n"
             "       ds4ref-bench --kernels [-t N]\n"
             "\n"
-            "  -m, --model FILE     GGUF model (e.g. models/tiny.gguf, or a fullwidth\n"
-            "                       model from ds4ref-mkmodel --config fullwidth)\n"
+            "  -m, --model FILE     GGUF model (default models/tiny.gguf, the synthetic one\n"
+            "                       make builds; or a fullwidth model from ds4ref-mkmodel\n"
+            "                       --config fullwidth)\n"
             "  -p, --prompt LIST    context frontiers, comma separated (default 64)\n"
             "  -n, --gen-tokens N   greedy decode tokens per frontier (default 16)\n"
             "  -c, --ctx N          allocated context (default: last frontier + gen + 1)\n"
@@ -178,8 +180,16 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         else c->threads = (int)u;
     }
     if (!c->model && !c->kernels) {
-        fprintf(stderr, "ds4ref-bench: -m MODEL or --kernels is required (see --help)\n");
-        return -1;
+        /* As the other programs: the synthetic model make builds. */
+        static char path[PATH_MAX + 64];
+        char where[3 * PATH_MAX];
+        if (!ds4ref_find_model("tiny.gguf", path, sizeof(path), where, sizeof(where))) {
+            fprintf(stderr, "ds4ref-bench: no model: give -m MODEL (or --kernels); the synthetic "
+                            "tiny.gguf that make builds is not in %s\n", where);
+            return -1;
+        }
+        fprintf(stderr, "ds4ref-bench: model %s (the synthetic tiny model)\n", path);
+        c->model = path;
     }
     return 0;
 }
@@ -276,6 +286,10 @@ static void on_tap(void *ud, const ds4_tap *t) {
     else if (!strcmp(t->name, "hc_ffn")) lc->ffn_end[t->layer] = now_sec();
 }
 
+/* DeepSeek V4 Flash's layer size as a decoded token meets it (the width,
+ * the experts it runs and theirs), which the 43-layer estimate assumes. */
+enum { REAL_N_EMBD = 4096, REAL_N_FF = 2048, REAL_N_USED = 6 };
+
 /* Times one decode step and prints per-layer times and the 43-layer
  * estimate (2 x ratio 0, 21 x ratio 4, 20 x ratio 128, then the head). */
 static int time_layers(ds4_session *s, ds4_engine *e, const ds4_model *m, int32_t tok,
@@ -306,7 +320,14 @@ static int time_layers(ds4_session *s, ds4_engine *e, const ds4_model *m, int32_
     double head = t_end - prev;
     fprintf(stderr, "head,,,,%.3f,%.1f\n", head * 1e3,
             (double)(mat_bytes(&m->output) + mat_bytes(&m->output_hc_fn)) / 1e6);
-    if (cnt[0] && cnt[1] && cnt[2]) {
+    /* The estimate stands for the real model only when its layers are the
+     * real ones' size (the fullwidth and fulldepth synthetics); on a tiny
+     * model it would read like a figure for DeepSeek V4 Flash. */
+    if (c->n_embd != REAL_N_EMBD || c->n_ff != REAL_N_FF || c->n_expert_used != REAL_N_USED) {
+        fprintf(stderr, "estimate_43_layers: none (n_embd %u, expert width %u, %u experts a "
+                        "token: not the real model's %d, %d and %d; use a fullwidth model)\n",
+                c->n_embd, c->n_ff, c->n_expert_used, REAL_N_EMBD, REAL_N_FF, REAL_N_USED);
+    } else if (cnt[0] && cnt[1] && cnt[2]) {
         double est = 2 * sum[0] / cnt[0] + 21 * sum[1] / cnt[1] + 20 * sum[2] / cnt[2] + head;
         fprintf(stderr, "estimate_43_layers: %.1f ms/token = %.2f tokens/s "
                         "(2 x %.2f + 21 x %.2f + 20 x %.2f + head %.2f ms)\n",

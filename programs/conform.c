@@ -18,6 +18,7 @@
 
 #include "ds4check.h"
 
+#include "models.h"
 #include "options.h"
 #include "wait_policy.h"
 
@@ -213,30 +214,25 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
 static bool readable(const char *p) { return access(p, R_OK) == 0; }
 
 /* The folder of this program (for the default model and {ds4ref}). */
-static bool self_dir(char *out, size_t cap) {
-    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
-    if (n <= 0) return false;
-    out[n] = '\0';
-    char *slash = strrchr(out, '/');
-    if (!slash) return false;
-    *slash = '\0';
-    return true;
-}
 
 typedef struct paths {
     char model[PATH_MAX + 32], ds4ref[PATH_MAX + 32], cache[PATH_MAX + 32];
     char *mtp;
 } paths;
 
-static void pick_defaults(cli *c, paths *p) {
+static int pick_defaults(cli *c, paths *p) {
     ds4check_conform_options *o = &c->o;
     char dir[PATH_MAX];
-    bool have_dir = self_dir(dir, sizeof(dir));
+    bool have_dir = ds4ref_self_dir(dir, sizeof(dir));
     if (have_dir) snprintf(p->ds4ref, sizeof(p->ds4ref), "%s/ds4ref", dir);
     o->ds4ref_path = have_dir && readable(p->ds4ref) ? p->ds4ref : "ds4ref";
     if (!o->model_path) {
-        snprintf(p->model, sizeof(p->model), "%s/models/tiny-spec.gguf", have_dir ? dir : ".");
-        if (!readable(p->model)) snprintf(p->model, sizeof(p->model), "models/tiny-spec.gguf");
+        char where[3 * PATH_MAX];
+        if (!ds4ref_find_model("tiny-spec.gguf", p->model, sizeof(p->model), where, sizeof(where))) {
+            fprintf(stderr, "ds4ref-conform: no model: give -m FILE; the synthetic tiny-spec.gguf "
+                            "that make builds is not in %s\n", where);
+            return -1;
+        }
         o->model_path = p->model;
         fprintf(stderr, "ds4ref-conform: model %s (the synthetic tiny-spec model)\n", p->model);
     }
@@ -254,6 +250,7 @@ static void pick_defaults(cli *c, paths *p) {
         snprintf(p->cache, sizeof(p->cache), "%s/.cache/ds4ref/conform", home);
         o->cache_dir = p->cache;
     }
+    return 0;
 }
 
 /* ---- Ctrl-C ---- */
@@ -291,7 +288,7 @@ int main(int argc, char **argv) {
         return DS4REF_E_ARG;
     }
     paths p = {0};
-    pick_defaults(&c, &p);
+    if (pick_defaults(&c, &p)) return DS4REF_E_IO;
     if (c.threads) ds4ref_set_threads((int)c.threads);
     if (!c.quiet && isatty(STDERR_FILENO)) c.o.progress = progress;
     /* Ctrl-C stops the run and kills the cell's command, which runs in a

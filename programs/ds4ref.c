@@ -18,6 +18,7 @@
 
 #include "ds4ref.h"
 
+#include "models.h"
 #include "options.h"
 #include "termtext.h"
 #include "wait_policy.h"
@@ -89,7 +90,8 @@ static void usage(FILE *f) {
             "  --golden-out FILE       golden stream (docs/FORMATS.md)\n"
             "  --dump-logprobs FILE    the same in ds4's --dump-logprobs JSON layout\n"
             "  --vec-out FILE          append a case to an official.vec file\n"
-            "  --vec-id ID             case id for --vec-out (default: prompt file name)\n"
+            "  --vec-id ID             case id for --vec-out (default: the --prompt-file's\n"
+            "                          name; required with -p)\n"
             "  --logprobs-top-k K      alternatives recorded per step (default 20)\n"
             "tokenizer:\n"
             "  --tokenize-file FILE    print the ids of FILE's raw bytes and exit\n"
@@ -145,6 +147,26 @@ static int parse_u32(const char *flag, const char *v, long lo, long hi, uint32_t
     long x;
     if (parse_long(flag, v, lo, hi, &x)) return -1;
     *out = (uint32_t)x;
+    return 0;
+}
+
+/* A case of --vec-out is one ds4_test --logprob-vectors can replay: it
+ * renders the prompt as ds4's official vectors are made, with no system
+ * prompt and thinking off, so the case must have been made that way; and it
+ * needs a name, which a prompt file gives and -p does not. */
+static int check_vec_out(const cli *c) {
+    if (!c->vec_out || c->batch_prompts || c->batch_tokens || c->tokens_file) return 0;
+    if (!c->system || c->system[0] || !c->nothink) {
+        fprintf(stderr, "ds4ref: --vec-out writes a case for ds4_test --logprob-vectors, which "
+                        "renders the prompt with no system prompt and thinking off: add "
+                        "-sys \"\" --nothink\n");
+        return -1;
+    }
+    if (c->prompt && !c->vec_id) {
+        fprintf(stderr, "ds4ref: --vec-out with -p needs --vec-id ID, the case's name "
+                        "(--prompt-file names it after the file)\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -243,36 +265,24 @@ static int parse_args(int argc, char **argv, cli *c) {
                         "--logits-out take one prompt at a time\n");
         return -1;
     }
-    return 0;
+    return check_vec_out(c);
+}
+
+/* A context past the one the model's metadata declares runs (the state
+ * grows as asked), but its positions are beyond what the model was made
+ * for: said, not refused. */
+static void warn_ctx(const cli *c, ds4ref_model *m) {
+    ds4ref_model_info in;
+    ds4ref_model_get_info(m, &in);
+    if (c->ctx && in.context_length && c->ctx > in.context_length)
+        fprintf(stderr, "ds4ref: note: --ctx %u is past the model's context_length %u (its "
+                        "metadata): positions beyond it are outside what the model was made "
+                        "for\n", c->ctx, in.context_length);
 }
 
 /* ---- model selection ---- */
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
-
-/* -m, else ./ds4flash.gguf, else the synthetic model `make` builds next to
- * this binary (or in the current directory). */
-static const char *pick_model(const cli *c, char *buf, size_t cap) {
-    if (c->model) return c->model;
-    if (file_exists("ds4flash.gguf")) return "ds4flash.gguf";
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            int w = snprintf(buf, cap, "%.*s/models/tiny.gguf", (int)(cap - 32), exe);
-            if (w > 0 && (size_t)w < cap && file_exists(buf)) goto found;
-        }
-    }
-    snprintf(buf, cap, "models/tiny.gguf");
-    if (!file_exists(buf)) return "ds4flash.gguf";   /* let open() report it */
-found:
-    fprintf(stderr, "ds4ref: ./ds4flash.gguf not found; using the synthetic default model %s "
-                    "(random weights)\n", buf);
-    return buf;
-}
 
 /* ---- small file helpers ---- */
 
@@ -287,6 +297,26 @@ static int set_err(ds4ref_error *err, int code, const char *fmt, ...) {
     va_end(ap);
     return code;
 }
+
+/* -m, else ./ds4flash.gguf, else the synthetic model `make` builds (or
+ * `make install` installs, programs/models.h); DS4REF_E_IO, saying where it
+ * looked, when there is none. */
+static int pick_model(const cli *c, char *buf, size_t cap, const char **path, ds4ref_error *err) {
+    *path = c->model;
+    if (c->model) return 0;
+    *path = "ds4flash.gguf";
+    if (file_exists(*path)) return 0;
+    char where[3 * PATH_MAX];
+    if (!ds4ref_find_model("tiny.gguf", buf, cap, where, sizeof(where)))
+        return set_err(err, DS4REF_E_IO, "no model: give -m FILE (a DeepSeek V4 Flash GGUF), or "
+                       "put one at ./ds4flash.gguf; the synthetic tiny.gguf that make builds is "
+                       "not in %.600s", where);
+    fprintf(stderr, "ds4ref: ./ds4flash.gguf not found; using the synthetic default model %s "
+                    "(random weights)\n", buf);
+    *path = buf;
+    return 0;
+}
+
 
 /* ---- prompt ---- */
 
@@ -431,6 +461,9 @@ static void step_seen(speed *sp) {
  * generates nothing (-n 0) has its prompt's evaluation timed alone; one that
  * evaluated nothing prints nothing. */
 static void print_speed(const speed *sp) {
+    /* The text first: with stdout and stderr in one file, the buffered text
+     * would otherwise land after this line, glued to it. */
+    fflush(stdout);
     double prefilled = sp->steps ? sp->first : sp->prefill_end;
     if (!prefilled) return;
     double pre = prefilled - sp->prefill_start, gen = sp->last - sp->first;
@@ -508,6 +541,7 @@ static void print_report(const cli *c, const ds4ref_spec_stats *st) {
     if (!c->spec_report) return;
     char line[160];
     ds4ref_spec_report(st, line, sizeof(line));
+    fflush(stdout);    /* after the text, as print_speed says */
     fprintf(stderr, "%s\n", line);
 }
 
@@ -667,7 +701,7 @@ static int run(const cli *c, ds4ref_error *err) {
     if (batch_file && (rc = read_batch(batch_file, &batch_buf, &lines, &rows, err))) goto done;
     ds4ref_model_options mo;
     ds4ref_model_options_init(&mo);
-    mo.path = pick_model(c, model_buf, sizeof(model_buf));
+    if ((rc = pick_model(c, model_buf, sizeof(model_buf), &mo.path, err))) goto done;
     mo.mtp_path = c->mtp;
     mo.qat = c->qat;
     mo.max_batch = c->chunk * rows;   /* the rows of a batch share every pass */
@@ -677,6 +711,7 @@ static int run(const cli *c, ds4ref_error *err) {
         goto done;
     }
     ds4ref_session_options so = {.ctx = c->ctx, .chunk = c->chunk};
+    warn_ctx(c, m);
     if (batch_file) {
         rc = run_batch(c, m, batch_buf, lines, rows, &so, err);
         goto done;

@@ -133,15 +133,26 @@ check "--nothink -sys \"\" renders BOS User ... Assistant </think>" \
 
 # Dump and vec outputs parse back (ds4ref-diff reads both).
 ./ds4ref -m $model -p "Hello there" -n 16 --ignore-eos --golden-out "$tmp/c.jsonl" \
-    --dump-logprobs "$tmp/d.json" --vec-out "$tmp/v.vec" --vec-id t > /dev/null
+    --dump-logprobs "$tmp/d.json" > /dev/null
+./ds4ref -m $model -p "Hello there" -sys "" --nothink -n 40 --ignore-eos --golden-out "$tmp/cv.jsonl" \
+    --vec-out "$tmp/v.vec" --vec-id t > /dev/null
 check "dump-logprobs agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/d.json" --min-top1 1 --max-dlogprob 1e-6
-check "vec case agrees with the golden" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/v.vec" --min-top1 1 --max-dlogprob 1e-6
+check "vec case agrees with the golden" quiet ./ds4ref-diff "$tmp/cv.jsonl" "$tmp/v.vec" --min-top1 1 --max-dlogprob 1e-6
+# A vec case is one ds4_test can replay: made with no system prompt and
+# thinking off, and named (-p has no file name to give it).
+check "--vec-out without -sys \"\" --nothink -> 2" \
+    status_is 2 ./ds4ref -m $model -p "Hello there" -n 4 --vec-out "$tmp/v3.vec" --vec-id t
+check "... saying which flags it needs" grep -q 'add -sys "" --nothink' "$tmp/stderr"
+check "--vec-out with -p and no --vec-id -> 2" \
+    status_is 2 ./ds4ref -m $model -p "Hello there" -sys "" --nothink -n 4 --vec-out "$tmp/v3.vec"
+check "... asking for one" grep -q 'needs --vec-id ID' "$tmp/stderr"
+check "... and nothing written" test ! -e "$tmp/v3.vec"
 check "the first 16 steps of a longer run are the same" quiet ./ds4ref-diff "$tmp/c.jsonl" "$tmp/a.jsonl" --all-steps --min-top1 1 --max-dlogprob 0
 # Verdicts as a user reads them: the README's thresholds against a 16-step
 # official.vec pass (top1 is over the compared steps); a divergence with no
 # threshold fails; a file of none of the three kinds says so.
 check "a 40-step golden against its 16-step vec: the README's thresholds pass" \
-    quiet ./ds4ref-diff "$tmp/a.jsonl" "$tmp/v.vec" --max-dlogprob 0.05 --min-top1 1.0
+    quiet ./ds4ref-diff "$tmp/cv.jsonl" "$tmp/v.vec" --max-dlogprob 0.05 --min-top1 1.0
 check "a divergence without thresholds fails -> 1" status_is 1 ./ds4ref-diff \
     vectors/tiny-ds4-qaton-capital.jsonl vectors/tiny-ds4-qatoff-capital.jsonl
 check "... and says why" grep -q '^  violated: --min-top1 1 (the default when no threshold is given)' "$tmp/out.txt"
@@ -152,7 +163,7 @@ check "... said so" grep -q "tiny.gguf: not a golden, ds4 dump or official.vec" 
 # fails at once (nothing generated), naming the path the user gave.
 for out in --golden-out --dump-logprobs --vec-out --logits-out; do
     check "$out into a missing folder -> 3" \
-        status_is 3 ./ds4ref -m $model -p "Hello there" -n 8 $out "$tmp/missing/x"
+        status_is 3 ./ds4ref -m $model -p "Hello there" -sys "" --nothink --vec-id t -n 8 $out "$tmp/missing/x"
     check "$out: ... before the first token, naming the path" \
         bash -c '[ ! -s "$1" ] && grep -q "^ds4ref: $2: cannot be created" "$3" && ! grep -q "\.tmp\." "$3"' \
         _ "$tmp/out.txt" "$tmp/missing/x" "$tmp/stderr"
@@ -163,11 +174,12 @@ done
 for out in --golden-out --dump-logprobs --vec-out; do
     mkdir -p "$tmp/lg"
     check "--logits-out with $out into a missing folder -> 3" status_is 3 \
-        ./ds4ref "${story[@]}" --logits-out "$tmp/lg/l.f32" $out "$tmp/missing/x"
+        ./ds4ref "${story[@]}" -sys "" --nothink --vec-id t --logits-out "$tmp/lg/l.f32" $out "$tmp/missing/x"
     check "--logits-out with $out: ... no logits file, nothing left behind" \
         bash -c '[ -z "$(ls -A "$1")" ] && grep -q "^ds4ref: $2: cannot be created" "$3"' \
         _ "$tmp/lg" "$tmp/missing/x" "$tmp/stderr"
-    on_tty "$tmp/tty.txt" "${story[@]}" --logits-out "$tmp/lg/l.f32" $out "$tmp/missing/x"
+    on_tty "$tmp/tty.txt" "${story[@]}" -sys "" --nothink --vec-id t --logits-out "$tmp/lg/l.f32" \
+        $out "$tmp/missing/x"
     check "--logits-out with $out: ... before any work" \
         bash -c '! grep -aq "prefill:" "$1" && grep -aq "cannot be created" "$1"' _ "$tmp/tty.txt"
     rm -rf "$tmp/lg"
@@ -243,5 +255,13 @@ check "-n cut short by --ctx" status_is 0 ./ds4ref -m $model -p "Hello there" --
 check "... says so on stderr" grep -q -- "^ds4ref: -n 50 cut to 13 tokens: .* context of 40" "$tmp/stderr"
 check "--help -> 0" status_is 0 ./ds4ref --help
 
+# Smaller things a first user meets: a context past the model's is said;
+# with stdout and stderr in one file the speed line follows the text on a
+# line of its own.
+check "--ctx past the model's context_length -> a note" bash -c \
+    './ds4ref -m "$1" -p hi -n 1 --ctx 100000 2>&1 >/dev/null | grep -q "past the model.s context_length 4096"' _ $model
+./ds4ref -m $model -p "Hello there" -n 8 --ignore-eos > "$tmp/both.txt" 2>&1
+check "stdout and stderr in one file: the speed line on its own line, last" \
+    bash -c 'tail -1 "$1" | grep -q "^ds4ref: prefill: "' _ "$tmp/both.txt"
 [ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"
 exit $((fails != 0))

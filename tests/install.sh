@@ -39,6 +39,12 @@ for l in ds4ref ds4check; do
 done
 test -x "$prefix/bin/ds4ref"
 test -x "$prefix/bin/ds4ref-conform"
+# The installed programs find the synthetic models make install put beside
+# them, from any folder.
+(cd "$home" && "$prefix/bin/ds4ref" -p hi -n 2 > /dev/null 2> "$home/err") ||
+    { cat "$home/err"; echo "install: the installed ds4ref runs without -m"; exit 1; }
+grep -q "share/ds4ref/models/tiny.gguf" "$home/err" ||
+    { cat "$home/err"; echo "install: the installed ds4ref did not use the installed model"; exit 1; }
 if ls "$prefix/bin" | grep -v '^ds4ref' | grep -q .; then
     echo "install: bin/ holds programs without the ds4ref name: $(ls "$prefix/bin" | tr '\n' ' ')"
     exit 1

@@ -35,5 +35,6 @@ if ! py=$(find_python); then
 fi
 # The library of this build whatever BUILD is; no .pyc or pytest cache left
 # in the source tree.
-DS4REF_LIB=$(realpath "$build/libds4ref.so") PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 \
-    exec "$py" -m pytest -q -p no:cacheprovider python/tests
+DS4REF_LIB=$(realpath "$build/libds4ref.so") DS4CHECK_LIB=$(realpath "$build/libds4check.so") \
+    PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 \
+    exec "$py" -m pytest -q -rs -p no:cacheprovider python/tests

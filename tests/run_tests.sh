@@ -5,16 +5,80 @@
 # pass over a fast subset, the suite again under ASan and UBSan, the fuzz
 # targets briefly, the mutation check, the short portability matrix and a
 # benchmark smoke run.
-# Usage: tests/run_tests.sh BUILD_DIR
+# Usage: tests/run_tests.sh [--quick] BUILD_DIR
+#   --quick (make check): the unit tests, the layering and symbol checks,
+#   ds4_test on the goldens and the command-line tests only, for the inner
+#   loop.
 set -uo pipefail
+quick=
+if [ "${1:-}" = --quick ]; then quick=1; shift; fi
 build=${1:-build}
 fail=0
 summary=()
+skips=()      # "STAGE: TEST: REASON", for the closing summary
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+started=$SECONDS
 
+# run NAME COMMAND...: one stage.  Its output goes to the terminal and to a
+# log, from which tests/skips.awk takes what it skipped and why.  A stage
+# that prints nothing for 30 seconds gets a line saying it is still running,
+# so a long one (conform, valgrind, the sanitizer builds) never goes quiet.
 run() {
     local name=$1; shift
+    local log=$logs/stage.log start=$SECONDS quiet=0 size=0 now rc
     echo "=== $name"
-    if "$@"; then summary+=("PASS $name"); else summary+=("FAIL $name"); fail=1; fi
+    "$@" > >(tee "$log") 2>&1 &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        now=$(stat -c %s "$log" 2>/dev/null || echo 0)
+        if [ "$now" != "$size" ]; then size=$now; quiet=0; else quiet=$((quiet + 1)); fi
+        if [ $quiet -ge 30 ]; then
+            echo "--- $name: still running ($((SECONDS - start)) s)"
+            quiet=0
+        fi
+    done
+    wait "$pid"
+    rc=$?
+    # tee may still be writing the last lines.
+    sleep 0.1
+    while IFS= read -r s; do skips+=("$name: $s"); done < <(awk -f tests/skips.awk "$log")
+    if [ $rc -eq 0 ]; then summary+=("PASS $name ($((SECONDS - start)) s)")
+    else summary+=("FAIL $name ($((SECONDS - start)) s)"); fail=1; fi
+}
+
+# The closing summary, and the exit status.
+finish() {
+    echo
+    printf '%s\n' "${summary[@]}"
+    # Every skipped test with its reason, those for want of ../shared (the
+    # fixtures a clone does not have) named as such.
+    n_shared=0
+    for s in "${skips[@]}"; do case "$s" in *../shared*) n_shared=$((n_shared + 1)) ;; esac; done
+    echo
+    echo "skipped: ${#skips[@]}, of which $n_shared for want of a ../shared fixture"
+    for s in "${skips[@]}"; do
+        case "$s" in
+            *../shared*) echo "  - $s [../shared fixture missing]" ;;
+            *) echo "  - $s" ;;
+        esac
+    done
+    echo "time: $((SECONDS - started)) s"
+    local n_pass=0 n_fail=0 s
+    for s in "${summary[@]}"; do
+        case "$s" in PASS*) n_pass=$((n_pass + 1)) ;; FAIL*) n_fail=$((n_fail + 1)) ;; esac
+    done
+    # The closing line: stages passed and failed, tests skipped.
+    echo "tests: $n_pass passed, $n_fail failed, ${#skips[@]} skipped"
+    [ $fail -eq 0 ]
+    exit
+}
+
+# skip NAME REASON: a stage not run at all.
+skip() {
+    summary+=("SKIP $1")
+    skips+=("$1: not run: $2")
 }
 
 for t in "$build"/test_*; do
@@ -54,6 +118,13 @@ run "symbols: a symbol without its prefixes is reported" bash -c '
     grep -q "diff.o defines ds4_diff_check, outside" <<< "$out" &&
     [ "$(grep -c defines <<< "$out")" = 3 ]'
 
+# The documents: every path of this tree they name exists; the README's
+# Quick start and .ci/run install through the one script.
+run "docs: the paths they name exist" python3 tests/docs_paths.py
+run "docs: the README's Quick start and .ci/run install with scripts/install-deps.sh" bash -c '
+    grep -q "^scripts/install-deps.sh && make && ./ds4ref " README.md &&
+    grep -q "^scripts/install-deps.sh" .ci/run && grep -q "^make test$" .ci/run'
+
 run "ds4_test" ./ds4_test
 # The --logprob-vectors code path on the default synthetic model, with an
 # official.vec that ds4ref wrote for it (the real model is not available in CI).
@@ -61,6 +132,7 @@ run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf
     DS4_TEST_VECTOR_FILE=vectors/tiny.vec ./ds4_test --logprob-vectors
 
 run "cli" bash tests/cli.sh
+[ -n "$quick" ] && finish
 run "conform (ds4ref-conform against its test backend and itself)" bash tests/conform.sh "$build"
 run "install + example via pkg-config" bash tests/install.sh
 
@@ -68,17 +140,17 @@ run "install + example via pkg-config" bash tests/install.sh
 # interpreter that has NumPy and pytest, and in sanitizer builds (their
 # library needs its sanitizer runtime preloaded into Python).
 if [ -n "${DS4REF_SANITIZER:-}" ]; then
-    summary+=("SKIP python (a $DS4REF_SANITIZER build)")
+    skip python "a $DS4REF_SANITIZER build: its library needs the sanitizer's runtime preloaded"
 elif py=$(tests/python.sh --find); then
     run "python ($py)" tests/python.sh "$build"
 else
     echo "SKIP python: $py"
-    summary+=("SKIP python ($py)")
+    skip python "$py"
 fi
 
 # valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list)
 if [ -n "${DS4REF_SANITIZER:-}" ]; then
-    summary+=("SKIP valgrind (a $DS4REF_SANITIZER build: the sanitizer does that job)")
+    skip valgrind "a $DS4REF_SANITIZER build: the sanitizer does that job"
 elif command -v valgrind >/dev/null 2>&1; then
     while read -r name args; do
         case "$name" in ''|'#'*) continue ;; esac
@@ -91,7 +163,7 @@ elif command -v valgrind >/dev/null 2>&1; then
     done < tests/valgrind.list
 else
     echo "valgrind not installed: valgrind pass skipped"
-    summary+=("SKIP valgrind (not installed)")
+    skip valgrind "not installed"
 fi
 
 # Sanitizers and fuzzing (docs/RELIABILITY.md): the whole suite again, built
@@ -101,9 +173,9 @@ fi
 if [ -n "${DS4REF_SANITIZER:-}" ]; then
     :
 elif [ -n "${DS4REF_SKIP_SANITIZERS:-}" ]; then
-    summary+=("SKIP asan, ubsan, fuzz-smoke (DS4REF_SKIP_SANITIZERS is set)")
+    skip "asan, ubsan, fuzz-smoke" "DS4REF_SKIP_SANITIZERS is set"
 elif ! command -v clang >/dev/null 2>&1; then
-    summary+=("SKIP asan, ubsan, fuzz-smoke (clang not installed)")
+    skip "asan, ubsan, fuzz-smoke" "clang not installed"
 else
     jobs=$(nproc 2>/dev/null || echo 2)
     for target in asan ubsan fuzz-smoke; do
@@ -131,7 +203,4 @@ fi
 run "bench (tiny, smoke)" bash -c './ds4ref-bench -m models/tiny.gguf -p 8,16 -n 4 -t 2 --layers &&
     ./ds4ref-bench --kernels --kernel-rows 16 -t 2'
 
-echo
-printf '%s\n' "${summary[@]}"
-if [ $fail -ne 0 ]; then echo "tests: FAILED"; exit 1; fi
-echo "tests: all passed"
+finish

@@ -30,6 +30,7 @@
 #include "chat_msgs.h"
 #include "text/chat.h"
 #include "text/json.h"
+#include "testutil.h"
 
 #define BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
 #define EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
@@ -833,7 +834,10 @@ static void render_ids_json(const ds4_tokenizer *t, const char *messages, const 
 
 static void test_v4like_fixture_ids(void **state) {
     v4like *o = *state;
-    if (!o) skip();
+    if (!o) {
+        tu_skipping("%s or xz not available", SHARED_TOKENIZER);
+        skip();
+    }
     ds4_tokens ids = {0};
     render_ids_json(&o->t, in2, &thinking_mode, &ids);
     EXPECT_IDS(&ids, 0, 3476, 477, 260, 11502, 22896, 16, 128803, 19923, 128804, 128799, 23166, 1031,
@@ -863,7 +867,10 @@ static void test_v4like_fixture_ids(void **state) {
  * the peer's ids for TEXT, <｜Assistant｜>, </think>. */
 static void test_v4like_official_vector_form(void **state) {
     v4like *o = *state;
-    if (!o) skip();
+    if (!o) {
+        tu_skipping("%s or xz not available", SHARED_TOKENIZER);
+        skip();
+    }
     FILE *f = fopen(SHARED_PEER, "rb");
     if (!f) {
         printf("skipping: %s not found\n", SHARED_PEER);

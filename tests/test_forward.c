@@ -115,13 +115,19 @@ static void test_chunks_ds4(void **state) {
 
 static void test_chunks_f32(void **state) {
     fixture *f = *state;
-    if (under_valgrind()) skip();
+    if (under_valgrind()) {
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
     chunk_invariance(&f->f32, true);
 }
 
 static void test_threads(void **state) {
     fixture *f = *state;
-    if (under_valgrind()) skip();
+    if (under_valgrind()) {
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
     uint32_t n = n_tokens(), V = f->ds4.cfg.n_vocab;
     int32_t *toks = tu_random_tokens(n, V, 12);
     int saved = omp_get_max_threads();
@@ -289,7 +295,10 @@ static void gap_tap(void *ud, const ds4_tap *t) {
 
 static void test_synthetic_margins(void **state) {
     fixture *f = *state;
-    if (under_valgrind()) skip();
+    if (under_valgrind()) {
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
     const ds4_model *m = &f->ds4;
     uint32_t n = n_tokens();
     int32_t *toks = tu_random_tokens(n, m->cfg.n_vocab, 41);

@@ -26,6 +26,7 @@
 #include "text/json.h"
 #include "text/pretok.h"
 #include "text/tokenizer.h"
+#include "testutil.h"
 
 #define SHARED_TOKENIZER "../shared/tokenizer/deepseek_v3_tokenizer.json.xz"
 #define SHARED_PEER "../shared/tokenizer/peer_tokenize.jsonl"
@@ -526,12 +527,19 @@ static int official_teardown(void **state) {
     return 0;
 }
 
-#define NEED_OFFICIAL(o)                                   \
-    official *o = *state;                                  \
-    if (!o) skip()
+/* The official vocabulary of the group's setup, or the test skips (cmocka's
+ * skip() leaves the test from here). */
+static official *need_official(void **state) {
+    official *o = *state;
+    if (!o) {
+        tu_skipping("%s or xz not available", SHARED_TOKENIZER);
+        skip();
+    }
+    return o;
+}
 
 static void test_official_vocab(void **state) {
-    NEED_OFFICIAL(o);
+    official *o = need_official(state);
     /* The DeepSeek V3 tokenizer.json: 128000 BPE tokens, added tokens up to
      * id 128814, 127741 merges, the first being "Ġ t". */
     assert_int_equal(o->v.n_tokens, 128815);
@@ -551,7 +559,7 @@ static void test_official_vocab(void **state) {
 
 /* The regexes ds4ref documents as official are the ones in the file. */
 static void test_official_regexes(void **state) {
-    NEED_OFFICIAL(o);
+    official *o = need_official(state);
     (void)o;
     FILE *f = popen("xz -dc " SHARED_TOKENIZER, "r");
     assert_non_null(f);
@@ -585,7 +593,7 @@ static void test_official_regexes(void **state) {
 
 /* All 65 strings of the peer fixture, ids identical. */
 static void test_official_peer(void **state) {
-    NEED_OFFICIAL(o);
+    official *o = need_official(state);
     FILE *f = fopen(SHARED_PEER, "rb");
     if (!f) {
         printf("skipping: %s not found\n", SHARED_PEER);
@@ -666,7 +674,7 @@ static const struct {
 };
 
 static void test_official_hf_rust(void **state) {
-    NEED_OFFICIAL(o);
+    official *o = need_official(state);
     for (size_t k = 0; k < sizeof(hf_rust) / sizeof(hf_rust[0]); k++) {
         size_t n = 0;
         while (hf_rust[k].ids[n] >= 0) n++;
@@ -685,13 +693,13 @@ static void test_official_hf_rust(void **state) {
 }
 
 static void test_official_round_trip(void **state) {
-    NEED_OFFICIAL(o);
+    official *o = need_official(state);
     round_trip(&o->t, getenv("DS4REF_VALGRIND") ? 50 : 500);
 }
 
 /* One tokenizer, many threads: same ids as one thread. */
 static void test_official_threads(void **state) {
-    NEED_OFFICIAL(o);
+    official *o = need_official(state);
     enum { N = 64 };
     static char text[N][256];
     static size_t len[N];

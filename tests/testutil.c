@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,11 +44,20 @@ char *tu_path(const char *dir, const char *name) {
     return p;
 }
 
+void tu_skipping(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("skipping: ", stdout);
+    vprintf(fmt, ap);
+    fputs("\n", stdout);
+    va_end(ap);
+}
+
 char *tu_shared(const char *rel) {
     char *p = tu_path("../shared", rel);
     if (p && access(p, F_OK) == 0) return p;
-    fprintf(stderr, "skipping: %s not found (the shared fixtures live in ../shared, relative to "
-            "the repository root the tests run from)\n", p ? p : rel);
+    tu_skipping("%s not found (the shared fixtures live in ../shared, relative to the "
+                "repository root the tests run from)", p ? p : rel);
     free(p);
     return NULL;
 }

@@ -47,6 +47,13 @@ typedef struct tu_model {
 tu_model *tu_model_new(const char *config, uint64_t seed, bool mtp, ds4err *err);
 void tu_model_free(tu_model *t);
 
+/* Says why the test that calls it next skips: "skipping: <reason>" on
+ * standard output, where cmocka writes its own lines, so tests/run_tests.sh
+ * pairs the reason with the test's "[  SKIPPED ]" line in its closing
+ * summary.  Every skip() says why, through this or a "skipping: " line of
+ * its own. */
+void tu_skipping(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* splitmix64: the tests' one generator of pseudo-random numbers (each test
  * file keeps its own state and seed, so its inputs do not depend on the
  * others), independent of the library's RNG. */

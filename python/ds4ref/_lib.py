@@ -254,15 +254,24 @@ def _candidates(name="ds4ref", env_var="DS4REF_LIB"):
     """(how it was found, what to dlopen) in the order they are tried: the
     environment variable alone when it is set (a wrong path should fail, not
     quietly load another build); otherwise the build tree this package sits
-    in (python/ds4ref/ -> build/libNAME.so), then the system loader."""
+    in (python/ds4ref/ -> build/libNAME.so), then the system loader, then
+    make install's ~/.local and /usr/local."""
     env = os.environ.get(env_var)
     if env:
         return [(env_var, env)]
     in_tree = pathlib.Path(__file__).resolve().parent.parent.parent / "build" / f"lib{name}.so"
     found = [("build tree", str(in_tree))] if in_tree.is_file() else []
     # The soname make install gives it; the system loader searches
-    # LD_LIBRARY_PATH and the ld.so cache.
-    return found + [("system loader", f"lib{name}.so.1")]
+    # LD_LIBRARY_PATH and the ld.so cache.  Then the lib/ folders of the
+    # prefixes the README installs to, which the loader does not search
+    # (~/.local) or knows only once ldconfig has run (/usr/local): a package
+    # pip installed into a virtual environment finds such an install.
+    found.append(("system loader", f"lib{name}.so.1"))
+    for prefix in (pathlib.Path.home() / ".local", pathlib.Path("/usr/local")):
+        lib = prefix / "lib" / f"lib{name}.so.1"
+        if lib.is_file():
+            found.append((f"make install into {prefix}", str(lib)))
+    return found
 
 
 def _open(name, env_var, prototypes):

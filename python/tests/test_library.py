@@ -1,5 +1,6 @@
 """Where the package finds libds4ref: DS4REF_LIB alone when set, else the
-build tree it sits in, else the system loader; importing never needs it."""
+build tree it sits in, else the system loader, else make install's
+~/.local/lib; importing never needs it."""
 import os
 import shutil
 import subprocess
@@ -57,6 +58,20 @@ def test_the_system_loader_and_a_clear_error_without_a_library(tmp_path):
     p = python("import ds4ref\ntry:\n    print('found', ds4ref.library_path())\n"
                "except ds4ref.Error as e:\n    print(e.code.name, e.message)", tree)
     assert p.returncode == 0, p.stderr
-    if not p.stdout.startswith("found libds4ref.so.1"):
+    if not p.stdout.startswith("found "):
         assert p.stdout.startswith("E_IO libds4ref not found")
         assert "DS4REF_LIB" in p.stdout and "make install" in p.stdout
+
+
+def test_make_install_into_home_local_is_found(tmp_path):
+    """A package outside the tree (pip install into a virtual environment)
+    finds the library that make install PREFIX=$HOME/.local put there,
+    which the system loader does not search."""
+    tree = make_tree(tmp_path, with_build=False)
+    home = tmp_path / "home"
+    (home / ".local" / "lib").mkdir(parents=True)
+    lib = home / ".local" / "lib" / "libds4ref.so.1"
+    lib.symlink_to(ds4ref.library_path())
+    p = python(SHOW, tree, HOME=str(home))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [str(lib), ds4ref.version()]

@@ -6,7 +6,8 @@
 #                                       from the seeds only (what CI runs)
 #   tests/fuzz/fuzz.sh long [SECONDS]   every target for SECONDS (default 3600),
 #                                       growing a kept corpus in build/fuzz/corpus
-#   tests/fuzz/fuzz.sh run TARGET FILE...   replay inputs (a crash artifact)
+#   tests/fuzz/fuzz.sh run TARGET FILE...   replay inputs (a crash artifact);
+#                                       TARGET is fuzz_gguf or gguf, ...
 #
 # Everything goes to $FUZZ_BUILD (default build/fuzz): the library built
 # with clang and -fsanitize=fuzzer-no-link,address,undefined, the targets
@@ -30,11 +31,12 @@ declare -A max_len=([gguf]=65536 [model]=4096 [tokenizer]=4096 [parsers]=300000)
 build() {
     # The library through the Makefile's own rules, into its own build dir.
     make --no-print-directory -j"$jobs" BUILD="$out" CC="$cc" OPT=-O1 \
-        EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $san" "$out/libds4ref.a" "$out/tests/malformed.o"
+        EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $san" "$out/libds4check.a" "$out/libds4ref.a" \
+        "$out/tests/malformed.o"
     for t in "${targets[@]}"; do
         # shellcheck disable=SC2086
         $cc $cflags -fsanitize=fuzzer "tests/fuzz/fuzz_$t.c" tests/fuzz/fuzzutil.c tests/chat_msgs.c \
-            "$out/libds4ref.a" -lpcre2-8 -lm -o "$out/fuzz_$t"
+            "$out/libds4check.a" "$out/libds4ref.a" -lpcre2-8 -lm -o "$out/fuzz_$t"
     done
     # shellcheck disable=SC2086
     $cc $cflags -fsanitize=fuzzer-no-link tests/fuzz/seeds.c tests/fuzz/fuzzutil.c \
@@ -94,8 +96,13 @@ smoke) build && fuzz_all smoke "${2:-30}" ;;
 long) build && fuzz_all long "${2:-3600}" ;;
 run)
     [ $# -ge 3 ] || { echo "usage: $0 run TARGET FILE..." >&2; exit 2; }
-    t=$2
+    t=${2#fuzz_}
     shift 2
+    case " ${targets[*]} " in
+        *" $t "*) ;;
+        *) echo "fuzz.sh: no target \"$t\": the targets are $(printf "fuzz_%s " "${targets[@]}")" >&2; exit 2 ;;
+    esac
+    [ -x "$out/fuzz_$t" ] || { echo "fuzz.sh: $out/fuzz_$t is not built: run tests/fuzz/fuzz.sh build" >&2; exit 2; }
     "$out/fuzz_$t" "$@"
     ;;
 *) echo "usage: $0 build | smoke [SECONDS] | long [SECONDS] | run TARGET FILE..." >&2; exit 2 ;;
