@@ -90,6 +90,7 @@ typedef struct ds4check_conform_options {
     uint32_t top_k;            /* alternatives the backend records (default 20) */
     uint32_t ctx;              /* 0: the model's, at most 32768 */
     int qat;                   /* the reference's FP8/FP4 simulation (default 1) */
+    const char *numerics;      /* the reference's numerics profile (ds4ref.h); NULL: official */
     double temperature;        /* 0: greedy (default) */
     uint64_t seed;             /* default 1 */
     int exact;                 /* bit-identity instead of the tolerance checks */
@@ -100,7 +101,10 @@ typedef struct ds4check_conform_options {
     double min_top20_overlap;  /* default NAN: unchecked */
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed afterwards */
-    double timeout;            /* seconds a cell may run (0: no limit) */
+    double timeout;            /* CPU seconds a cell's command may use (0: no limit); one
+                                * that hangs without using CPU is stopped after 10 x
+                                * timeout of wall time */
+    uint32_t jobs;             /* cells whose commands run at once (default 1) */
     /* Set asynchronously (by a SIGINT handler): the running cell's command is
      * killed and the call returns DS4REF_E_INTERRUPTED. */
     volatile sig_atomic_t *stop;

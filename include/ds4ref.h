@@ -98,6 +98,13 @@ typedef struct ds4ref_model_options {
      * of 64 runs with 0 only (DS4REF_E_UNSUPPORTED otherwise). */
     int qat;
     uint32_t max_batch;        /* most tokens of one forward pass (default 256) */
+    /* A numerics profile (docs/NUMERICS.md): another engine's intended
+     * approximations, reproduced exactly.  NULL or "official": none (the
+     * default); "ggml-act" (ggml's CPU conversion of every product's input
+     * for the weight's type), "ds4-act" (ds4.c's), "f16-kv" (KV rows stored
+     * as binary16), "ds4" (ds4-act,f16-kv), or a comma list.  Unknown
+     * names are DS4REF_E_ARG.  Goldens record it (settings.numerics). */
+    const char *numerics;
 } ds4ref_model_options;
 
 void ds4ref_model_options_init(ds4ref_model_options *o);
@@ -461,6 +468,7 @@ typedef struct ds4ref_golden {
     const ds4ref_golden_step *steps;
     int complete;              /* 0: interrupted, or evaluation failed part way */
     const char *stop;          /* "length", "eos", "ctx", "interrupted" or "error" */
+    const char *numerics;      /* "official", or the numerics profile it was made under */
 } ds4ref_golden;
 
 /* Read the golden at path into *out (NULL on failure).  Errors:

@@ -35,7 +35,10 @@ static const char usage_text[] =
     "  --backend NAME|TEMPLATE  a preset (ds4ref, ds4) or a command line with\n"
     "                           placeholders; --backend-help lists both\n"
     "  --backend-help           the placeholders and the presets\n"
-    "  --timeout SEC            kill a cell's command after SEC seconds (default: none)\n"
+    "  --timeout SEC            kill a cell's command once it has used SEC seconds of CPU\n"
+    "                           (or 10 x SEC of wall time without using it; default: none)\n"
+    "  -j, --jobs N             run N cells' commands at once (default 1; the checks\n"
+    "                           still run one at a time)\n"
     "model and prompts:\n"
     "  -m, --model FILE         default: models/tiny-spec.gguf (beside this program,\n"
     "                           else in the current folder)\n"
@@ -46,6 +49,8 @@ static const char usage_text[] =
     "  --top-k K                alternatives the backend records per step (default 20)\n"
     "  --temp T, --seed S       sampling (default greedy; seed 1)\n"
     "  --qat on|off             the reference's FP8/FP4 simulation (default on)\n"
+    "  --numerics P             the reference under a numerics profile: ggml-act,\n"
+    "                           ds4-act, f16-kv, ds4 or a comma list (default official)\n"
     "matrix:\n"
     "  --matrix SPEC            e.g. \"draft=0,2,4 chunk=64,whole batch=1\" (may be given\n"
     "                           several times); default draft=0,1,2,3,4,6,8\n"
@@ -91,7 +96,8 @@ static const char placeholders_text[] =
     "Presets:\n";
 
 enum opt_id {
-    O_HELP, O_VERSION, O_BACKEND_HELP, O_EXACT, O_NO_CACHE, O_QUIET, O_BACKEND, O_TIMEOUT,
+    O_HELP, O_VERSION, O_BACKEND_HELP, O_EXACT, O_NO_CACHE, O_QUIET, O_BACKEND, O_TIMEOUT, O_JOBS,
+    O_NUMERICS,
     O_MODEL, O_MTP, O_PROMPTS, O_TOKENS, O_CTX, O_TOP_K, O_TEMP, O_SEED, O_QAT, O_MATRIX,
     O_MAX_GAP, O_MAX_DLOGPROB, O_MIN_TOP5, O_MIN_TOP20, O_TIE_EPS, O_JSON, O_CACHE, O_WORK,
     O_THREADS
@@ -101,11 +107,12 @@ static const ds4ref_option options[] = {
     {"-h", O_HELP, false}, {"--help", O_HELP, false}, {"--version", O_VERSION, false},
     {"--backend-help", O_BACKEND_HELP, false}, {"--exact", O_EXACT, false},
     {"--no-cache", O_NO_CACHE, false}, {"-q", O_QUIET, false}, {"--quiet", O_QUIET, false},
-    {"--backend", O_BACKEND, true}, {"--timeout", O_TIMEOUT, true}, {"-m", O_MODEL, true},
+    {"--backend", O_BACKEND, true}, {"--timeout", O_TIMEOUT, true},
+    {"-j", O_JOBS, true}, {"--jobs", O_JOBS, true}, {"-m", O_MODEL, true},
     {"--model", O_MODEL, true}, {"--mtp", O_MTP, true}, {"--prompts", O_PROMPTS, true},
     {"-n", O_TOKENS, true}, {"--tokens", O_TOKENS, true}, {"-c", O_CTX, true},
     {"--ctx", O_CTX, true}, {"--top-k", O_TOP_K, true}, {"--temp", O_TEMP, true},
-    {"--seed", O_SEED, true}, {"--qat", O_QAT, true}, {"--matrix", O_MATRIX, true},
+    {"--seed", O_SEED, true}, {"--qat", O_QAT, true}, {"--numerics", O_NUMERICS, true}, {"--matrix", O_MATRIX, true},
     {"--max-gap", O_MAX_GAP, true}, {"--max-dlogprob", O_MAX_DLOGPROB, true},
     {"--min-top5-overlap", O_MIN_TOP5, true}, {"--min-top20-overlap", O_MIN_TOP20, true},
     {"--tie-eps", O_TIE_EPS, true}, {"--json", O_JSON, true}, {"--cache", O_CACHE, true},
@@ -173,6 +180,8 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_QUIET: c->quiet = true; return 0;
     case O_BACKEND: o->backend = v; return 0;
     case O_TIMEOUT: return parse_num(a, v, &o->timeout);
+    case O_JOBS: return parse_u32(a, v, 1, 256, &o->jobs);
+    case O_NUMERICS: o->numerics = v; return 0;
     case O_MODEL: o->model_path = v; return 0;
     case O_MTP: o->mtp_path = v; return 0;
     case O_PROMPTS: o->prompts_dir = v; return 0;

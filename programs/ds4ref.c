@@ -33,6 +33,7 @@ typedef struct cli {
     uint32_t ctx, chunk;
     uint32_t threads;
     bool qat;
+    const char *numerics;         /* NULL: the official numerics */
     const char *logits_out, *golden_out, *dump_logprobs, *vec_out, *vec_id;
     uint32_t top_k;
     const char *tokenize_file;
@@ -85,6 +86,9 @@ static void usage(FILE *f) {
             "                          changes the numbers); also --prefill-chunk N\n"
             "  -t, --threads N         OpenMP threads (never changes the numbers)\n"
             "  --qat on|off            official FP8 KV / FP4 indexer simulation (default on)\n"
+            "  --numerics P            another engine's intended rounding, reproduced exactly:\n"
+            "                          ggml-act, ds4-act, f16-kv, ds4 (= ds4-act,f16-kv) or a\n"
+            "                          comma list (default official; docs/NUMERICS.md)\n"
             "outputs:\n"
             "  --logits-out FILE       f32 LE logits of every prompt position [n][n_vocab]\n"
             "  --golden-out FILE       golden stream (docs/FORMATS.md)\n"
@@ -107,7 +111,7 @@ enum opt_id {
     O_SPEC_REPORT, O_MODEL, O_MTP, O_MTP_DRAFT, O_PROMPT, O_PROMPT_FILE, O_TOKENS_FILE,
     O_SYSTEM, O_LOGITS_OUT, O_GOLDEN_OUT, O_DUMP_LOGPROBS, O_VEC_OUT, O_VEC_ID,
     O_TOKENIZE_FILE, O_BATCH_PROMPTS, O_BATCH_TOKENS, O_SEED, O_TOKENS, O_CTX, O_CHUNK, O_THREADS, O_TOP_K,
-    O_TEMP, O_QAT
+    O_TEMP, O_QAT, O_NUMERICS
 };
 
 static const ds4ref_option options[] = {
@@ -129,6 +133,7 @@ static const ds4ref_option options[] = {
     {"--prefill-chunk", O_CHUNK, true},   /* ds4's name */
     {"-t", O_THREADS, true}, {"--threads", O_THREADS, true},
     {"--logprobs-top-k", O_TOP_K, true}, {"--temp", O_TEMP, true}, {"--qat", O_QAT, true},
+    {"--numerics", O_NUMERICS, true},
 };
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
@@ -200,6 +205,7 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_DUMP_LOGPROBS: c->dump_logprobs = v; return 0;
     case O_VEC_OUT: c->vec_out = v; return 0;
     case O_VEC_ID: c->vec_id = v; return 0;
+    case O_NUMERICS: c->numerics = v; return 0;
     case O_TOKENIZE_FILE: c->tokenize_file = v; return 0;
     case O_BATCH_PROMPTS: c->batch_prompts = v; return 0;
     case O_BATCH_TOKENS: c->batch_tokens = v; return 0;
@@ -704,6 +710,7 @@ static int run(const cli *c, ds4ref_error *err) {
     if ((rc = pick_model(c, model_buf, sizeof(model_buf), &mo.path, err))) goto done;
     mo.mtp_path = c->mtp;
     mo.qat = c->qat;
+    mo.numerics = c->numerics;
     mo.max_batch = c->chunk * rows;   /* the rows of a batch share every pass */
     if ((rc = ds4ref_model_open(&mo, &m, err))) goto done;
     if (c->tokenize_file) {

@@ -263,5 +263,16 @@ check "--ctx past the model's context_length -> a note" bash -c \
 ./ds4ref -m $model -p "Hello there" -n 8 --ignore-eos > "$tmp/both.txt" 2>&1
 check "stdout and stderr in one file: the speed line on its own line, last" \
     bash -c 'tail -1 "$1" | grep -q "^ds4ref: prefill: "' _ "$tmp/both.txt"
+# A numerics profile: named in the golden's settings (a golden of the
+# official numerics does not name one), told apart by ds4ref-diff, refused
+# by name when unknown.
+./ds4ref -m $model -p "Hello there" -n 4 --numerics ggml-act,f16-kv --golden-out "$tmp/prof.jsonl" \
+    > /dev/null 2>&1
+check "--numerics: the golden names its profile" grep -q '"settings":{"qat":true,"numerics":"ggml-act,f16-kv",' "$tmp/prof.jsonl"
+check "... and an official one names none" bash -c '! grep -q numerics "$1"' _ "$tmp/c.jsonl"
+check "... ds4ref-diff says they differ" bash -c \
+    './ds4ref-diff "$1" "$2" | grep -q "settings differ: numerics official vs ggml-act,f16-kv"' _ "$tmp/c.jsonl" "$tmp/prof.jsonl"
+check "--numerics bogus -> 2" status_is 2 ./ds4ref -m $model -p hi -n 1 --numerics bogus
+check "... naming the profiles" grep -q 'expected official, ggml-act, ds4-act, f16-kv or ds4' "$tmp/stderr"
 [ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"
 exit $((fails != 0))

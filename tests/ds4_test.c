@@ -3,7 +3,8 @@
  * closing line is "N passed, N failed, N skipped".
  *
  * Environment: DS4_TEST_MODEL (default ./ds4flash.gguf), DS4_TEST_VECTOR_FILE
- * (default ../shared/vectors/official/official.vec), DS4_TEST_MTP.
+ * (default ../shared/vectors/official/official.vec), DS4_TEST_MTP,
+ * DS4_TEST_NUMERICS (a numerics profile, model/numerics.h).
  *
  * Unlike the command-line programs, which use only the public API
  * (ds4ref.h), the runner and its tests (ds4t_*.c) include internal headers:
@@ -16,6 +17,7 @@
 
 #include "base/reslimit.h"
 #include "base/version.h"
+#include "model/numerics.h"
 #include "ds4t.h"
 #include "../programs/wait_policy.h"
 
@@ -56,6 +58,13 @@ const char *ds4t_env(const char *name, const char *def) {
     return v && *v ? v : def;
 }
 
+/* DS4_TEST_NUMERICS, checked once in main. */
+static uint32_t numerics;
+
+uint32_t ds4t_numerics(void) {
+    return numerics;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: ds4_test [--all | --list | --version | TEST...]\n\ntests:\n");
     for (size_t i = 0; i < n_tests; i++) fprintf(f, "  %-22s %s\n", tests[i]->flag, tests[i]->help);
@@ -65,7 +74,10 @@ static void usage(FILE *f) {
                "                        ../shared/vectors/official/official.vec); each case's\n"
                "                        prompt is read from prompts/ beside it, else from the\n"
                "                        path the case records\n"
-               "  DS4_TEST_MTP          the MTP head, with a real DS4_TEST_MODEL\n");
+               "  DS4_TEST_MTP          the MTP head, with a real DS4_TEST_MODEL\n"
+               "  DS4_TEST_NUMERICS     a numerics profile for --logprob-vectors and the MTP\n"
+               "                        tests (ds4ref --numerics; default official): ds4\n"
+               "                        compares ds4's vectors under ds4.c's own rounding\n");
 }
 
 int main(int argc, char **argv) {
@@ -73,7 +85,8 @@ int main(int argc, char **argv) {
     /* A model truncated while a test reads it ends with one line and
      * DS4_EXIT_SIGBUS, not "Bus error". */
     ds4err err = {0};
-    if (ds4_reslimit_sigbus_install("ds4_test", &err)) {
+    if (ds4_reslimit_sigbus_install("ds4_test", &err) ||
+        ds4_numerics_parse(getenv("DS4_TEST_NUMERICS"), &numerics, &err)) {
         fprintf(stderr, "ds4_test: %s\n", err.msg);
         return err.code;
     }

@@ -5,6 +5,7 @@
 #define DS4T_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* What a test returns. */
 enum { DS4T_PASS = 0, DS4T_FAIL = 1, DS4T_SKIP = 77 };
@@ -30,5 +31,8 @@ int ds4t_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* $name if set and non-empty, else def. */
 const char *ds4t_env(const char *name, const char *def);
+
+/* The numerics profile DS4_TEST_NUMERICS names (0: official). */
+uint32_t ds4t_numerics(void);
 
 #endif

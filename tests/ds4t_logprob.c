@@ -134,7 +134,7 @@ static int run(void) {
     }
     const ds4_tokenizer *tok;
     ds4_engine e;
-    ds4_fwd_opts fo = {.qat = true};
+    ds4_fwd_opts fo = {.qat = true, .numerics = ds4t_numerics()};
     if (ds4_model_tokenizer(&m, &tok, &err) ||
         ds4_engine_init(&e, &m, &fo, 512, &err)) {
         DS4T_CHECK(0, "%s", err.msg);

@@ -181,7 +181,7 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
                       double *worst_gap) {
     ds4err err = {0};
     ds4_engine e;
-    ds4_fwd_opts fo = {.qat = true};
+    ds4_fwd_opts fo = {.qat = true, .numerics = ds4t_numerics()};
     ds4_session s[2];
     ds4_session *sp[2] = {&s[0], &s[1]};
     const int32_t *pp[2];
@@ -261,7 +261,7 @@ static int run(void) {
                       {f.prompt.ids, (uint32_t)f.prompt.n - 1, NULL, 0}};
     ds4err err = {0};
     ds4_engine e;
-    ds4_fwd_opts fo = {.qat = true};
+    ds4_fwd_opts fo = {.qat = true, .numerics = ds4t_numerics()};
     if (ds4_engine_init(&e, &f.m, &fo, 64, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
         close_model(&f);

@@ -882,6 +882,72 @@ static void test_diff(void **state) {
     free(bad);
 }
 
+/* The logits of ids under a profile, evaluated in chunks of `chunk` on
+ * `threads` threads (malloc'd [n][n_vocab]). */
+static float *profile_logits(const fixture *f, const char *numerics, const int32_t *ids,
+                             uint32_t n, uint32_t chunk, int threads) {
+    ds4ref_model_options mo;
+    ds4ref_model_options_init(&mo);
+    mo.path = f->path;
+    mo.numerics = numerics;
+    ds4ref_model *m;
+    ds4ref_error e;
+    if (ds4ref_model_open(&mo, &m, &e)) fail_msg("%s", e.message);
+    ds4ref_model_info in;
+    ds4ref_model_get_info(m, &in);
+    float *lg = malloc(sizeof(float) * n * in.n_vocab);
+    ds4ref_set_threads(threads);
+    ds4ref_session_options so = {.chunk = chunk};
+    ds4ref_session *s;
+    assert_int_equal(ds4ref_session_new(m, &so, &s, &e), 0);
+    assert_int_equal(ds4ref_session_eval(s, ids, n, lg, &e), 0);
+    ds4ref_session_free(s);
+    ds4ref_model_close(m);
+    ds4ref_set_threads(0);
+    return lg;
+}
+
+/* A numerics profile moves the logits off the official ones (by a
+ * rounding's worth) and stays as invariant as they are:
+ * the same bits in one pass or in chunks of 3, on 1 or 4 threads.  An
+ * unknown profile is refused by name. */
+static void test_numerics_profiles(void **state) {
+    fixture *f = *state;
+    ds4ref_model_info in;
+    ds4ref_model_get_info(f->m, &in);
+    enum { N = 40 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 53 + 11) % in.n_vocab);
+    size_t bytes = sizeof(float) * N * in.n_vocab;
+    float *off = profile_logits(f, NULL, ids, N, 256, 2);
+    static const char *const profiles[] = {"ggml-act", "ds4", "f16-kv"};
+    for (size_t p = 0; p < sizeof(profiles) / sizeof(profiles[0]); p++) {
+        float *a = profile_logits(f, profiles[p], ids, N, 256, 1);
+        float *b = profile_logits(f, profiles[p], ids, N, 3, 4);
+        assert_memory_equal(a, b, bytes);
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)N * in.n_vocab; i++) {
+            double d = fabs((double)a[i] - off[i]);
+            if (!(d <= worst)) worst = d;   /* a NaN sticks */
+        }
+        /* Moved, and by a rounding's worth (the tiny model's logits span
+         * tens), not garbage. */
+        if (!(worst > 0 && worst < 8)) fail_msg("%s: max |dlogit| %g from the official", profiles[p], worst);
+        free(a);
+        free(b);
+    }
+    free(off);
+    ds4ref_model_options mo;
+    ds4ref_model_options_init(&mo);
+    mo.path = f->path;
+    mo.numerics = "ggml";
+    ds4ref_model *m = NULL;
+    ds4ref_error e;
+    assert_int_equal(ds4ref_model_open(&mo, &m, &e), DS4REF_E_ARG);
+    assert_null(m);
+    assert_non_null(strstr(e.message, "\"ggml\""));
+}
+
 /* More threads after a first evaluation: the per-thread scratch must grow
  * with them (it once kept the first count and overran under valgrind and
  * ASan), and the logits stay the same bits.  ds4ref_set_threads(0) goes back
@@ -1065,6 +1131,7 @@ int main(void) {
         cmocka_unit_test(test_synth),             cmocka_unit_test(test_gguf_describe),
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
         cmocka_unit_test(test_files),             cmocka_unit_test(test_threads_grow),
+        cmocka_unit_test(test_numerics_profiles),
         cmocka_unit_test(test_utf8_char),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -244,25 +244,33 @@ static void test_verdict_row(void **state) {
     (void)state;
     ds4_cf_limits l = tolerance();
     ds4_cf_finding f;
+    ds4_cf_findings all = {0};
     ds4_cf_tf tf;
     ds4_golden out;
     /* The argmax every step, logprobs 0.3 off: a pass. */
     const int32_t good[STEPS] = {10, 10, 10};
     make_tf(&tf, good, STEPS);
     make_out(&out, good, STEPS, 0.3);
-    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     /* 0.6 off: |dlogprob| fails at step 0. */
     ds4_golden_free(&out);
     make_out(&out, good, STEPS, 0.6);
-    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 0);
     assert_true(fabs(f.dlogprob - 0.6) < 1e-12);
     assert_non_null(strstr(f.detail, "|dlogprob| 0.6"));
+    /* Every failing step is a finding of its own, not only the first. */
+    assert_int_equal(all.n, STEPS);
+    for (uint32_t i = 0; i < STEPS; i++) {
+        assert_int_equal(all.v[i].status, DS4_CF_FAIL);
+        assert_int_equal(all.v[i].step, i);
+    }
+    ds4chk_verdict_findings_free(&all);
     /* ...unless no |dlogprob| limit is set. */
     l.max_dlogprob = NAN;
-    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     l = tolerance();
     ds4_golden_free(&out);
@@ -271,7 +279,7 @@ static void test_verdict_row(void **state) {
     const int32_t wrong[STEPS] = {10, 11, 10};
     make_tf(&tf, wrong, STEPS);
     make_out(&out, wrong, STEPS, 0);
-    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 1);
     assert_int_equal(f.token, 11);
@@ -279,11 +287,11 @@ static void test_verdict_row(void **state) {
     assert_non_null(strstr(f.detail, "1.9 nats below the reference's argmax 10"));
     /* With a looser gap it passes; sampled runs do not check the gap. */
     l.max_gap = 2;
-    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     l = tolerance();
     l.greedy = false;
-    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out, &tf, STEPS, -1, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     l = tolerance();
     /* Two steps of three without the end token: stopped early. */
@@ -294,12 +302,12 @@ static void test_verdict_row(void **state) {
     make_tf(&tf2, two, 2);
     ds4_golden out2;
     make_out(&out2, two, 2, 0);
-    ds4chk_verdict_row(NULL, &out2, &tf2, STEPS, -1, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out2, &tf2, STEPS, -1, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 2);
     assert_non_null(strstr(f.detail, "stopped after 2 of 3"));
     /* ...but ending on the end token is a complete run. */
-    ds4chk_verdict_row(NULL, &out2, &tf2, STEPS, 10, &l, NULL, &f);
+    ds4chk_verdict_row(NULL, &out2, &tf2, STEPS, 10, &l, NULL, &all, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     out.n_steps = STEPS;
     tf.n = STEPS;
@@ -307,6 +315,7 @@ static void test_verdict_row(void **state) {
     ds4chk_reference_tf_free(&tf2);
     ds4_golden_free(&out);
     ds4chk_reference_tf_free(&tf);
+    ds4chk_verdict_findings_free(&all);
 }
 
 static void test_verdict_usable(void **state) {
@@ -342,18 +351,37 @@ static void test_verdict_same(void **state) {
     const int32_t a[STEPS] = {10, 10, 10}, b[STEPS] = {10, 11, 12};
     make_tf(&base, a, STEPS);
     make_tf(&row, a, STEPS);
-    ds4chk_verdict_same(&base, &row, "draft=0", &l, NULL, &f);
+    ds4_cf_stream bs = {&base, NULL}, rs = {&row, NULL};
+    ds4chk_verdict_same(&bs, &rs, "draft=0", &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_PASS);
     ds4chk_reference_tf_free(&row);
     /* Step 1 differs and the reference puts the two 1.9 nats apart. */
     make_tf(&row, b, STEPS);
-    ds4chk_verdict_same(&base, &row, "draft=0", &l, NULL, &f);
+    ds4chk_verdict_same(&bs, &rs, "draft=0", &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_FAIL);
     assert_int_equal(f.step, 1);
     assert_non_null(strstr(f.detail, "in the draft=0 stream"));
-    /* A near-tie there: a tie, not a failure. */
+    /* The backend's own margins, 0.3 at step 1 on both sides: still a
+     * failure, and the detail says them. */
+    double wide[STEPS] = {1, 0.3, 1}, close[STEPS] = {1, 0.01, 1};
+    bs.margin = rs.margin = wide;
+    ds4chk_verdict_same(&bs, &rs, "draft=0", &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_FAIL);
+    assert_non_null(strstr(f.detail, "its own top two 0.3 here and 0.3 there"));
+    /* Its own top two within 0.05 in this stream, or in the base's: a tie,
+     * whatever the reference says (issue 23: one side's margin is not
+     * enough). */
+    rs.margin = close;
+    ds4chk_verdict_same(&bs, &rs, "draft=0", &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_TIE);
+    rs.margin = wide;
+    bs.margin = close;
+    ds4chk_verdict_same(&bs, &rs, "draft=0", &l, NULL, &f);
+    assert_int_equal(f.status, DS4_CF_TIE);
+    bs.margin = rs.margin = NULL;
+    /* A reference near-tie there: a tie, not a failure. */
     row.lp[1] = base.lp[1] - 0.01;
-    ds4chk_verdict_same(&base, &row, "draft=0", &l, NULL, &f);
+    ds4chk_verdict_same(&bs, &rs, "draft=0", &l, NULL, &f);
     assert_int_equal(f.status, DS4_CF_TIE);
     assert_int_equal(f.step, 1);
     ds4chk_reference_tf_free(&row);
@@ -362,12 +390,29 @@ static void test_verdict_same(void **state) {
     assert_string_equal(ds4chk_verdict_status_name(DS4_CF_NA), "n/a");
 }
 
+/* The backend's own margins: its first top entry's logprob minus its
+ * second's, NAN with fewer than two. */
+static void test_verdict_margins(void **state) {
+    (void)state;
+    ds4_golden out;
+    const int32_t ids[STEPS] = {10, 10, 10};
+    make_out(&out, ids, STEPS, 0);
+    out.steps[2].n_top = 1;
+    double *m = ds4chk_verdict_margins(&out);
+    assert_non_null(m);
+    assert_true(m[0] == lps[0] - lps[1]);
+    assert_true(isnan(m[2]));
+    free(m);
+    ds4_golden_free(&out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_expand), cmocka_unit_test(test_template_groups),
         cmocka_unit_test(test_template_check),  cmocka_unit_test(test_matrix),
         cmocka_unit_test(test_accept_lines),    cmocka_unit_test(test_verdict_row),
         cmocka_unit_test(test_verdict_usable),  cmocka_unit_test(test_verdict_same),
+        cmocka_unit_test(test_verdict_margins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -597,10 +597,26 @@ static void test_dump_reads_back(void **state) {
     assert_int_equal(ds4_dump_parse(extra, strlen(extra), "e.json", &g, &err), 0);
     ds4_golden_free(&g);
 
+    /* A backend that knows only ids writes tokens without text and bytes;
+     * one with text only gets the text's UTF-8 as its bytes. */
+    const char *ids_only = "{\"source\":\"x\",\"prompt_tokens\":1,\"ctx\":8,\"top_k\":2,"
+                           "\"steps\":[{\"step\":0,\"selected\":{\"id\":5},\"top_logprobs\":["
+                           "{\"token\":{\"id\":5},\"logit\":1,\"logprob\":-0.5,\"rank\":0},"
+                           "{\"token\":{\"id\":7,\"text\":\"\\u00e9\"},\"logit\":0.5,"
+                           "\"logprob\":-1,\"rank\":1}]}]}";
+    assert_int_equal(ds4_dump_parse(ids_only, strlen(ids_only), "i.json", &g, &err), 0);
+    assert_int_equal(g.steps[0].tok.id, 5);
+    assert_int_equal(g.steps[0].tok.n_bytes, 0);
+    assert_int_equal(g.steps[0].top[1].id, 7);
+    assert_int_equal(g.steps[0].top[1].n_bytes, 2);
+    assert_memory_equal(g.steps[0].top[1].bytes, "\xc3\xa9", 2);
+    ds4_golden_free(&g);
+
     static const struct {
         const char *from, *to, *needle;
     } bad[] = {
         {"[65,100,97]}", "[65,100,256]}", "steps[0].selected.bytes[2]"},
+        {"\"bytes\":[65,100,97]", "\"bytes\":\"Ada\"", "\"bytes\" is not an array"},
         {"\"logprob\":-1.5", "\"logprob\":\"x\"", "steps[1].top_logprobs[1].logprob"},
         {"{\"step\":1", "{\"step\":2", "steps[1].step"},
         {"\"top_k\":2", "\"top_k\":1", "more than top_k"},

@@ -64,7 +64,8 @@ class ErrorStruct(ctypes.Structure):
 
 class ModelOptions(ctypes.Structure):
     _fields_ = [("path", ctypes.c_char_p), ("mtp_path", ctypes.c_char_p),
-                ("qat", ctypes.c_int), ("max_batch", ctypes.c_uint32)]
+                ("qat", ctypes.c_int), ("max_batch", ctypes.c_uint32),
+                ("numerics", ctypes.c_char_p)]
 
 
 class ModelInfoStruct(ctypes.Structure):
@@ -169,7 +170,8 @@ class GoldenStruct(ctypes.Structure):
                 ("n_prompt", ctypes.c_uint32), ("prompt", ctypes.c_void_p),
                 ("prompt_text", ctypes.c_void_p), ("n_prompt_text", ctypes.c_size_t),
                 ("n_steps", ctypes.c_uint32), ("steps", ctypes.POINTER(GoldenStepStruct)),
-                ("complete", ctypes.c_int), ("stop", ctypes.c_char_p)]
+                ("complete", ctypes.c_int), ("stop", ctypes.c_char_p),
+                ("numerics", ctypes.c_char_p)]
 
 
 # C struct name -> its mirror, for the layout test.

@@ -33,6 +33,7 @@ class Golden:
     model: GoldenModel
     mtp: GoldenModel | None
     qat: bool
+    numerics: str
     ctx: int
     chunk: int
     top_k: int
@@ -69,7 +70,7 @@ def read_golden(path) -> Golden:
             version=g.version.decode("utf-8", "replace"),
             model=_model(g.model),
             mtp=_model(g.mtp) if g.has_mtp else None,
-            qat=bool(g.qat), ctx=g.ctx, chunk=g.chunk, top_k=g.top_k,
+            qat=bool(g.qat), numerics=g.numerics.decode(), ctx=g.ctx, chunk=g.chunk, top_k=g.top_k,
             max_steps=g.max_steps, mtp_draft=g.mtp_draft, stop_at_eos=bool(g.stop_at_eos),
             prompt=np.frombuffer(ctypes.string_at(g.prompt, 4 * g.n_prompt), np.int32).copy(),
             prompt_text=(ctypes.string_at(g.prompt_text, g.n_prompt_text)

@@ -141,13 +141,14 @@ class Model:
     it.  OpenMP keeps the count per calling thread, so it is set again
     (ds4ref_set_threads) before every call, whichever thread makes it.
     qat: the official FP8 KV / FP4 indexer simulation (on by default).
+    numerics: a numerics profile (ds4ref_model_options.numerics; None: official).
 
     One model's calls never run concurrently: the library forbids it, so
     calls from several Python threads take turns on a lock.  Use it as a
     context manager, or call close(); garbage collection closes it too.
     """
 
-    def __init__(self, path, mtp=None, threads=None, qat=True):
+    def __init__(self, path, mtp=None, threads=None, qat=True, numerics=None):
         lib = _lib.lib()
         self._handle = None
         self.threads = _lib.default_threads if threads is None else _u32(threads, "threads")
@@ -164,6 +165,9 @@ class Model:
         opts.path = _lib.fsencode(path, "path")
         opts.mtp_path = None if mtp is None else _lib.fsencode(mtp, "mtp")
         opts.qat = 1 if qat else 0
+        # A numerics profile: another engine's intended rounding, reproduced
+        # exactly ("ggml-act", "ds4-act", "f16-kv", "ds4" or a comma list).
+        opts.numerics = None if numerics is None else str(numerics).encode("utf-8")
         handle = ctypes.c_void_p()
         lib.ds4ref_set_threads(self.threads)
         _lib.call(lib.ds4ref_model_open, ctypes.byref(opts), ctypes.byref(handle))

@@ -27,6 +27,7 @@ static void layout(void) {
     SIZE(ds4ref_model_options);
     FIELD(ds4ref_model_options, path); FIELD(ds4ref_model_options, mtp_path);
     FIELD(ds4ref_model_options, qat); FIELD(ds4ref_model_options, max_batch);
+    FIELD(ds4ref_model_options, numerics);
     SIZE(ds4ref_model_info);
     FIELD(ds4ref_model_info, n_layer); FIELD(ds4ref_model_info, n_embd);
     FIELD(ds4ref_model_info, n_vocab); FIELD(ds4ref_model_info, n_head);
@@ -92,6 +93,7 @@ static void layout(void) {
     FIELD(ds4ref_golden, prompt_text); FIELD(ds4ref_golden, n_prompt_text);
     FIELD(ds4ref_golden, n_steps); FIELD(ds4ref_golden, steps);
     FIELD(ds4ref_golden, complete); FIELD(ds4ref_golden, stop);
+    FIELD(ds4ref_golden, numerics);
 }
 
 static void put_u32(FILE *f, uint32_t v) {

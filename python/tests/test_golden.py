@@ -99,3 +99,23 @@ def test_diff_errors():
     with pytest.raises(ds4ref.Error) as e:
         ds4ref.diff(on, on, max_kl=-1)
     assert e.value.code == ds4ref.Status.E_ARG and "max_kl" in e.value.message
+
+
+def test_a_numerics_profile_is_named_in_the_golden(tmp_path):
+    """Model(numerics=...) decodes under another engine's rounding
+    (docs/NUMERICS.md section 7): its golden names the profile, a golden of
+    the official numerics says "official", and the two streams differ in
+    their logprobs; an unknown profile is refused by name."""
+    from conftest import TINY
+    paths = {}
+    for numerics in (None, "ggml-act,f16-kv"):
+        with ds4ref.Model(TINY, numerics=numerics) as m:
+            ids = m.chat("What is the capital of Italy?")
+            paths[numerics] = tmp_path / f"{numerics}.jsonl"
+            m.generate(ids, 4, golden=paths[numerics])
+    official, profile = ds4ref.read_golden(paths[None]), ds4ref.read_golden(paths["ggml-act,f16-kv"])
+    assert official.numerics == "official" and profile.numerics == "ggml-act,f16-kv"
+    assert not np.array_equal(official.logprobs, profile.logprobs)
+    with pytest.raises(ds4ref.Error) as e:
+        ds4ref.Model(TINY, numerics="ggml")
+    assert e.value.code == ds4ref.Status.E_ARG and '"ggml"' in e.value.message

@@ -18,6 +18,7 @@
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/speculative.h"
+#include "model/numerics.h"
 #include "forward/forward.h"
 #include "model/model.h"
 #include "quant/dot.h"
@@ -93,8 +94,13 @@ int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_
         return api_fail(err, &e);
     }
     ds4_fwd_opts fo = {.qat = o->qat != 0};
-    if ((o->mtp_path && ds4_model_load_mtp(&m->m, o->mtp_path, &e)) ||
-        ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e)) {
+    int rc = ds4_numerics_parse(o->numerics, &fo.numerics, &e);
+    if (rc == 0 && o->mtp_path) rc = ds4_model_load_mtp(&m->m, o->mtp_path, &e);
+    if (rc == 0) {
+        ds4_numerics_apply(&m->m, fo.numerics);
+        rc = ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e);
+    }
+    if (rc) {
         ds4_model_close(&m->m);
         free(m);
         return api_fail(err, &e);

@@ -49,6 +49,7 @@ static int convert(golden_box *b) {
     p->max_steps = g->h.settings.max_steps;
     p->mtp_draft = g->h.settings.mtp_draft;
     p->stop_at_eos = g->h.settings.stop_at_eos;
+    p->numerics = g->h.settings.numerics[0] ? g->h.settings.numerics : "official";
     p->n_prompt = g->h.n_prompt;
     p->prompt = g->h.prompt;
     p->prompt_text = g->h.has_prompt_text ? g->h.prompt_text : NULL;

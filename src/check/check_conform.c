@@ -56,6 +56,7 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
     in->cache_dir = o->cache_dir;
     in->work_dir = o->work_dir;
     in->timeout = o->timeout;
+    in->jobs = o->jobs;
     in->stop = o->stop;
     in->progress = o->progress;
     in->progress_ud = o->progress_ud;
@@ -86,6 +87,7 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
         ds4ref_model_options_init(&mo);
         mo.path = o->model_path;
         mo.qat = o->qat;
+        mo.numerics = o->numerics;
         ds4ref_error me;
         if (ds4ref_model_open(&mo, &m, &me)) rc = ds4_err_set(&e, me.code, "%s", me.message);
     }

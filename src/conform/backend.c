@@ -1,6 +1,7 @@
 /* Backend processes and their logs (backend.h). */
 #include "conform/backend.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -29,6 +30,51 @@ static void child(const char *cmd, int log_fd) {
     _exit(127);
 }
 
+/* CPU seconds used by process group pgid: every live member's own time and
+ * that of the children it has reaped (the shell's cutime holds the commands
+ * it ran), from /proc; -1 where /proc cannot be read. */
+static double group_cpu_seconds(pid_t pgid) {
+    DIR *d = opendir("/proc");
+    if (!d) return -1;
+    double ticks = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char path[300], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = '\0';
+        /* The command name may hold spaces and parentheses: the fields
+         * start after the last ')'.  Then state, ppid, pgrp, ..., the 14th
+         * to 17th fields of the line being utime, stime, cutime, cstime. */
+        const char *p = strrchr(buf, ')');
+        long long f[15];
+        if (!p || sscanf(p + 1, " %*c %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld",
+                         &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9],
+                         &f[10], &f[11], &f[12], &f[13]) != 14)
+            continue;
+        if (f[1] == pgid) ticks += (double)(f[10] + f[11] + f[12] + f[13]);
+    }
+    closedir(d);
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? ticks / (double)hz : -1;
+}
+
+/* Is a backend past its time: timeout seconds of CPU (so that a machine
+ * busy with other work does not stop a slow cell), or, where /proc cannot
+ * say, of wall time; and one that uses no CPU, hung, after WALL_FACTOR x
+ * timeout of wall time. */
+enum { WALL_FACTOR = 10 };
+static bool past_time(pid_t pgid, double timeout, double wall) {
+    if (timeout <= 0) return false;
+    if (wall > WALL_FACTOR * timeout) return true;
+    double cpu = group_cpu_seconds(pgid);
+    return cpu < 0 ? wall > timeout : cpu > timeout;
+}
+
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -49,15 +95,22 @@ int ds4chk_backend_spawn(const char *cmd, const char *log_path, double timeout,
     if (pid == 0) child(cmd, log_fd);
     close(log_fd);
     setpgid(pid, pid);   /* also here: whichever runs first */
-    /* Polled, so that a timeout or a stop request is seen within 20 ms. */
+    /* Polled, so that a stop request is seen within 20 ms and a timeout
+     * within a tenth of a second (reading /proc costs more). */
     int st = 0;
     long nap = 1;
     bool stopped = false;
+    double next_time_check = start;
     for (;;) {
         pid_t w = waitpid(pid, &st, WNOHANG);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) return ds4_err_set(err, DS4_E_IO, "waitpid: %s", strerror(errno));
-        bool late = timeout > 0 && now_sec() - start > timeout;
+        double now = now_sec();
+        bool late = false;
+        if (timeout > 0 && now >= next_time_check) {
+            late = past_time(pid, timeout, now - start);
+            next_time_check = now + 0.1;
+        }
         if ((late || (stop && *stop)) && !x->timed_out && !stopped) {
             x->timed_out = late;
             stopped = !late;

@@ -18,10 +18,12 @@ typedef struct ds4_cf_exit {
 } ds4_cf_exit;
 
 /* Run cmd with /bin/sh -c in its own process group, stdin from /dev/null,
- * stdout and stderr into log_path; kill the group after timeout seconds
- * (0: no limit), or as soon as *stop is set (stop may be NULL): then
- * DS4_E_INTERRUPTED.  Otherwise an error only when the command could not be
- * started. */
+ * stdout and stderr into log_path; kill the group once it has used timeout
+ * seconds of CPU (0: no limit; wall time where /proc cannot tell, and 10 x
+ * timeout of wall time for a backend that hangs without using CPU), or as
+ * soon as *stop is set (stop may be NULL): then DS4_E_INTERRUPTED.
+ * Otherwise an error only when the command could not be started.  Safe to
+ * call from several threads at once. */
 int ds4chk_backend_spawn(const char *cmd, const char *log_path, double timeout,
                  volatile sig_atomic_t *stop, ds4_cf_exit *x, ds4err *err);
 

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,11 @@ void ds4chk_conform_result_free(ds4_cf_result *r) {
         ds4_golden_free(&r->prompts[i].ref);
     }
     for (uint32_t i = 0; r->forced && i < r->n_forced; i++) ds4chk_reference_tf_free(&r->forced[i].tf);
+    for (uint32_t i = 0; r->cells && i < r->n_cells; i++)
+        for (uint32_t j = 0; j < r->cells[i].batch; j++) {
+            ds4chk_verdict_findings_free(&r->cells[i].rows[j].all);
+            free(r->cells[i].rows[j].margin);
+        }
     free(r->prompts);
     free(r->cells);
     free(r->forced);
@@ -81,7 +87,7 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
     bool has_whole = false;
     for (uint32_t i = 0; i < ch->n; i++) has_whole |= ch->v[i] == DS4_CF_WHOLE;
     uint32_t keep = has_whole ? DS4_CF_WHOLE : ch->v[ch->n - 1];
-    if (c->chunk_spec != keep && !(uses & 1u << DS4_CF_CHUNK))
+    if (c->chunk_spec != keep && !(uses & (1u << DS4_CF_CHUNK | 1u << DS4_CF_CHUNK_TOTAL)))
         return "the backend template has no {chunk}";
     if (c->batch > 1 && !(uses & (1u << DS4_CF_BATCH | 1u << DS4_CF_BATCH_TOKENS)))
         return "the backend template has no {batch} or {batch_tokens}";
@@ -244,9 +250,26 @@ static int32_t tf_of(ds4_cf_ref *ref, ds4_cf_result *res, uint32_t prompt, const
     return at;
 }
 
-/* Row r of a cell whose backend ran: its output read and checked. */
-static void check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
-                         const ds4_tokenizer *tok, ds4_cf_cell *c, uint32_t r, const char *dir) {
+/* An output that names its model (a ds4ref golden) must name the
+ * reference's: a backend run on another file is a wrong setup, not a
+ * failing cell. */
+static int same_model(const ds4_golden *out, const ds4_cf_prompt *p, const char *path,
+                      ds4err *err) {
+    if (!out->has_header || !p->ref.has_header || ds4_modelid_same(&out->h.model, &p->ref.h.model))
+        return 0;
+    char d[DS4_ERR_MSG];
+    ds4_modelid_describe_diff(&p->ref.h.model, &out->h.model, d, sizeof(d));
+    return ds4_err_set(err, DS4_E_ARG, "%s: the backend ran another model (%s, the reference %s): "
+                      "%.200s; check the template's {model}", path, out->h.model.file,
+                      p->ref.h.model.file, d);
+}
+
+/* Row r of a cell whose backend ran: its output read and checked.  Errors
+ * returned are the run's (another model); the row's own are its findings. */
+static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
+                        const ds4_tokenizer *tok, ds4_cf_cell *c, uint32_t r, const char *dir,
+                        ds4err *err) {
+    int rc = 0;
     ds4_cf_row *row = &c->rows[r];
     const ds4_cf_prompt *p = &res->prompts[row->prompt];
     char *path = path_in(dir, "out", c->batch > 1 ? (int)r : -1);
@@ -256,23 +279,33 @@ static void check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts 
     if (!path) {
         snprintf(row->f.detail, sizeof(row->f.detail), "out of memory");
         row->f.status = DS4_CF_ERROR;
+        ds4chk_verdict_findings_push(&row->all, &row->f);
     } else if (ds4_trace_load(path, NULL, &out, &e)) {
         row->f.status = DS4_CF_ERROR;
         snprintf(row->f.detail, sizeof(row->f.detail), "no usable output: %.300s", e.msg);
-    } else if (ds4chk_verdict_usable(&out, p->ids, p->n, o->n_tokens, ref->e->m->cfg.n_vocab,
-                                   &row->f)) {
+        ds4chk_verdict_findings_push(&row->all, &row->f);
+    } else if ((rc = same_model(&out, p, path, err))) {
+        row->f.status = DS4_CF_ERROR;
+        snprintf(row->f.detail, sizeof(row->f.detail), "%.390s", err->msg);
+    } else if (!ds4chk_verdict_usable(&out, p->ids, p->n, o->n_tokens, ref->e->m->cfg.n_vocab,
+                                      &row->f)) {
+        ds4chk_verdict_findings_push(&row->all, &row->f);
+    } else {
         row->tf = tf_of(ref, res, row->prompt, &out, &e);
         if (row->tf < 0) {
             row->f.status = DS4_CF_ERROR;
             snprintf(row->f.detail, sizeof(row->f.detail), "teacher forcing: %.300s", e.msg);
+            ds4chk_verdict_findings_push(&row->all, &row->f);
         } else {
             int32_t eos = ds4_tok_special(tok, DS4_SPECIAL_EOS);
-            ds4chk_verdict_row(&p->ref, &out, &res->forced[row->tf].tf, o->n_tokens, eos, &o->limits, tok,
-                             &row->f);
+            row->margin = ds4chk_verdict_margins(&out);
+            ds4chk_verdict_row(&p->ref, &out, &res->forced[row->tf].tf, o->n_tokens, eos,
+                               &o->limits, tok, &row->all, &row->f);
         }
     }
     ds4_golden_free(&out);
     free(path);
+    return rc;
 }
 
 /* The worst row decides the cell. */
@@ -295,11 +328,13 @@ static void cell_error(ds4_cf_cell *c, const char *why, const char *last) {
                  (int)(sizeof(c->f.detail) - (size_t)n - 1), last);
 }
 
-/* Run cell c: inputs, the command, the outputs.  Errors returned are the
- * run's own (the work folder); the backend's failures are the cell's. */
-static int run_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
-                    const ds4_tokenizer *tok, ds4_cf_cell *c, uint32_t index, const char *work,
-                    ds4err *err) {
+/* Run cell c's command: its folder and inputs, the command, its log (the
+ * accept counts, and why it failed when it did).  No model is used here, so
+ * several cells may launch at once (--jobs).  Errors returned are the
+ * run's own (the work folder, a stop request); the backend's failures are
+ * the cell's. */
+static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_cell *c,
+                       uint32_t index, const char *work, ds4err *err) {
     char name[64], ch[16];
     snprintf(name, sizeof(name), "%03u-d%u-c%s-b%u-", index, c->draft,
              ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch);
@@ -343,11 +378,8 @@ static int run_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
             snprintf(why, sizeof(why), "the backend exited with status %d", x.status);
             cell_error(c, why, last);
         } else {
-            for (uint32_t r = 0; r < c->batch; r++) check_output(ref, res, o, tok, c, r, dir.p);
-            cell_from_rows(c);
-            bool some = false;
-            for (uint32_t r = 0; r < c->batch; r++) some |= c->rows[r].tf >= 0;
-            res->n_ran += some;
+            c->dir = dir.p;      /* the check reads its outputs there */
+            dir.p = NULL;
         }
     }
     ds4_buf_free(&cmd);
@@ -358,6 +390,84 @@ static int run_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
     free(log);
     ds4_buf_free(&dir);
     return rc;
+}
+
+/* Check the outputs of a cell whose backend ran: every row, then the cell. */
+static int check_cell(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
+                      const ds4_tokenizer *tok, ds4_cf_cell *c, ds4err *err) {
+    int rc = 0;
+    if (!c->dir) return 0;
+    for (uint32_t r = 0; rc == 0 && r < c->batch; r++)
+        rc = check_output(ref, res, o, tok, c, r, c->dir, err);
+    cell_from_rows(c);
+    bool some = false;
+    for (uint32_t r = 0; r < c->batch; r++) some |= c->rows[r].tf >= 0;
+    res->n_ran += some;
+    free(c->dir);
+    c->dir = NULL;
+    return rc;
+}
+
+/* The cells' commands, `jobs` at a time: workers take the next cell until
+ * none is left, an error, or a stop request. */
+typedef struct launcher {
+    ds4_cf_result *res;
+    const ds4_cf_opts *o;
+    const char *work;
+    pthread_mutex_t mu;
+    uint32_t next;
+    int rc;
+    ds4err err;
+} launcher;
+
+static void *launch_worker(void *arg) {
+    launcher *L = arg;
+    for (;;) {
+        pthread_mutex_lock(&L->mu);
+        uint32_t i = L->next;
+        while (i < L->res->n_cells && L->res->cells[i].status == DS4_CF_NA) i++;
+        L->next = i + 1;
+        bool done = L->rc || i >= L->res->n_cells;
+        if (!done && L->o->stop && *L->o->stop) {
+            L->rc = ds4_err_set(&L->err, DS4_E_INTERRUPTED, "interrupted after %u of %u cells",
+                                i, L->res->n_cells);
+            done = true;
+        }
+        if (!done && L->o->progress) {
+            char what[160];
+            ds4chk_conform_cell_name(L->res, &L->res->cells[i], true, what, sizeof(what));
+            L->o->progress(L->o->progress_ud, i, L->res->n_cells, what);
+        }
+        pthread_mutex_unlock(&L->mu);
+        if (done) return NULL;
+        ds4err e = {0};
+        if (launch_cell(L->res, L->o, &L->res->cells[i], i, L->work, &e) == 0) continue;
+        pthread_mutex_lock(&L->mu);
+        if (!L->rc) {
+            L->rc = e.code ? e.code : -1;
+            L->err = e;
+            if (e.code == DS4_E_INTERRUPTED)
+                ds4_err_set(&L->err, DS4_E_INTERRUPTED, "interrupted in cell %u of %u", i + 1,
+                            L->res->n_cells);
+        }
+        pthread_mutex_unlock(&L->mu);
+    }
+}
+
+/* Every cell that is not n/a, jobs at a time (threads of this process,
+ * each waiting for one backend). */
+static int launch_all(ds4_cf_result *res, const ds4_cf_opts *o, const char *work, ds4err *err) {
+    launcher L = {.res = res, .o = o, .work = work};
+    pthread_mutex_init(&L.mu, NULL);
+    uint32_t jobs = o->jobs ? o->jobs : 1, started = 0;
+    pthread_t th[DS4_CF_MAX_JOBS];
+    for (uint32_t t = 1; t < jobs && t < DS4_CF_MAX_JOBS; t++)
+        if (pthread_create(&th[started], NULL, launch_worker, &L) == 0) started++;
+    launch_worker(&L);
+    for (uint32_t t = 0; t < started; t++) pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&L.mu);
+    if (L.rc) *err = L.err;
+    return L.rc ? -1 : 0;
 }
 
 /* ---- across cells ---- */
@@ -382,22 +492,26 @@ static const ds4_cf_cell *base_cell(const ds4_cf_result *res, uint32_t p) {
     return best && best->rows[0].tf >= 0 ? best : NULL;
 }
 
-/* Every row against the base cell's stream of its prompt. */
+/* Every row with a stream, failed ones included, against the base cell's
+ * stream of its prompt: what it found is added to the row's findings. */
 static void check_consistency(ds4_cf_result *res, const ds4_cf_opts *o, const ds4_tokenizer *tok) {
     for (uint32_t p = 0; p < res->n_prompts; p++) {
         const ds4_cf_cell *base = base_cell(res, p);
         if (!base) continue;
         char name[96];
         ds4chk_conform_cell_name(res, base, false, name, sizeof(name));
-        const ds4_cf_tf *bt = &res->forced[base->rows[0].tf].tf;
+        ds4_cf_stream bs = {&res->forced[base->rows[0].tf].tf, base->rows[0].margin};
         for (uint32_t i = 0; i < res->n_cells; i++) {
             ds4_cf_cell *c = &res->cells[i];
-            if (c == base || c->status >= DS4_CF_FAIL) continue;
+            if (c == base || c->status == DS4_CF_ERROR || c->status == DS4_CF_NA) continue;
             for (uint32_t r = 0; r < c->batch; r++) {
                 ds4_cf_row *row = &c->rows[r];
                 if (row->prompt != p || row->tf < 0) continue;
+                ds4_cf_stream rs = {&res->forced[row->tf].tf, row->margin};
                 ds4_cf_finding f;
-                ds4chk_verdict_same(bt, &res->forced[row->tf].tf, name, &o->limits, tok, &f);
+                ds4chk_verdict_same(&bs, &rs, name, &o->limits, tok, &f);
+                if (f.status == DS4_CF_PASS) continue;
+                ds4chk_verdict_findings_push(&row->all, &f);
                 if (f.status > row->f.status) row->f = f;
             }
             cell_from_rows(c);
@@ -472,30 +586,33 @@ int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opt
     if (rc == 0) rc = open_work(&run, work, sizeof(work), &temporary, err);
     for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
         ds4_cf_cell *c = &res->cells[i];
-        if (o->stop && *o->stop) {
-            rc = ds4_err_set(err, DS4_E_INTERRUPTED, "interrupted after %u of %u cells", i,
-                            res->n_cells);
-            break;
-        }
-        char what[160];
-        ds4chk_conform_cell_name(res, c, true, what, sizeof(what));
-        if (o->progress) o->progress(o->progress_ud, i, res->n_cells, what);
         const char *na = cell_na(&run, uses, c);
-        if (na) {
-            c->status = c->f.status = DS4_CF_NA;
-            snprintf(c->f.detail, sizeof(c->f.detail), "%s", na);
-            continue;
+        if (!na) continue;
+        c->status = c->f.status = DS4_CF_NA;
+        snprintf(c->f.detail, sizeof(c->f.detail), "%s", na);
+    }
+    if (rc == 0) rc = launch_all(res, &run, work, err);
+    /* The outputs, one cell after another: teacher forcing runs on the one
+     * engine. */
+    for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
+        ds4_cf_cell *c = &res->cells[i];
+        if (!c->dir) continue;
+        if (o->progress) {
+            char what[180] = "checking ";
+            ds4chk_conform_cell_name(res, c, true, what + 9, sizeof(what) - 9);
+            o->progress(o->progress_ud, i, res->n_cells, what);
         }
-        rc = run_cell(&ref, res, &run, tok, c, i, work, err);
-        if (rc && err->code == DS4_E_INTERRUPTED)
-            ds4_err_set(err, DS4_E_INTERRUPTED, "interrupted in cell %u of %u (%s)", i + 1,
-                       res->n_cells, what);
+        rc = check_cell(&ref, res, &run, tok, c, err);
     }
     if (rc == 0) {
         if (res->greedy) check_consistency(res, &run, tok);
         check_exercised(res);
         tally(res);
         if (o->progress) o->progress(o->progress_ud, res->n_cells, res->n_cells, "done");
+    }
+    for (uint32_t i = 0; res->cells && i < res->n_cells; i++) {
+        free(res->cells[i].dir);
+        res->cells[i].dir = NULL;
     }
     if (temporary) {
         remove_tree(work);

@@ -48,7 +48,8 @@ typedef struct ds4_cf_opts {
     ds4_cf_limits limits;      /* .greedy is set from temp */
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed at the end */
-    double timeout;            /* seconds per cell; 0: none */
+    double timeout;            /* CPU seconds per cell (backend.h); 0: none */
+    uint32_t jobs;             /* cells whose commands run at once (0, 1: one) */
     volatile sig_atomic_t *stop;   /* NULL, or set asynchronously (SIGINT): the run stops */
     ds4_cf_progress_fn progress;
     void *progress_ud;
@@ -72,8 +73,10 @@ typedef struct ds4_cf_forced {
 
 typedef struct ds4_cf_row {
     uint32_t prompt;           /* index into the prompts */
-    ds4_cf_finding f;
+    ds4_cf_finding f;          /* the worst of its findings (its first of that status) */
+    ds4_cf_findings all;       /* every finding, the cross-cell one included */
     int32_t tf;                /* index of its teacher-forced record, -1 none */
+    double *margin;            /* [its steps] the backend's own top-two margins, or NULL */
 } ds4_cf_row;
 
 typedef struct ds4_cf_cell {
@@ -85,7 +88,11 @@ typedef struct ds4_cf_cell {
     double seconds;
     ds4_cf_row rows[DS4_CF_MAX_BATCH];
     char log[256];             /* the backend's log, when the work folder is kept */
+    char *dir;                 /* its folder, between its run and its check; NULL: none */
 } ds4_cf_cell;
+
+/* The most cells --jobs runs at once. */
+enum { DS4_CF_MAX_JOBS = 256 };
 
 typedef struct ds4_cf_result {
     uint32_t n_prompts;

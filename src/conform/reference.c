@@ -12,6 +12,7 @@
 #include "base/sha256.h"
 #include "decode/sample.h"
 #include "format/golden_read.h"
+#include "model/numerics.h"
 #include "run/run.h"
 
 #define TF_MAGIC "ds4ref-conform-tf 1"
@@ -86,6 +87,8 @@ static char *entry_path(const ds4_cf_ref *r, const char *kind, const int32_t *pr
     ds4_buf_printf(&key, "ds4ref-conform %s\nmodel %s\nqat %d ctx %u top_k %u steps %u eos %d\n",
                    kind, r->model_key, r->e->opts.qat, r->ctx, r->top_k, r->n_steps,
                    r->stop_at_eos);
+    /* A profile's references are its own (none: the keys they always had). */
+    if (r->e->opts.numerics) ds4_buf_printf(&key, "numerics %u\n", r->e->opts.numerics);
     ds4_buf_puts(&key, "prompt");
     for (uint32_t i = 0; i < n_prompt; i++) ds4_buf_printf(&key, " %" PRId32, prompt[i]);
     ds4_buf_puts(&key, "\nstream");
@@ -112,7 +115,10 @@ static bool golden_fits(const ds4_cf_ref *r, const ds4_golden *g, const int32_t 
     ds4_hex(g->h.model.metadata_sha256, 32, key);
     ds4_hex(g->h.model.tensor_data_sha256, 32, key + 64);
     const ds4_golden_settings *s = &g->h.settings;
-    return ds4_stop_complete(g->stop) && g->has_prompt_tokens && !strcmp(key, r->model_key) && s->qat == r->e->opts.qat &&
+    char numerics[sizeof(s->numerics)] = "";
+    if (r->e->opts.numerics) ds4_numerics_name(r->e->opts.numerics, numerics, sizeof(numerics));
+    return ds4_stop_complete(g->stop) && g->has_prompt_tokens && !strcmp(key, r->model_key) &&
+           s->qat == r->e->opts.qat && !strcmp(s->numerics, numerics) &&
            s->top_k == r->top_k && s->max_steps == r->n_steps &&
            s->stop_at_eos == r->stop_at_eos && g->h.n_prompt == n_prompt &&
            !memcmp(g->h.prompt, prompt, sizeof(int32_t) * n_prompt);

@@ -9,9 +9,6 @@
 #include "base/file.h"
 #include "text/json.h"
 
-/* At most this many lines per list in the text report (the JSON has all). */
-#define LIST_MAX 40
-
 static const char *base_name(const char *p) {
     const char *s = p ? strrchr(p, '/') : NULL;
     return s ? s + 1 : p ? p : "";
@@ -42,10 +39,11 @@ static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o)
                    cached);
 }
 
-/* "pass", "FAIL@5", "tie@7", "n/e", "ERROR", "n/a", then "91%/3" for a
- * speculative cell whose backend reported its accepts. */
+/* "pass", "FAIL@5", "tie@7", "n/e", "ERROR", "n/a", with ":r1" when row 1
+ * of a batch decided it, then "91%/3" for a speculative cell whose backend
+ * reported its accepts. */
 static void entry(const ds4_cf_cell *c, char *out, size_t cap) {
-    char st[32];
+    char st[40];
     switch (c->status) {
     case DS4_CF_PASS: snprintf(st, sizeof(st), "pass"); break;
     case DS4_CF_NOT_EXERCISED: snprintf(st, sizeof(st), "n/e"); break;
@@ -56,6 +54,11 @@ static void entry(const ds4_cf_cell *c, char *out, size_t cap) {
         break;
     case DS4_CF_ERROR: snprintf(st, sizeof(st), "ERROR"); break;
     default: snprintf(st, sizeof(st), "n/a"); break;
+    }
+    bool by_row = c->status == DS4_CF_TIE || c->status == DS4_CF_FAIL || c->status == DS4_CF_ERROR;
+    if (by_row && c->batch > 1 && c->row >= 0) {
+        size_t n = strlen(st);
+        snprintf(st + n, sizeof(st) - n, ":r%d", c->row);
     }
     const ds4_cf_accept *a = &c->accept;
     if (c->draft && a->known && c->status != DS4_CF_NA && c->status != DS4_CF_ERROR) {
@@ -80,7 +83,7 @@ static void put_table(ds4_buf *b, const ds4_cf_result *r) {
         ds4_buf_printf(b, "%5u %5s %5u ", c->draft, ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)),
                        c->batch);
         for (uint32_t p = 0; p < r->n_prompts && i + p < r->n_cells; p++) {
-            char e[48];
+            char e[64];
             entry(&r->cells[i + p], e, sizeof(e));
             ds4_buf_printf(b, " %-*s", w, e);
         }
@@ -88,7 +91,15 @@ static void put_table(ds4_buf *b, const ds4_cf_result *r) {
     }
 }
 
-/* "  draft=3 chunk=7 batch=2 chat, row 1 (code): DETAIL [gap G, |dlogprob| D]". */
+/* Findings of every row of c besides the one its line shows. */
+static uint32_t other_findings(const ds4_cf_cell *c) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c->batch; i++) n += c->rows[i].all.n;
+    return n > 0 ? n - 1 : 0;
+}
+
+/* "  draft=3 chunk=7 batch=2 chat, row 1 (code): DETAIL [gap G, |dlogprob| D]",
+ * then how many other findings the JSON holds. */
 static void put_cell_line(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell *c) {
     char name[160];
     ds4chk_conform_cell_name(r, c, true, name, sizeof(name));
@@ -102,10 +113,12 @@ static void put_cell_line(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell 
         ds4_buf_putc(b, ']');
     }
     if (c->log[0] && c->status == DS4_CF_ERROR) ds4_buf_printf(b, " (log: %s)", c->log);
+    uint32_t more = c->status == DS4_CF_NOT_EXERCISED ? 0 : other_findings(c);
+    if (more) ds4_buf_printf(b, " (+%u more findings: --json)", more);
     ds4_buf_putc(b, '\n');
 }
 
-/* The cells of one status, at most LIST_MAX of them. */
+/* Every cell of one status, a line each. */
 static void put_list(ds4_buf *b, const ds4_cf_result *r, ds4_cf_status a, ds4_cf_status z,
                      const char *title) {
     uint32_t n = 0;
@@ -113,9 +126,8 @@ static void put_list(ds4_buf *b, const ds4_cf_result *r, ds4_cf_status a, ds4_cf
         const ds4_cf_cell *c = &r->cells[i];
         if (c->status < a || c->status > z) continue;
         if (n++ == 0) ds4_buf_printf(b, "\n%s:\n", title);
-        if (n <= LIST_MAX) put_cell_line(b, r, c);
+        put_cell_line(b, r, c);
     }
-    if (n > LIST_MAX) ds4_buf_printf(b, "  ... and %u more (--json has every cell)\n", n - LIST_MAX);
 }
 
 /* Per prompt, the failing cell with the lowest depth, then the smallest
@@ -165,6 +177,21 @@ static void put_str(ds4_buf *b, const char *key, const char *s) {
     ds4_json_put_str(b, s, strlen(s));
 }
 
+/* {"status", "step", "token", "gap", "dlogprob", "detail"}. */
+static void put_finding_json(ds4_buf *b, const ds4_cf_finding *f) {
+    ds4_buf_puts(b, "{\"status\":");
+    const char *st = ds4chk_verdict_status_name(f->status);
+    ds4_json_put_str(b, st, strlen(st));
+    if (f->step >= 0) ds4_buf_printf(b, ",\"step\":%" PRId64, f->step);
+    else ds4_buf_puts(b, ",\"step\":null");
+    if (f->token >= 0) ds4_buf_printf(b, ",\"token\":%" PRId32, f->token);
+    else ds4_buf_puts(b, ",\"token\":null");
+    put_num(b, "gap", f->gap);
+    put_num(b, "dlogprob", f->dlogprob);
+    put_str(b, "detail", f->detail);
+    ds4_buf_putc(b, '}');
+}
+
 static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell *c) {
     char ch[16];
     ds4_buf_printf(b, "{\"draft\":%u,\"chunk\":", c->draft);
@@ -201,7 +228,12 @@ static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell 
         ds4_json_put_str(b, pn, strlen(pn));
         put_str(b, "status", ds4chk_verdict_status_name(row->f.status));
         put_str(b, "detail", row->f.detail);
-        ds4_buf_putc(b, '}');
+        ds4_buf_puts(b, ",\"findings\":[");
+        for (uint32_t k = 0; k < row->all.n; k++) {
+            if (k) ds4_buf_putc(b, ',');
+            put_finding_json(b, &row->all.v[k]);
+        }
+        ds4_buf_printf(b, "],\"findings_complete\":%s}", row->all.failed ? "false" : "true");
     }
     ds4_buf_puts(b, "]}");
 }

@@ -8,7 +8,7 @@
 
 static const char *const var_names[DS4_CF_NVARS] = {
     "model", "mtp", "tokens_file", "prompt_file", "batch_tokens", "n", "draft", "chunk",
-    "batch", "ctx", "top_k", "temp", "seed", "out", "ds4ref",
+    "batch", "ctx", "top_k", "temp", "seed", "ctx_total", "chunk_total", "out", "ds4ref",
 };
 
 typedef struct preset {
@@ -170,6 +170,8 @@ static void put_var(ds4_buf *b, const ds4_cf_vars *v, int var, bool *empty) {
     case DS4_CF_CTX: u = v->ctx; break;
     case DS4_CF_TOP_K: u = v->top_k; break;
     case DS4_CF_SEED: u = v->seed; break;
+    case DS4_CF_CTX_TOTAL: u = (uint64_t)v->ctx * v->batch; break;
+    case DS4_CF_CHUNK_TOTAL: u = (uint64_t)v->chunk * v->batch; break;
     case DS4_CF_TEMP:
         *empty = v->temp == 0;
         put_double(b, v->temp);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/buf.h"
@@ -19,6 +20,30 @@ const char *ds4chk_verdict_status_name(ds4_cf_status s) {
 void ds4chk_verdict_finding_pass(ds4_cf_finding *f) {
     *f = (ds4_cf_finding){.status = DS4_CF_PASS, .step = -1, .token = -1, .gap = NAN,
                           .dlogprob = NAN};
+}
+
+void ds4chk_verdict_findings_push(ds4_cf_findings *l, const ds4_cf_finding *f) {
+    ds4_cf_finding *v = realloc(l->v, sizeof(*v) * (l->n + 1));
+    if (!v) {
+        l->failed = true;
+        return;
+    }
+    l->v = v;
+    l->v[l->n++] = *f;
+}
+
+void ds4chk_verdict_findings_free(ds4_cf_findings *l) {
+    free(l->v);
+    memset(l, 0, sizeof(*l));
+}
+
+double *ds4chk_verdict_margins(const ds4_golden *out) {
+    double *m = out->n_steps ? malloc(sizeof(double) * out->n_steps) : NULL;
+    for (uint32_t i = 0; m && i < out->n_steps; i++) {
+        const ds4_golden_step *st = &out->steps[i];
+        m[i] = st->n_top >= 2 ? st->top[0].logprob - st->top[1].logprob : NAN;
+    }
+    return m;
 }
 
 static void found(ds4_cf_finding *f, ds4_cf_status st, int64_t step, const char *fmt, ...)
@@ -143,30 +168,57 @@ static void check_exact(const ds4_golden *ref, const ds4_golden *out, ds4_cf_fin
     ds4chk_diff_report_free(&r);
 }
 
+/* The finding of step i, if it fails: the gap first (a wrong token), else
+ * the |dlogprob| of the tokens both lists hold. */
+static bool step_finding(const ds4_golden_step *st, bool has_sel, const ds4_cf_tf *tf, uint32_t i,
+                         const ds4_cf_limits *l, const ds4_tokenizer *tok, ds4_cf_finding *g) {
+    char a[96], b[96];
+    const int32_t *top = tf->top_ids + (size_t)i * tf->k;
+    double d = step_dlogprob(st, has_sel, tf, i);
+    ds4chk_verdict_finding_pass(g);
+    if (l->greedy && tf->gap[i] > l->max_gap)
+        found(g, DS4_CF_FAIL, i, "step %u: committed %s, %.3g nats below the reference's "
+              "argmax %s (max %.3g)", i, tok_name(tok, st->tok.id, a, sizeof(a)),
+              tf->gap[i], tok_name(tok, tf->n_top[i] ? top[0] : -1, b, sizeof(b)), l->max_gap);
+    else if (d > l->max_dlogprob)
+        found(g, DS4_CF_FAIL, i, "step %u: |dlogprob| %.3g against the reference under the "
+              "same tokens (max %.3g)", i, d, l->max_dlogprob);
+    else
+        return false;
+    g->token = st->tok.id;
+    g->gap = tf->gap[i];
+    g->dlogprob = d;
+    return true;
+}
+
+/* The token, gap and |dlogprob| at a finding's step, when it has one the
+ * output reached (an overlap or exactness finding names only the step). */
+static void at_step(ds4_cf_finding *g, const ds4_golden *out, const ds4_cf_tf *tf) {
+    if (g->step < 0 || (uint64_t)g->step >= out->n_steps) return;
+    uint32_t i = (uint32_t)g->step;
+    g->token = out->steps[i].tok.id;
+    g->gap = tf->gap[i];
+    g->dlogprob = step_dlogprob(&out->steps[i], out->has_sel_scores, tf, i);
+}
+
+/* A finding of the row as a whole: kept, and the row's first when it has
+ * none yet. */
+static void keep(ds4_cf_findings *all, ds4_cf_finding *first, const ds4_cf_finding *g) {
+    ds4chk_verdict_findings_push(all, g);
+    if (first->status == DS4_CF_PASS) *first = *g;
+}
+
 void ds4chk_verdict_row(const ds4_golden *ref, const ds4_golden *out, const ds4_cf_tf *tf,
                       uint32_t n_want, int32_t eos, const ds4_cf_limits *l,
-                      const ds4_tokenizer *tok, ds4_cf_finding *f) {
+                      const ds4_tokenizer *tok, ds4_cf_findings *all, ds4_cf_finding *f) {
     ds4chk_verdict_finding_pass(f);
-    char a[96], b[96];
+    ds4_cf_finding g;
     double sum5 = 0, sum20 = 0;
     uint32_t n5 = 0, n20 = 0;
     int64_t low5 = -1, low20 = -1;
-    for (uint32_t i = 0; i < out->n_steps && f->status == DS4_CF_PASS; i++) {
+    for (uint32_t i = 0; i < out->n_steps; i++) {
         const ds4_golden_step *st = &out->steps[i];
-        const int32_t *top = tf->top_ids + (size_t)i * tf->k;
-        double d = step_dlogprob(st, out->has_sel_scores, tf, i);
-        if (l->greedy && tf->gap[i] > l->max_gap) {
-            found(f, DS4_CF_FAIL, i, "step %u: committed %s, %.3g nats below the reference's "
-                  "argmax %s (max %.3g)", i, tok_name(tok, st->tok.id, a, sizeof(a)),
-                  tf->gap[i], tok_name(tok, tf->n_top[i] ? top[0] : -1, b, sizeof(b)),
-                  l->max_gap);
-        } else if (d > l->max_dlogprob) {
-            found(f, DS4_CF_FAIL, i, "step %u: |dlogprob| %.3g against the reference under the "
-                  "same tokens (max %.3g)", i, d, l->max_dlogprob);
-        }
-        f->token = st->tok.id;
-        f->gap = tf->gap[i];
-        f->dlogprob = d;
+        if (step_finding(st, out->has_sel_scores, tf, i, l, tok, &g)) keep(all, f, &g);
         double o5 = step_overlap(st, tf, i, 5), o20 = step_overlap(st, tf, i, 20);
         if (!isnan(o5)) {
             sum5 += o5;
@@ -179,41 +231,62 @@ void ds4chk_verdict_row(const ds4_golden *ref, const ds4_golden *out, const ds4_
             if (low20 < 0 && o20 < l->min_top20) low20 = i;
         }
     }
-    if (f->status == DS4_CF_PASS && n5 && sum5 / n5 < l->min_top5)
-        found(f, DS4_CF_FAIL, low5, "mean top-5 overlap %.3g below %.3g (from step %" PRId64 ")",
+    ds4chk_verdict_finding_pass(&g);
+    if (n5 && sum5 / n5 < l->min_top5) {
+        found(&g, DS4_CF_FAIL, low5, "mean top-5 overlap %.3g below %.3g (from step %" PRId64 ")",
               sum5 / n5, l->min_top5, low5);
-    if (f->status == DS4_CF_PASS && n20 && sum20 / n20 < l->min_top20)
-        found(f, DS4_CF_FAIL, low20, "mean top-20 overlap %.3g below %.3g (from step %" PRId64 ")",
+        at_step(&g, out, tf);
+        keep(all, f, &g);
+    }
+    ds4chk_verdict_finding_pass(&g);
+    if (n20 && sum20 / n20 < l->min_top20) {
+        found(&g, DS4_CF_FAIL, low20, "mean top-20 overlap %.3g below %.3g (from step %" PRId64 ")",
               sum20 / n20, l->min_top20, low20);
+        at_step(&g, out, tf);
+        keep(all, f, &g);
+    }
     bool ended = out->n_steps && out->steps[out->n_steps - 1].tok.id == eos;
-    if (f->status == DS4_CF_PASS && out->n_steps < n_want && !ended)
-        found(f, DS4_CF_FAIL, out->n_steps, "stopped after %u of %u steps without the end token",
+    ds4chk_verdict_finding_pass(&g);
+    if (out->n_steps < n_want && !ended) {
+        found(&g, DS4_CF_FAIL, out->n_steps, "stopped after %u of %u steps without the end token",
               out->n_steps, n_want);
-    if (f->status == DS4_CF_PASS && l->exact) check_exact(ref, out, f);
-    if (f->status == DS4_CF_PASS) {
-        f->token = -1;
-        f->gap = f->dlogprob = NAN;
-    } else if (f->step >= 0 && (uint64_t)f->step < out->n_steps) {
-        f->token = out->steps[f->step].tok.id;
-        f->gap = tf->gap[f->step];
-        f->dlogprob = step_dlogprob(&out->steps[f->step], out->has_sel_scores, tf, (uint32_t)f->step);
+        keep(all, f, &g);
+    }
+    ds4chk_verdict_finding_pass(&g);
+    if (l->exact) {
+        check_exact(ref, out, &g);
+        at_step(&g, out, tf);
+        if (g.status != DS4_CF_PASS) keep(all, f, &g);
     }
 }
 
-void ds4chk_verdict_same(const ds4_cf_tf *base, const ds4_cf_tf *row, const char *base_name,
+/* "0.012" for a margin, "?" when not recorded. */
+static const char *margin_text(const ds4_cf_stream *s, uint32_t i, char *out, size_t cap) {
+    if (s->margin && !isnan(s->margin[i])) snprintf(out, cap, "%.3g", s->margin[i]);
+    else snprintf(out, cap, "?");
+    return out;
+}
+
+void ds4chk_verdict_same(const ds4_cf_stream *base, const ds4_cf_stream *row, const char *base_name,
                        const ds4_cf_limits *l, const ds4_tokenizer *tok, ds4_cf_finding *f) {
     ds4chk_verdict_finding_pass(f);
-    uint32_t n = base->n < row->n ? base->n : row->n, i = 0;
-    while (i < n && base->ids[i] == row->ids[i]) i++;
+    const ds4_cf_tf *bt = base->tf, *rt = row->tf;
+    uint32_t n = bt->n < rt->n ? bt->n : rt->n, i = 0;
+    while (i < n && bt->ids[i] == rt->ids[i]) i++;
     if (i == n) return;   /* a shorter stream is the row check's to judge */
     /* Up to step i both saw the same tokens, so both records hold the
-     * reference's logprobs under one prefix. */
-    double diff = fabs(base->lp[i] - row->lp[i]);
-    char a[96], b[96];
-    found(f, diff < l->tie_eps ? DS4_CF_TIE : DS4_CF_FAIL, i,
-          "step %u: %s here, %s in the %s stream; the reference puts them %.3g nats apart "
-          "(a tie below %.3g)", i, tok_name(tok, row->ids[i], a, sizeof(a)),
-          tok_name(tok, base->ids[i], b, sizeof(b)), base_name, diff, l->tie_eps);
-    f->token = row->ids[i];
-    f->gap = row->gap[i];
+     * reference's logprobs under one prefix; the backend's own margins say
+     * how close its choice was in each run. */
+    double diff = fabs(bt->lp[i] - rt->lp[i]);
+    bool own = (row->margin && row->margin[i] < l->tie_eps) ||
+               (base->margin && base->margin[i] < l->tie_eps);
+    char a[96], b[96], mr[32], mb[32];
+    found(f, diff < l->tie_eps || own ? DS4_CF_TIE : DS4_CF_FAIL, i,
+          "step %u: %s here, %s in the %s stream; the reference puts them %.3g nats apart, the "
+          "backend its own top two %s here and %s there (a tie below %.3g)", i,
+          tok_name(tok, rt->ids[i], a, sizeof(a)), tok_name(tok, bt->ids[i], b, sizeof(b)),
+          base_name, diff, margin_text(row, i, mr, sizeof(mr)), margin_text(base, i, mb, sizeof(mb)),
+          l->tie_eps);
+    f->token = rt->ids[i];
+    f->gap = rt->gap[i];
 }

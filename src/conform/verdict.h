@@ -64,6 +64,24 @@ typedef struct ds4_cf_finding {
 
 void ds4chk_verdict_finding_pass(ds4_cf_finding *f);
 
+/* Every finding of a row, in the order found: each failing step of the row
+ * check, its other checks, then the cross-cell check.  The report's JSON
+ * lists them all. */
+typedef struct ds4_cf_findings {
+    ds4_cf_finding *v;
+    uint32_t n;
+    bool failed;           /* a push ran out of memory (the report says so) */
+} ds4_cf_findings;
+
+void ds4chk_verdict_findings_push(ds4_cf_findings *l, const ds4_cf_finding *f);
+void ds4chk_verdict_findings_free(ds4_cf_findings *l);
+
+/* The backend's own margin at each step of its output: the logprob of its
+ * best alternative subtracted from that of its first (its top list is by
+ * logit); NAN where it recorded fewer than two.  malloc'd [out->n_steps],
+ * NULL when out of memory or there is no step. */
+double *ds4chk_verdict_margins(const ds4_golden *out);
+
 /* Can out be checked at all: token ids, the cell's prompt, ids inside the
  * vocabulary, at most n_want steps?  FAIL or ERROR in f when not. */
 bool ds4chk_verdict_usable(const ds4_golden *out, const int32_t *prompt, uint32_t n_prompt,
@@ -72,14 +90,26 @@ bool ds4chk_verdict_usable(const ds4_golden *out, const int32_t *prompt, uint32_
 /* One row: out (the backend's output for this prompt) against ref (the
  * reference golden) and tf (the reference teacher-forced on out's tokens).
  * n_want: the steps asked for; eos: the end token (-1 none), after which a
- * row may stop early.  tok renders tokens in details (may be NULL). */
+ * row may stop early.  tok renders tokens in details (may be NULL).  Every
+ * step is checked: each failing one goes into all, and f is the first
+ * finding (PASS when there is none). */
 void ds4chk_verdict_row(const ds4_golden *ref, const ds4_golden *out, const ds4_cf_tf *tf,
                       uint32_t n_want, int32_t eos, const ds4_cf_limits *l,
-                      const ds4_tokenizer *tok, ds4_cf_finding *f);
+                      const ds4_tokenizer *tok, ds4_cf_findings *all, ds4_cf_finding *f);
 
-/* A row's stream (its teacher-forced record) against the base cell's for
- * the same prompt, named base_name in the detail: PASS, TIE or FAIL. */
-void ds4chk_verdict_same(const ds4_cf_tf *base, const ds4_cf_tf *row, const char *base_name,
+/* The two sides of a cross-cell comparison: a stream's teacher-forced
+ * record and the backend's own margins on it (NULL: not recorded). */
+typedef struct ds4_cf_stream {
+    const ds4_cf_tf *tf;
+    const double *margin;      /* [tf->n] */
+} ds4_cf_stream;
+
+/* A row's stream against the base cell's for the same prompt, named
+ * base_name in the detail: PASS, TIE or FAIL.  Where they first differ it
+ * is a tie when either side could have gone the other way: the reference
+ * puts the two tokens within tie_eps, or the backend's own top two at that
+ * step, in either stream, are within tie_eps. */
+void ds4chk_verdict_same(const ds4_cf_stream *base, const ds4_cf_stream *row, const char *base_name,
                        const ds4_cf_limits *l, const ds4_tokenizer *tok, ds4_cf_finding *f);
 
 #endif

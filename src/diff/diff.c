@@ -189,6 +189,10 @@ static void compare_settings(const ds4_golden *a, const ds4_golden *b, ds4_diff_
     bool both = a->has_header && b->has_header;
     char s[400] = "";
     setting(s, sizeof(s), "qat", x->qat, y->qat, both);
+    size_t n = strlen(s);
+    if (both && strcmp(x->numerics, y->numerics) && n < sizeof(s))
+        snprintf(s + n, sizeof(s) - n, "%snumerics %s vs %s", n ? ", " : "",
+                 x->numerics[0] ? x->numerics : "official", y->numerics[0] ? y->numerics : "official");
     setting(s, sizeof(s), "ctx", x->ctx, y->ctx, x->ctx && y->ctx);
     setting(s, sizeof(s), "chunk", x->chunk, y->chunk, both);
     setting(s, sizeof(s), "top_k", x->top_k, y->top_k, true);

@@ -98,19 +98,26 @@ static int read_tok(const ds4_rd *r, const ds4_json *v, const char *where, ds4_g
     snprintf(w, sizeof(w), "%s.id", where);
     if (ds4_reader_uint(r, ds4_json_get(v, "id"), w, INT32_MAX, &id)) return -1;
     t->id = (int32_t)id;
+    /* Its bytes: "bytes" when given, else the UTF-8 of "text"; a backend
+     * that knows only ids may write neither (the checks compare ids). */
     const ds4_json *text = ds4_json_get(v, "text");
-    if (!text || text->type != DS4_JSON_STRING)
-        return ds4_reader_fail(r, "%s: \"text\" is missing or not a string", where);
+    if (text && text->type != DS4_JSON_STRING)
+        return ds4_reader_fail(r, "%s: \"text\" is not a string", where);
     const ds4_json *bytes = ds4_json_get(v, "bytes");
-    if (!bytes || bytes->type != DS4_JSON_ARRAY)
-        return ds4_reader_fail(r, "%s: \"bytes\" is missing or not an array", where);
-    if (bytes->n > DS4_GOLDEN_MAX_TOKEN_BYTES)
-        return ds4_reader_fail(r, "%s: %zu bytes, more than %d", where, bytes->n,
+    if (bytes && bytes->type != DS4_JSON_ARRAY)
+        return ds4_reader_fail(r, "%s: \"bytes\" is not an array", where);
+    size_t n = bytes ? bytes->n : text ? text->len : 0;
+    if (n > DS4_GOLDEN_MAX_TOKEN_BYTES)
+        return ds4_reader_fail(r, "%s: %zu bytes, more than %d", where, n,
                            DS4_GOLDEN_MAX_TOKEN_BYTES);
-    t->bytes = malloc(bytes->n ? bytes->n : 1);
+    t->bytes = malloc(n ? n : 1);
     if (!t->bytes) return ds4_reader_nomem(r);
-    t->n_bytes = (uint32_t)bytes->n;
-    for (size_t i = 0; i < bytes->n; i++) {
+    t->n_bytes = (uint32_t)n;
+    if (!bytes) {
+        if (n) memcpy(t->bytes, text->str, n);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
         uint64_t b;
         snprintf(w, sizeof(w), "%s.bytes[%zu]", where, i);
         if (ds4_reader_uint(r, &bytes->elems[i], w, 255, &b)) return -1;

@@ -67,6 +67,10 @@ typedef enum ds4_trace_kind {
  * recording them would make goldens from different machines differ. */
 typedef struct ds4_golden_settings {
     bool qat;                /* FP8/FP4 quantization-aware simulation */
+    /* The numerics profile (model/numerics.h) by its canonical name; ""
+     * for the official numerics, which the file then does not name, so a
+     * golden made without a profile has the bytes it always had. */
+    char numerics[64];
     uint32_t ctx;            /* session context */
     uint32_t chunk;          /* prefill chunk (never changes numbers) */
     uint32_t top_k;          /* alternatives recorded per step, <= MAX_TOP */

@@ -107,9 +107,15 @@ static int read_model(const ds4_rd *r, const ds4_json *v, const char *what, bool
 }
 
 static int read_settings(const ds4_rd *r, const ds4_json *v, ds4_golden_settings *s) {
-    static const char *const keys[] = {"qat", "ctx", "chunk", "top_k",
+    static const char *const keys[] = {"qat", "?numerics", "ctx", "chunk", "top_k",
                                        "max_steps", "mtp_draft", "stop_at_eos"};
-    if (ds4_reader_keys(r, v, "settings", keys, 7)) return -1;
+    if (ds4_reader_keys(r, v, "settings", keys, 8)) return -1;
+    const ds4_json *num = ds4_json_get(v, "numerics");
+    if (num && (num->type != DS4_JSON_STRING || num->len == 0 ||
+                num->len >= sizeof(s->numerics) || strlen(num->str) != num->len))
+        return ds4_reader_fail(r, "settings.numerics: expected a profile's name, at most %zu "
+                               "bytes", sizeof(s->numerics) - 1);
+    if (num) memcpy(s->numerics, num->str, num->len + 1);
     if (ds4_reader_bool(r, ds4_json_get(v, "qat"), "settings.qat", &s->qat) ||
         get_u32(r, ds4_json_get(v, "ctx"), "settings.ctx", &s->ctx) ||
         get_u32(r, ds4_json_get(v, "chunk"), "settings.chunk", &s->chunk) ||

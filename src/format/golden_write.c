@@ -77,6 +77,10 @@ void ds4_golden_write_header_line(ds4_buf *b, const ds4_golden *g) {
     put_model(b, &h->model, h->has_mtp ? &h->mtp : NULL, false);
     ds4_buf_puts(b, ",\"settings\":{\"qat\":");
     ds4_buf_puts(b, s->qat ? "true" : "false");
+    if (s->numerics[0]) {
+        ds4_buf_puts(b, ",\"numerics\":");
+        ds4_json_put_str(b, s->numerics, strlen(s->numerics));
+    }
     ds4_buf_puts(b, ",\"ctx\":");
     put_u64(b, s->ctx);
     ds4_buf_puts(b, ",\"chunk\":");

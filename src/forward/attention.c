@@ -28,6 +28,8 @@
 #include "forward/indexer.h"
 #include "forward/norm.h"
 #include "forward/qat.h"
+#include "model/numerics.h"
+#include "quant/actround.h"
 
 static uint32_t window_start(uint32_t pos, uint32_t swa) {
     return pos + 1 >= swa ? pos + 1 - swa : 0;
@@ -114,6 +116,8 @@ static void prepare_q_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
         ds4_rope_rotate(kvr + nope, cs, c->n_rot / 2, false);
         /* nope is a multiple of 64 (ds4_engine_init checks it with QAT on). */
         if (e->opts.qat) ds4_qat_fp8_e4m3(kvr, nope, NULL);
+        /* f16-kv: stored as binary16, as ds4.c's cache holds it. */
+        if (e->opts.numerics & DS4_NUMERICS_F16_KV) ds4_actround_row(DS4_ACT_F16, kvr, kvr, hd);
         memcpy(ds4_kv_raw_row(tk->kv, il, tk->pos), kvr, sizeof(float) * hd);
     }
 }
@@ -143,7 +147,8 @@ static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_m
         ds4_comp_state *cs = indexer ? &ls->idx : &ls->comp;
         uint32_t pos = s->tok[t].pos;
         if ((pos + 1) % cs->ratio) continue;
-        ds4_compressor_emit(cs, norm, c->rms_eps, rope, c->n_rot, pos, indexer, e->opts.qat);
+        ds4_compressor_emit(cs, norm, c->rms_eps, rope, c->n_rot, pos, indexer, e->opts.qat,
+                            e->opts.numerics & DS4_NUMERICS_F16_KV);
         ds4_engine_tap_emit(e, indexer ? "idx_row" : "comp_row", t, DS4_TAP_F32,
                      ds4_comp_row(cs, pos / cs->ratio), cs->dim);
     }

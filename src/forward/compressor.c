@@ -18,6 +18,7 @@
 #include "base/detmath.h"
 #include "forward/norm.h"
 #include "forward/qat.h"
+#include "quant/actround.h"
 #include "quant/formats.h"
 
 void ds4_compressor_store(ds4_comp_state *cs, const ds4_mat *ape, uint32_t pos,
@@ -56,7 +57,7 @@ static float pool_dim(const ds4_comp_state *cs, uint32_t pos, uint32_t d) {
 }
 
 void ds4_compressor_emit(ds4_comp_state *cs, const ds4_vec *norm, float eps, const ds4_rope *rope,
-                   uint32_t n_rot, uint32_t pos, bool indexer, bool qat) {
+                   uint32_t n_rot, uint32_t pos, bool indexer, bool qat, bool f16_rows) {
     uint32_t dim = cs->dim, start = pos + 1 - cs->ratio;
     float *out = ds4_comp_row(cs, pos / cs->ratio);
     for (uint32_t d = 0; d < dim; d++) out[d] = pool_dim(cs, pos, d);
@@ -70,4 +71,5 @@ void ds4_compressor_emit(ds4_comp_state *cs, const ds4_vec *norm, float eps, con
     } else if (qat) {
         ds4_qat_fp8_e4m3(out, dim - n_rot, NULL);
     }
+    if (f16_rows) ds4_actround_row(DS4_ACT_F16, out, out, dim);
 }

@@ -18,8 +18,9 @@ void ds4_compressor_store(ds4_comp_state *cs, const ds4_mat *ape, uint32_t pos,
 /* Pool the window that position pos completes ((pos + 1) % ratio == 0)
  * into compressed row pos / ratio: RMSNorm, RoPE at the window's first
  * position, and with qat the official rounding (FP8 for attention rows,
- * Hadamard + FP4 for indexer rows). */
+ * Hadamard + FP4 for indexer rows), then with f16_rows the row stored as
+ * binary16 (the f16-kv profile). */
 void ds4_compressor_emit(ds4_comp_state *cs, const ds4_vec *norm, float eps, const ds4_rope *rope,
-                   uint32_t n_rot, uint32_t pos, bool indexer, bool qat);
+                   uint32_t n_rot, uint32_t pos, bool indexer, bool qat, bool f16_rows);
 
 #endif

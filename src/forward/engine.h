@@ -18,9 +18,11 @@
 #include "model/model.h"
 
 /* Options that change the numbers.  qat: the official FP8 KV / FP4 indexer
- * round trips. */
+ * round trips.  numerics: a profile's set (model/numerics.h); the engine
+ * does its KV rounding, the model's matrices their input rounding. */
 typedef struct ds4_fwd_opts {
     bool qat;
+    uint32_t numerics;
 } ds4_fwd_opts;
 
 /* One token of the batch being evaluated: its sequence, position and id. */

@@ -14,11 +14,13 @@
 #include "forward/hyperconn.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include <omp.h>
 
 #include "base/detmath.h"
 #include "forward/norm.h"
+#include "quant/actround.h"
 
 /* mix[k] = (fn row k . x) * rsqrt(mean(x^2) + eps), the official order
  * (F.linear on the raw state, then the norm factor).  Called for one token
@@ -28,10 +30,24 @@
 static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, double *mix) {
     uint32_t n = c->n_hc * c->n_embd;
     double rs = ds4_norm_rms_scale(x, n, c->rms_eps);
+    /* Under a numerics profile the product's input is rounded as the
+     * other engine rounds it (quant/actround.h); the norm factor is the raw
+     * state's, as there. */
+    float *xr = NULL;
+    if (fn->act) {
+        xr = malloc(sizeof(float) * n);
+        if (!xr) {
+            for (uint64_t k = 0; k < fn->rows; k++) mix[k] = NAN;
+            return;
+        }
+        ds4_actround_row(fn->act, x, xr, n);
+        x = xr;
+    }
 #pragma omp parallel for schedule(static) \
     if (omp_get_level() == 0 && ds4_worth_threads((double)fn->rows * n))
     for (uint64_t k = 0; k < fn->rows; k++)
         mix[k] = ds4_dot_row(fn->type, fn->data + k * fn->row_bytes, x, n) * rs;
+    free(xr);
 }
 
 /* y[d] = sum_h w[h] * x[h][d], h ascending, in double. */

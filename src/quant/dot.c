@@ -33,6 +33,7 @@
 #include <cpuid.h>
 #endif
 
+#include "quant/actround.h"
 #include "quant/dot_kern.h"
 #include "quant/dot_lanes.h"
 
@@ -169,7 +170,7 @@ double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
     if (!t) return NAN;
     /* An empty row may come as NULL pointers, and NULL + 0 is undefined. */
     if (n == 0) return 0.0;
-    const ds4_mat W = {type, n, 1, ds4_types_row_bytes(type, n), row};
+    const ds4_mat W = {type, n, 1, ds4_types_row_bytes(type, n), row, 0};
     return kernels()->row_dot(&W, t, x);
 }
 
@@ -233,7 +234,7 @@ static uint64_t number_jobs(const ds4_matmul_op *ops, const ds4_type_info *const
 /* Several products in one parallel region: their jobs are numbered one
  * after the other and spread over the threads together.  Every output is
  * still one job's, computed by the same code as ds4_dot_matmul. */
-void ds4_dot_matmul_many(const ds4_matmul_op *ops, int n_ops) {
+static void matmul_many_plain(const ds4_matmul_op *ops, int n_ops) {
     enum { MAX_OPS = 64 };
     const int n = n_ops < MAX_OPS ? n_ops : MAX_OPS;
     const ds4_dot_kern *k = kernels();
@@ -266,7 +267,55 @@ void ds4_dot_matmul_many(const ds4_matmul_op *ops, int n_ops) {
         run_job(k, o->W, types[i], 0, o->W->rows, group, j - first[i], ntiles, o->x, o->ldx, o->T,
                 o->y, o->ldy);
     }
+    if (n_ops > MAX_OPS) matmul_many_plain(ops + MAX_OPS, n_ops - MAX_OPS);
+}
+
+/* The inputs of op rounded as its matrix asks (quant/actround.h), into a
+ * buffer of T rows of W->cols (NULL when out of memory: its outputs are
+ * then NaN, as an invalid matrix's). */
+static float *rounded_input(const ds4_matmul_op *op) {
+    const uint64_t n = op->W->cols;
+    float *r = malloc(sizeof(float) * n * (uint64_t)(op->T > 0 ? op->T : 1));
+    if (!r) return NULL;
+    #pragma omp parallel for schedule(static) if (ds4_worth_threads((double)n * op->T))
+    for (int t = 0; t < op->T; t++)
+        ds4_actround_row(op->W->act, op->x + (uint64_t)t * op->ldx, r + (uint64_t)t * n, n);
+    return r;
+}
+
+/* Products whose matrices round their inputs (a numerics profile): the
+ * rounded copies, then the same products.  The official numerics never
+ * come here. */
+static void matmul_rounded(const ds4_matmul_op *ops, int n_ops) {
+    enum { MAX_OPS = 64 };
+    ds4_matmul_op mine[MAX_OPS] = {{0}};
+    float *bufs[MAX_OPS] = {0};
+    const int n = n_ops < MAX_OPS ? n_ops : MAX_OPS;
+    for (int i = 0; i < n; i++) {
+        mine[i] = ops[i];
+        bufs[i] = NULL;
+        if (!ops[i].W->act || ops[i].T <= 0) continue;
+        bufs[i] = rounded_input(&ops[i]);
+        if (!bufs[i]) {
+            fill_nan(0, ops[i].W->rows, ops[i].T, ops[i].y, ops[i].ldy);
+            mine[i].T = 0;
+            continue;
+        }
+        mine[i].x = bufs[i];
+        mine[i].ldx = ops[i].W->cols;
+    }
+    matmul_many_plain(mine, n);
+    for (int i = 0; i < n; i++) free(bufs[i]);
     if (n_ops > MAX_OPS) ds4_dot_matmul_many(ops + MAX_OPS, n_ops - MAX_OPS);
+}
+
+void ds4_dot_matmul_many(const ds4_matmul_op *ops, int n_ops) {
+    for (int i = 0; i < n_ops; i++)
+        if (ops[i].W->act) {
+            matmul_rounded(ops, n_ops);
+            return;
+        }
+    matmul_many_plain(ops, n_ops);
 }
 
 void ds4_dot_matmul(const ds4_mat *W, const float *x, uint64_t ldx, int T,

@@ -44,6 +44,11 @@ typedef struct ds4_mat {
     uint64_t rows;       /* ne1: output width */
     uint64_t row_bytes;
     const uint8_t *data;
+    /* How a product rounds its input first (quant/actround.h): DS4_ACT_NONE
+     * (0) under the official numerics; another engine's rounding under a
+     * numerics profile.  Each input row is rounded alone, so the batch
+     * still never changes a value. */
+    uint8_t act;
 } ds4_mat;
 
 ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert);

@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "base/version.h"
 #include "model/modelid.h"
+#include "model/numerics.h"
 #include "format/dump.h"
 #include "format/golden_write.h"
 #include "format/lpvec.h"
@@ -105,6 +106,8 @@ static void fill_header(ds4_session *s, const int32_t *prompt, uint32_t n_prompt
         h->mtp = *mtp;
     }
     h->settings.qat = s->e->opts.qat;
+    if (s->e->opts.numerics)
+        ds4_numerics_name(s->e->opts.numerics, h->settings.numerics, sizeof(h->settings.numerics));
     h->settings.ctx = s->kv.ctx;
     h->settings.chunk = s->kv.chunk;
     h->settings.top_k = o->top_k;

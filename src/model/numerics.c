@@ -1,0 +1,81 @@
+#include "model/numerics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "quant/actround.h"
+#include "quant/formats.h"
+
+static const struct {
+    const char *name;
+    uint32_t set;
+} names[] = {
+    {"ggml-act", DS4_NUMERICS_GGML_ACT},
+    {"ds4-act", DS4_NUMERICS_DS4_ACT},
+    {"f16-kv", DS4_NUMERICS_F16_KV},
+    {"ds4", DS4_NUMERICS_DS4_ACT | DS4_NUMERICS_F16_KV},
+    {"official", 0},
+};
+
+int ds4_numerics_parse(const char *name, uint32_t *set, ds4err *err) {
+    *set = 0;
+    for (const char *p = name ? name : ""; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        size_t i = 0;
+        while (i < sizeof(names) / sizeof(names[0]) &&
+               (strlen(names[i].name) != n || memcmp(names[i].name, p, n)))
+            i++;
+        if (i == sizeof(names) / sizeof(names[0]))
+            return ds4_err_set(err, DS4_E_ARG, "numerics \"%.*s\": expected official, ggml-act, "
+                              "ds4-act, f16-kv or ds4, or a comma list of them", (int)n, p);
+        *set |= names[i].set;
+        p += n + (end != NULL);
+    }
+    if ((*set & DS4_NUMERICS_GGML_ACT) && (*set & DS4_NUMERICS_DS4_ACT))
+        return ds4_err_set(err, DS4_E_ARG, "numerics \"%s\": ggml-act and ds4-act both round the "
+                          "products' inputs: choose one", name);
+    return 0;
+}
+
+void ds4_numerics_name(uint32_t set, char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < 3; i++)
+        if (set & names[i].set && used < cap)
+            used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", names[i].name);
+    if (!used) snprintf(out, cap, "official");
+}
+
+/* The input rounding of a product with a weight of this type. */
+static uint8_t act_for(uint32_t set, uint32_t type) {
+    bool ggml = set & DS4_NUMERICS_GGML_ACT, ds4 = set & DS4_NUMERICS_DS4_ACT;
+    if (!ggml && !ds4) return DS4_ACT_NONE;
+    switch (type) {
+    case DS4_TYPE_Q8_0: return ggml ? DS4_ACT_Q8_0_GGML : DS4_ACT_Q8_0_DS4;
+    case DS4_TYPE_Q2_K:
+    case DS4_TYPE_Q4_K:
+    case DS4_TYPE_IQ2_XXS: return DS4_ACT_Q8_K;
+    case DS4_TYPE_F16: return ggml ? DS4_ACT_F16 : DS4_ACT_NONE;
+    case DS4_TYPE_BF16: return ggml ? DS4_ACT_BF16 : DS4_ACT_NONE;
+    default: return DS4_ACT_NONE;
+    }
+}
+
+static void apply_specs(const ds4_tensor_spec *specs, uint32_t n, void *base, uint32_t set) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (specs[i].tclass != DS4_TC_MAT) continue;
+        ds4_mat *m = (ds4_mat *)((char *)base + specs[i].offset);
+        if (m->data) m->act = act_for(set, m->type);
+    }
+}
+
+void ds4_numerics_apply(ds4_model *m, uint32_t set) {
+    apply_specs(ds4_layout_global, ds4_layout_n_global, m, set);
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++)
+        apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l], set);
+    if (m->mtp) {
+        apply_specs(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp, set);
+        apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block, set);
+    }
+}

@@ -1,0 +1,46 @@
+/* Numerics profiles: another engine's intended approximations, which ds4ref
+ * can reproduce exactly on request (docs/NUMERICS.md, "Profiles").  The
+ * default, none of them, is the official numerics.
+ *
+ * A profile is a set of roundings, named by a comma list:
+ *   ggml-act  each matrix product's input converted as ggml's CPU backend
+ *             converts it for the weight's type (its vec_dot_type): Q8_0
+ *             weights get Q8_0 inputs, Q2_K/Q4_K/IQ2_XXS weights Q8_K, F16
+ *             and BF16 weights F16 and BF16, F32 weights f32, by ggml's
+ *             reference quantizers (quant/actround.h);
+ *   ds4-act   as ds4.c's CPU path: Q8_0 weights get its own Q8_0 inputs
+ *             (an f32 scale), K-quant and IQ2_XXS weights Q8_K, float
+ *             weights f32;
+ *   f16-kv    every stored KV row (the window's raw rows, the compressed
+ *             rows, the indexer's keys) rounded to binary16 as ds4.c
+ *             stores it, after the FP8/FP4 simulation.
+ * "official" is the empty set; "ds4" is ds4-act,f16-kv, ds4.c's CPU path as
+ * a whole. */
+#ifndef DS4_NUMERICS_H
+#define DS4_NUMERICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "model/model.h"
+
+enum {
+    DS4_NUMERICS_GGML_ACT = 1u << 0,
+    DS4_NUMERICS_DS4_ACT = 1u << 1,
+    DS4_NUMERICS_F16_KV = 1u << 2,
+};
+
+/* The set a name gives (NULL and "" are "official"); DS4_E_ARG naming the
+ * known names for anything else, or for both activation roundings. */
+int ds4_numerics_parse(const char *name, uint32_t *set, ds4err *err);
+
+/* The canonical name of a set: "official", or its members in the order
+ * above, comma-separated ("ggml-act,f16-kv"). */
+void ds4_numerics_name(uint32_t set, char *out, size_t cap);
+
+/* Mark every matrix of the model (and its MTP head, when loaded) with the
+ * input rounding the set gives its type. */
+void ds4_numerics_apply(ds4_model *m, uint32_t set);
+
+#endif

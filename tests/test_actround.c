@@ -1,0 +1,139 @@
+/* Activation rounding (quant/actround.h) against hand-built blocks whose
+ * answers follow from the quantizers' definitions by hand: scales chosen so
+ * that 1/d is exact, values on half steps where ggml's roundf (halves away
+ * from zero) and ds4.c's lrintf / ggml's nearest_int (halves to even)
+ * part ways, the binary16 scale of ggml's Q8_0 against ds4.c's f32 one,
+ * Q8_K's cap and its first-largest scale; and the numerics profiles'
+ * names. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model/numerics.h"
+#include "quant/actround.h"
+
+/* A block of n zeros with the given values at the front. */
+static void block(float *x, uint32_t n, const float *front, uint32_t k) {
+    memset(x, 0, sizeof(float) * n);
+    memcpy(x, front, sizeof(float) * k);
+}
+
+static void test_q8_0_halves(void **state) {
+    (void)state;
+    /* amax 127: d = 1, 1/d = 1, so q is the value rounded. */
+    const float in[] = {127.0f, 2.5f, -2.5f, 3.5f, 0.4999f, 126.5f, -0.5f};
+    const float ggml[] = {127, 3, -3, 4, 0, 127, -1};   /* halves away from zero */
+    const float ds4[] = {127, 2, -2, 4, 0, 126, -0.0f};  /* halves to even */
+    float x[32], y[32];
+    block(x, 32, in, 7);
+    ds4_actround_row(DS4_ACT_Q8_0_GGML, x, y, 32);
+    for (int i = 0; i < 7; i++) assert_true(y[i] == ggml[i]);
+    ds4_actround_row(DS4_ACT_Q8_0_DS4, x, y, 32);
+    for (int i = 0; i < 7; i++) assert_true(y[i] == ds4[i]);
+    for (int i = 7; i < 32; i++) assert_true(y[i] == 0);
+}
+
+static void test_q8_0_scales(void **state) {
+    (void)state;
+    /* amax 1: d = fl(1/127) = 0x1.020408p-7.  ggml stores it as binary16,
+     * 0x1.02p-7, so 127 steps give 0x1.fff8p-1; ds4.c keeps it in f32,
+     * and 127 steps give 1 exactly. */
+    float x[32], y[32];
+    const float one[] = {1.0f};
+    block(x, 32, one, 1);
+    ds4_actround_row(DS4_ACT_Q8_0_GGML, x, y, 32);
+    assert_true(y[0] == 0x1.fff8p-1f);
+    ds4_actround_row(DS4_ACT_Q8_0_DS4, x, y, 32);
+    assert_true(y[0] == 1.0f);
+    /* Each block of a row on its own: a second block of amax 127. */
+    float row[64], out[64];
+    const float big[] = {127.0f, 2.5f};
+    block(row, 32, one, 1);
+    block(row + 32, 32, big, 2);
+    ds4_actround_row(DS4_ACT_Q8_0_GGML, row, out, 64);
+    assert_true(out[0] == 0x1.fff8p-1f && out[33] == 3.0f);
+    /* An all-zero block stays zero; rounding in place gives the same. */
+    memset(x, 0, sizeof(x));
+    ds4_actround_row(DS4_ACT_Q8_0_DS4, x, x, 32);
+    for (int i = 0; i < 32; i++) assert_true(x[i] == 0);
+    ds4_actround_row(DS4_ACT_Q8_0_GGML, row, row, 64);
+    assert_memory_equal(row, out, sizeof(out));
+}
+
+static void test_q8_k(void **state) {
+    (void)state;
+    float x[256], y[256];
+    /* The first value of largest magnitude, -127, sets iscale = 1: q is the
+     * value rounded half to even, and +127 stays 127. */
+    const float in[] = {1.0f, -127.0f, 2.5f, 3.5f, -2.5f, 127.0f, 126.5f};
+    const float want[] = {1, -127, 2, 4, -2, 127, 126};
+    block(x, 256, in, 7);
+    ds4_actround_row(DS4_ACT_Q8_K, x, y, 256);
+    for (int i = 0; i < 7; i++) assert_true(y[i] == want[i]);
+    /* amax 1 (the first, -1): iscale = 127, d = fl(1/127) = 0x1.020408p-7;
+     * 0.5 is 63.5 steps, to even 64: 0x1.020408p-1. */
+    const float small[] = {-1.0f, 0.5f};
+    block(x, 256, small, 2);
+    ds4_actround_row(DS4_ACT_Q8_K, x, y, 256);
+    assert_true(y[1] == 0x1.020408p-1f);
+    assert_true(y[0] == -127.0f * 0x1.020408p-7f);
+    /* A zero block. */
+    memset(x, 0, sizeof(x));
+    ds4_actround_row(DS4_ACT_Q8_K, x, y, 256);
+    for (int i = 0; i < 256; i++) assert_true(y[i] == 0);
+}
+
+static void test_floats(void **state) {
+    (void)state;
+    /* binary16: 1 + 2^-11 is halfway between 1 and 1 + 2^-10 (to even: 1);
+     * 1 + 3 * 2^-11 halfway to 1 + 2^-9.  bfloat16: 1 + 2^-8 halfway. */
+    const float x[4] = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 1.0f + 0x1p-8f, -65504.0f};
+    float y[4];
+    ds4_actround_row(DS4_ACT_F16, x, y, 4);
+    assert_true(y[0] == 1.0f && y[1] == 1.0f + 0x1p-9f && y[3] == -65504.0f);
+    ds4_actround_row(DS4_ACT_BF16, x, y, 4);
+    assert_true(y[2] == 1.0f);
+    assert_int_equal(ds4_actround_block(DS4_ACT_Q8_K), 256);
+    assert_int_equal(ds4_actround_block(DS4_ACT_Q8_0_GGML), 32);
+}
+
+static void test_profile_names(void **state) {
+    (void)state;
+    uint32_t set;
+    ds4err err = {0};
+    char name[64];
+    assert_int_equal(ds4_numerics_parse(NULL, &set, &err), 0);
+    assert_int_equal(set, 0);
+    assert_int_equal(ds4_numerics_parse("official", &set, &err), 0);
+    assert_int_equal(set, 0);
+    ds4_numerics_name(set, name, sizeof(name));
+    assert_string_equal(name, "official");
+    assert_int_equal(ds4_numerics_parse("f16-kv,ggml-act", &set, &err), 0);
+    assert_int_equal(set, DS4_NUMERICS_GGML_ACT | DS4_NUMERICS_F16_KV);
+    ds4_numerics_name(set, name, sizeof(name));
+    assert_string_equal(name, "ggml-act,f16-kv");
+    assert_int_equal(ds4_numerics_parse("ds4", &set, &err), 0);
+    ds4_numerics_name(set, name, sizeof(name));
+    assert_string_equal(name, "ds4-act,f16-kv");
+    assert_int_not_equal(ds4_numerics_parse("ggml-act,ds4-act", &set, &err), 0);
+    assert_int_equal(err.code, DS4_E_ARG);
+    assert_non_null(strstr(err.msg, "choose one"));
+    assert_int_not_equal(ds4_numerics_parse("ggml", &set, &err), 0);
+    assert_int_equal(err.code, DS4_E_ARG);
+    assert_non_null(strstr(err.msg, "\"ggml\""));
+    assert_int_equal(ds4_numerics_parse("f16-kv,", &set, &err), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_q8_0_halves), cmocka_unit_test(test_q8_0_scales),
+        cmocka_unit_test(test_q8_k),        cmocka_unit_test(test_floats),
+        cmocka_unit_test(test_profile_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
