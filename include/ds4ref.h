@@ -393,6 +393,14 @@ int ds4ref_gguf_describe(const char *path, FILE *out, ds4ref_error *err);
  * Errors: DS4REF_E_IO, DS4REF_E_FORMAT, DS4REF_E_ARG (no such tensor). */
 int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_error *err);
 
+/* Write the unquantized twin of the GGUF at path to out_path (atomically):
+ * the same metadata and tensors, every float tensor stored as F32 holding
+ * exactly the values it dequantizes to (`ds4ref-gguf twin`).  An engine
+ * given it keeps its activations unquantized; ds4ref gives it the same
+ * logits, bit for bit, as the original.  Errors: DS4REF_E_IO,
+ * DS4REF_E_FORMAT, DS4REF_E_NOMEM (the twin is built in memory). */
+int ds4ref_gguf_twin(const char *path, const char *out_path, ds4ref_error *err);
+
 /* ------------------------------------------------------------------ files */
 
 /* ds4ref_read_file: the whole of path (a regular file, a pipe, /dev/stdin)

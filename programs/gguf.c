@@ -16,6 +16,7 @@
 static const char usage[] =
     "usage: ds4ref-gguf info FILE\n"
     "       ds4ref-gguf dequant FILE TENSOR > out.f32\n"
+    "       ds4ref-gguf twin FILE OUT.gguf\n"
     "\n"
     "info     prints the header (version, alignment, data offset, counts), every\n"
     "         metadata key with its type and value (arrays: element type, length,\n"
@@ -23,6 +24,9 @@ static const char usage[] =
     "         ggml order with ne0 contiguous, file offset, bytes).\n"
     "dequant  writes every element of TENSOR, in GGUF element order, as\n"
     "         little-endian float32 to stdout (not to a terminal).\n"
+    "twin     writes FILE's unquantized twin: the same metadata and tensors,\n"
+    "         every float tensor as F32 holding exactly its dequantized values\n"
+    "         (for an engine that should run the model's values unquantized).\n"
     "\n"
     "  -h, --help, --version\n";
 
@@ -55,8 +59,11 @@ int main(int argc, char **argv) {
             return DS4REF_E_ARG;
         }
         rc = ds4ref_gguf_dequant(argv[2], argv[3], stdout, &err);
+    } else if (rc == 0 && argc == 4 && !strcmp(argv[1], "twin")) {
+        rc = ds4ref_gguf_twin(argv[2], argv[3], &err);
     } else if (rc == 0) {
-        fputs("ds4ref-gguf: expected 'info FILE' or 'dequant FILE TENSOR' (see --help)\n", stderr);
+        fputs("ds4ref-gguf: expected 'info FILE', 'dequant FILE TENSOR' or 'twin FILE OUT' "
+              "(see --help)\n", stderr);
         return DS4REF_E_ARG;
     }
     if (rc == 0) return 0;

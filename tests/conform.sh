@@ -3,7 +3,7 @@
 #   - the test backend (tests/conform_backend.c, on the public API) without a
 #     bug passes every cell, in both modes; with each of the four injected
 #     bugs, exactly the cells the bug lives in fail;
-#   - the self-check (--backend ds4ref) passes the full default matrix on
+#   - the self-check (--backend ds4ref, two cells at a time) passes the full default matrix on
 #     the tiny-spec model, every speculative cell exercised (a narrower one
 #     in the sanitizer builds, and in exact mode);
 #   - the ds4 preset, through a stand-in `ds4` that maps its flags to ds4ref;
@@ -74,6 +74,20 @@ for bug in verify-rows:'d > 2' stale-verify:'d + 1 > c && c > 0' batch-holes:'b 
     check "bug $name: the report names the smallest failing cell" \
         grep -q '^smallest failing cell:' "$tmp/$name.txt"
 done
+# --jobs: the commands of several cells at once, the same verdicts.
+check "--jobs 3: the same verdicts as one at a time" bash -c '
+    ./ds4ref-conform -q --no-cache --jobs 3 --backend "$1 --bug batch-holes" "${@:3}" --json "$2.j3" \
+        > /dev/null 2>&1
+    [ $? -eq 1 ] && diff <(grep "^{\"draft\"" "$2" | sed "s/\"seconds\":[^,]*,//") \
+                         <(grep "^{\"draft\"" "$2.j3" | sed "s/\"seconds\":[^,]*,//")' \
+    _ "$backend" "$tmp/batch-holes.json" "${bug_args[@]}"
+# Every finding of a row is in the JSON: a row that failed its own check
+# (a token far below the argmax) is still compared with the base cell's
+# stream, and that finding is there too.
+check "verify-rows: a failed row also gets the cross-cell finding" bash -c \
+    'grep "^{\"draft\":8" "$1" | head -1 | grep -q "\"findings\":\[{\"status\":\"fail\",.*nats below.*},{\"status\":\"fail\",.*in the draft=0 chunk=whole batch=1 stream"' \
+    _ "$tmp/verify-rows.json"
+check "verify-rows: the table names the row of a batch" grep -q 'FAIL@[0-9]*:r[01]' "$tmp/verify-rows.txt"
 check "verify-rows: the failure says how far below the argmax the token was" \
     grep -q 'nats below the reference.s argmax' "$tmp/verify-rows.txt"
 
@@ -81,7 +95,7 @@ check "verify-rows: the failure says how far below the argmax the token was" \
 # drafts what it decodes, so every speculative cell accepts deep drafts.
 if [ -z "${DS4REF_SANITIZER:-}" ]; then
     check "self-check: the default matrix and model, exit status 0" \
-        status_is 0 ./ds4ref-conform -q --no-cache --backend ds4ref --json "$tmp/self.json"
+        status_is 0 ./ds4ref-conform -q --no-cache --jobs 2 --backend ds4ref --json "$tmp/self.json"
     check "self-check: the full default matrix runs (336 cells)" test "$(cells "$tmp/self.json" | wc -l)" -eq 336
     check "self-check: every cell passes, every speculative one exercised" all_pass "$tmp/self.json"
 else
@@ -127,6 +141,12 @@ printf 'not a golden\n' > "$(ls "$tmp"/cache/ref-*.jsonl | head -1)"
 ./ds4ref-conform -q --cache "$tmp/cache" "${narrow[@]}" > "$tmp/c3.txt" 2> /dev/null
 check "cache: a damaged entry is computed again" grep -q 'references: 1 computed, 1 from the cache' "$tmp/c3.txt"
 
+# The unquantized twins: ds4ref on {model_f32} and {mtp_f32} gives the
+# models' own numbers, so the twin preset passes in exact mode.
+check "ds4ref-f32 (the twins) passes in exact mode" status_is 0 conform --backend ds4ref-f32 --exact \
+    --prompts "$tmp/prompts" --matrix "draft=0,2 chunk=7,whole batch=1,2" --json "$tmp/f32.json"
+check "... every cell" all_pass "$tmp/f32.json"
+
 # Exit statuses and errors.
 one=(--prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
 check "a backend that never runs -> 13" status_is 13 conform --backend 'false {out} {tokens_file}' "${one[@]}"
@@ -135,9 +155,23 @@ check "a backend that fails in some cells -> 1, those cells in error" status_is 
     --backend "test {draft} -lt 3 || {{ echo broken at depth {draft}; exit 3; }; $backend" \
     "${bug_args[@]}" --matrix "draft=0,3 chunk=whole batch=1"
 check "... with the end of its log" grep -q 'exited with status 3; its log ends: broken at depth 3' "$tmp/out.txt"
-check "a cell past --timeout is killed and in error" status_is 13 conform --timeout 0.3 \
-    --backend 'sleep 5; echo {out} {tokens_file}' "${one[@]}"
+# --timeout counts the backend's CPU time: a busy one is stopped, one that
+# only waits (a machine busy with other work) is not, until ten times the
+# limit in wall time.
+check "a cell past --timeout of CPU is killed and in error" status_is 13 conform --timeout 0.3 \
+    --backend 'while :; do :; done; echo {out} {tokens_file}' "${one[@]}"
 check "... said so" grep -q 'ran past the 0.3 s timeout' "$tmp/out.txt"
+check "a backend that waits 1 s under a 0.3 s --timeout is not killed" status_is 13 conform \
+    --timeout 0.3 --backend 'sleep 1; echo {out} {tokens_file}' "${one[@]}"
+check "... its cell fails for its missing output, not the time" bash -c \
+    'grep -q "no usable output" "$1" && ! grep -q "timeout" "$1"' _ "$tmp/out.txt"
+check "one that hangs is stopped after 10 x --timeout of wall time" status_is 13 conform \
+    --timeout 0.2 --backend 'sleep 30; echo {out} {tokens_file}' "${one[@]}"
+check "... said so" grep -q 'ran past the 0.2 s timeout' "$tmp/out.txt"
+# An output that names another model than the reference's is a setup error.
+check "a backend run on another model -> 2" status_is 2 conform "${one[@]}" \
+    --backend '{ds4ref} -m models/tiny.gguf --batch-tokens {batch_tokens} -n {n} --golden-out {out}'
+check "... saying so" grep -q 'the backend ran another model (tiny.gguf, the reference tiny-spec.gguf)' "$tmp/stderr"
 check "an unknown placeholder -> 2" status_is 2 conform --backend 'x {model} {nope} {out} {tokens_file}'
 check "... named" grep -q 'unknown placeholder {nope}' "$tmp/stderr"
 check "a bad --matrix -> 2" status_is 2 conform --backend ds4ref --matrix 'draft=99'

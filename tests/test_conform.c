@@ -49,6 +49,13 @@ static void test_template_expand(void **state) {
                            "--chunk 7 -b 2 -c 4096 -k 20 -T 0.7 -s 1 /w/tokens /w/prompt "
                            "'/w/batch tokens' > /w/out /bin/ds4ref");
     free(s);
+    /* A batch's totals (chunk x batch, ctx x batch) and the twins. */
+    ds4_cf_vars v = vars;
+    v.model_f32 = "/w/model-f32.gguf";
+    s = expand("e --ubatch {chunk_total} --n-ctx {ctx_total} -m {model_f32} {[--mtp {mtp_f32}]} "
+               "{tokens_file} {out}", &v, &err);
+    assert_string_equal(s, "e --ubatch 14 --n-ctx 8192 -m /w/model-f32.gguf  /w/tokens /w/out");
+    free(s);
 }
 
 static void test_template_groups(void **state) {
@@ -104,7 +111,7 @@ static void test_template_check(void **state) {
         assert_int_equal(ds4chk_template_check(tmpl, &uses, &err), 0);
         assert_ptr_equal(ds4chk_template_preset(name), tmpl);
     }
-    assert_int_equal(n, 2);
+    assert_int_equal(n, 3);
     assert_null(ds4chk_template_preset("nope"));
 }
 

@@ -13,6 +13,7 @@
 
 #include "base/file.h"
 #include "conform/template.h"
+#include "quant/gguf_twin.h"
 #include "decode/generate.h"
 #include "text/chat.h"
 #include "diff/diff.h"
@@ -253,10 +254,16 @@ static int32_t tf_of(ds4_cf_ref *ref, ds4_cf_result *res, uint32_t prompt, const
 /* An output that names its model (a ds4ref golden) must name the
  * reference's: a backend run on another file is a wrong setup, not a
  * failing cell. */
-static int same_model(const ds4_golden *out, const ds4_cf_prompt *p, const char *path,
-                      ds4err *err) {
+static int same_model(ds4_golden *out, const ds4_cf_prompt *p, const ds4_cf_opts *o,
+                      const char *path, ds4err *err) {
     if (!out->has_header || !p->ref.has_header || ds4_modelid_same(&out->h.model, &p->ref.h.model))
         return 0;
+    /* The twin holds the model's own values: it stands for the model, so an
+     * exact comparison compares the numbers. */
+    if (o->model_f32_id && ds4_modelid_same(&out->h.model, o->model_f32_id)) {
+        ds4_modelid_free(&out->h.model);
+        return ds4_modelid_copy(&out->h.model, &p->ref.h.model, err);
+    }
     char d[DS4_ERR_MSG];
     ds4_modelid_describe_diff(&p->ref.h.model, &out->h.model, d, sizeof(d));
     return ds4_err_set(err, DS4_E_ARG, "%s: the backend ran another model (%s, the reference %s): "
@@ -284,7 +291,7 @@ static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *
         row->f.status = DS4_CF_ERROR;
         snprintf(row->f.detail, sizeof(row->f.detail), "no usable output: %.300s", e.msg);
         ds4chk_verdict_findings_push(&row->all, &row->f);
-    } else if ((rc = same_model(&out, p, path, err))) {
+    } else if ((rc = same_model(&out, p, o, path, err))) {
         row->f.status = DS4_CF_ERROR;
         snprintf(row->f.detail, sizeof(row->f.detail), "%.390s", err->msg);
     } else if (!ds4chk_verdict_usable(&out, p->ids, p->n, o->n_tokens, ref->e->m->cfg.n_vocab,
@@ -353,6 +360,7 @@ static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_ce
         ds4_cf_vars v = {.model = o->model_path, .mtp = c->draft ? o->mtp_path : NULL,
                          .tokens_file = tokens, .prompt_file = prompt, .batch_tokens = batch,
                          .out = out, .ds4ref = o->ds4ref_path, .n = o->n_tokens,
+                         .model_f32 = o->model_f32, .mtp_f32 = c->draft ? o->mtp_f32 : NULL,
                          .draft = c->draft, .chunk = c->chunk, .batch = c->batch,
                          .ctx = res->ctx, .top_k = o->top_k, .temp = o->temp, .seed = o->seed};
         rc = ds4chk_template_expand(o->backend, &v, &cmd, err);
@@ -542,6 +550,35 @@ static void check_exercised(ds4_cf_result *res) {
 
 /* ---- the run ---- */
 
+/* The unquantized twins the template names, written once into the work
+ * folder (each a copy of its model with every float tensor in F32, which a
+ * tiny model affords): "WORK/model-f32.gguf", "WORK/mtp-f32.gguf". */
+static int write_twins(ds4_cf_opts *run, uint32_t uses, const char *work, ds4_buf *paths,
+                       ds4_modelid *id, ds4err *err) {
+    if (uses & 1u << DS4_CF_MODEL_F32) {
+        ds4_buf_printf(&paths[0], "%s/model-f32.gguf", work);
+        if (paths[0].failed) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        if (ds4_gguf_twin_write(run->model_path, paths[0].p, err))
+            return ds4_err_prefix(err, "{model_f32}");
+        run->model_f32 = paths[0].p;
+        /* An output made from the twin names the twin. */
+        gguf_file g;
+        if (ds4_gguf_open(&g, paths[0].p, err)) return -1;
+        int rc = ds4_modelid_of(&g, id, err);
+        ds4_gguf_close(&g);
+        if (rc) return -1;
+        run->model_f32_id = id;
+    }
+    if ((uses & 1u << DS4_CF_MTP_F32) && run->mtp_path) {
+        ds4_buf_printf(&paths[1], "%s/mtp-f32.gguf", work);
+        if (paths[1].failed) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        if (ds4_gguf_twin_write(run->mtp_path, paths[1].p, err))
+            return ds4_err_prefix(err, "{mtp_f32}");
+        run->mtp_f32 = paths[1].p;
+    }
+    return 0;
+}
+
 /* The folder the cells run in: the one given, or a new temporary one. */
 static int open_work(const ds4_cf_opts *o, char *work, size_t cap, bool *temporary,
                      ds4err *err) {
@@ -584,6 +621,9 @@ int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opt
     int rc = prepare_prompts(&ref, tok, &run, res, err);
     if (rc == 0) rc = make_cells(&run, res, err);
     if (rc == 0) rc = open_work(&run, work, sizeof(work), &temporary, err);
+    ds4_buf twins[2] = {{0}};
+    ds4_modelid twin_id = {0};
+    if (rc == 0) rc = write_twins(&run, uses, work, twins, &twin_id, err);
     for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
         ds4_cf_cell *c = &res->cells[i];
         const char *na = cell_na(&run, uses, c);
@@ -618,6 +658,9 @@ int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opt
         remove_tree(work);
         for (uint32_t i = 0; res->cells && i < res->n_cells; i++) res->cells[i].log[0] = '\0';
     }
+    ds4_buf_free(&twins[0]);
+    ds4_buf_free(&twins[1]);
+    ds4_modelid_free(&twin_id);
     ds4chk_reference_free(&ref);
     if (rc) ds4chk_conform_result_free(res);
     return rc;

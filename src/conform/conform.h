@@ -38,6 +38,10 @@ typedef struct ds4_cf_opts {
     const char *backend;       /* the command template */
     const char *backend_name;  /* how the report names it */
     const char *ds4ref_path;   /* {ds4ref} */
+    /* {model_f32}, {mtp_f32}: set by the run, which writes the models'
+     * unquantized twins into its work folder when the template names them. */
+    const char *model_f32, *mtp_f32;
+    const ds4_modelid *model_f32_id;   /* the twin's identity, which an output may name */
     ds4_cf_matrix matrix;
     const ds4_cf_corpus *corpus;
     uint32_t n_tokens;         /* steps per row */

@@ -9,6 +9,7 @@
 static const char *const var_names[DS4_CF_NVARS] = {
     "model", "mtp", "tokens_file", "prompt_file", "batch_tokens", "n", "draft", "chunk",
     "batch", "ctx", "top_k", "temp", "seed", "ctx_total", "chunk_total", "out", "ds4ref",
+    "model_f32", "mtp_f32",
 };
 
 typedef struct preset {
@@ -27,6 +28,12 @@ static const preset presets[] = {
      "--batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} --logprobs-top-k {top_k} "
      "--golden-out {out}",
      "this build of ds4ref: the self-check (every row of a batch in shared passes, goldens)"},
+    {"ds4ref-f32",
+     "{ds4ref} -m {model_f32} {[--mtp {mtp_f32} --mtp-draft {draft} --spec-report]} "
+     "--batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} --logprobs-top-k {top_k} "
+     "--golden-out {out}",
+     "this build of ds4ref on the models' unquantized twins: the same numbers as the models "
+     "(a check of {model_f32})"},
     {"ds4",
      "DS4_METAL_PREFILL_CHUNK={chunk} DS4_MTP_SPEC_LOG=1 ds4 -m {model} "
      "{[--mtp {mtp} --mtp-draft {draft}]} --prompt-file {prompt_file} -n {n} -c {ctx} "
@@ -163,6 +170,8 @@ static void put_var(ds4_buf *b, const ds4_cf_vars *v, int var, bool *empty) {
     case DS4_CF_BATCH_TOKENS: s = v->batch_tokens; break;
     case DS4_CF_OUT: s = v->out; break;
     case DS4_CF_DS4REF: s = v->ds4ref; break;
+    case DS4_CF_MODEL_F32: s = v->model_f32; break;
+    case DS4_CF_MTP_F32: s = v->mtp_f32; break;
     case DS4_CF_N: u = v->n; break;
     case DS4_CF_DRAFT: u = v->draft; break;
     case DS4_CF_CHUNK: u = v->chunk; break;

@@ -30,7 +30,8 @@
 enum ds4_cf_var {
     DS4_CF_MODEL, DS4_CF_MTP, DS4_CF_TOKENS_FILE, DS4_CF_PROMPT_FILE, DS4_CF_BATCH_TOKENS,
     DS4_CF_N, DS4_CF_DRAFT, DS4_CF_CHUNK, DS4_CF_BATCH, DS4_CF_CTX, DS4_CF_TOP_K, DS4_CF_TEMP,
-    DS4_CF_SEED, DS4_CF_CTX_TOTAL, DS4_CF_CHUNK_TOTAL, DS4_CF_OUT, DS4_CF_DS4REF, DS4_CF_NVARS
+    DS4_CF_SEED, DS4_CF_CTX_TOTAL, DS4_CF_CHUNK_TOTAL, DS4_CF_OUT, DS4_CF_DS4REF,
+    DS4_CF_MODEL_F32, DS4_CF_MTP_F32, DS4_CF_NVARS
 };
 
 /* One cell's values.  With several rows, chunk and ctx are each row's:
@@ -40,6 +41,7 @@ enum ds4_cf_var {
  * its sequences, as llama.cpp's n_ctx does). */
 typedef struct ds4_cf_vars {
     const char *model, *mtp, *tokens_file, *prompt_file, *batch_tokens, *out, *ds4ref;
+    const char *model_f32, *mtp_f32;   /* the unquantized twins (quant/gguf_twin.h) */
     uint32_t n, draft, chunk, batch, ctx, top_k;
     double temp;
     uint64_t seed;
