@@ -274,5 +274,13 @@ check "... ds4ref-diff says they differ" bash -c \
     './ds4ref-diff "$1" "$2" | grep -q "settings differ: numerics official vs ggml-act,f16-kv"' _ "$tmp/c.jsonl" "$tmp/prof.jsonl"
 check "--numerics bogus -> 2" status_is 2 ./ds4ref -m $model -p hi -n 1 --numerics bogus
 check "... naming the profiles" grep -q 'expected official, ggml-act, ds4-act, f16-kv or ds4' "$tmp/stderr"
+# The unquantized twin: every float tensor in F32, and ds4ref's numbers on
+# it the model's own, step for step.
+check "ds4ref-gguf twin" quiet ./ds4ref-gguf twin $model "$tmp/twin.gguf"
+check "... its tensors are F32 (and I32)" bash -c \
+    '! ./ds4ref-gguf info "$1" | grep -E "^ +[a-z_0-9.]+ +(f16|bf16|q8_0|q2_K|q4_K|iq2_xxs) "' _ "$tmp/twin.gguf"
+./ds4ref -m "$tmp/twin.gguf" -p "Hello there" -n 16 --ignore-eos --golden-out "$tmp/twin.jsonl" > /dev/null 2>&1
+check "... and a golden on it has the model's logprobs, bit for bit" quiet ./ds4ref-diff \
+    "$tmp/c.jsonl" "$tmp/twin.jsonl" --min-top1 1 --max-dlogprob 0
 [ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"
 exit $((fails != 0))
