@@ -913,6 +913,12 @@ static float *profile_logits(const fixture *f, const char *numerics, const int32
  * unknown profile is refused by name. */
 static void test_numerics_profiles(void **state) {
     fixture *f = *state;
+    if (getenv("DS4REF_VALGRIND")) {
+        /* Seven models and eight passes: minutes under valgrind, and the
+         * code is the same as the plain run's. */
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
     ds4ref_model_info in;
     ds4ref_model_get_info(f->m, &in);
     enum { N = 40 };
