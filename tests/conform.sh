@@ -95,7 +95,7 @@ check "verify-rows: the failure says how far below the argmax the token was" \
 # drafts what it decodes, so every speculative cell accepts deep drafts.
 if [ -z "${DS4REF_SANITIZER:-}" ]; then
     check "self-check: the default matrix and model, exit status 0" \
-        status_is 0 ./ds4ref-conform -q --no-cache --backend ds4ref --json "$tmp/self.json"
+        status_is 0 ./ds4ref-conform -q --no-cache --jobs 2 --backend ds4ref --json "$tmp/self.json"
     check "self-check: the full default matrix runs (336 cells)" test "$(cells "$tmp/self.json" | wc -l)" -eq 336
     check "self-check: every cell passes, every speculative one exercised" all_pass "$tmp/self.json"
 else
