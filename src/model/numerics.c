@@ -6,6 +6,9 @@
 #include "quant/actround.h"
 #include "quant/formats.h"
 
+/* The members first (N_MEMBERS of them, in canonical order), then the
+ * names of sets. */
+enum { N_MEMBERS = 3 };
 static const struct {
     const char *name;
     uint32_t set;
@@ -41,7 +44,7 @@ int ds4_numerics_parse(const char *name, uint32_t *set, ds4err *err) {
 void ds4_numerics_name(uint32_t set, char *out, size_t cap) {
     size_t used = 0;
     out[0] = '\0';
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < N_MEMBERS; i++)
         if (set & names[i].set && used < cap)
             used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", names[i].name);
     if (!used) snprintf(out, cap, "official");
