@@ -85,7 +85,7 @@ check "--jobs 3: the same verdicts as one at a time" bash -c '
 # (a token far below the argmax) is still compared with the base cell's
 # stream, and that finding is there too.
 check "verify-rows: a failed row also gets the cross-cell finding" bash -c \
-    'grep "^{\"draft\":8" "$1" | head -1 | grep -q "\"findings\":\[{\"status\":\"fail\",.*nats below.*},{\"status\":\"fail\",.*in the draft=0 chunk=whole batch=1 stream"' \
+    'grep "^{\"draft\":3" "$1" | head -1 | grep -q "\"findings\":\[{\"status\":\"fail\",.*nats below.*},{\"status\":\"fail\",.*in the draft=0 chunk=whole batch=1 stream"' \
     _ "$tmp/verify-rows.json"
 check "verify-rows: the table names the row of a batch" grep -q 'FAIL@[0-9]*:r[01]' "$tmp/verify-rows.txt"
 check "verify-rows: the failure says how far below the argmax the token was" \
