@@ -1,10 +1,10 @@
 /* Activation rounding (quant/actround.h) against hand-built blocks whose
  * answers follow from the quantizers' definitions by hand: scales chosen so
- * that 1/d is exact, values on half steps where ggml's roundf (halves away
- * from zero) and ds4.c's lrintf / ggml's nearest_int (halves to even)
- * part ways, the binary16 scale of ggml's Q8_0 against ds4.c's f32 one,
- * Q8_K's cap and its first-largest scale; and the numerics profiles'
- * names. */
+ * that 1/d is exact, values on half steps (halves to even in ggml's x86
+ * quantizer, ds4.c's lrintf and ggml's nearest_int), the one product where
+ * ggml's x86 multiplier 127/amax and the reciprocal of the rounded d part
+ * ways, the binary16 scale of ggml's Q8_0 against ds4.c's f32 one, Q8_K's
+ * cap and its first-largest scale; and the numerics profiles' names. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,8 +27,8 @@ static void test_q8_0_halves(void **state) {
     (void)state;
     /* amax 127: d = 1, 1/d = 1, so q is the value rounded. */
     const float in[] = {127.0f, 2.5f, -2.5f, 3.5f, 0.4999f, 126.5f, -0.5f};
-    const float ggml[] = {127, 3, -3, 4, 0, 127, -1};   /* halves away from zero */
-    const float ds4[] = {127, 2, -2, 4, 0, 126, -0.0f};  /* halves to even */
+    const float ggml[] = {127, 2, -2, 4, 0, 126, -0.0f}; /* halves to even */
+    const float ds4[] = {127, 2, -2, 4, 0, 126, -0.0f};
     float x[32], y[32];
     block(x, 32, in, 7);
     ds4_actround_row(DS4_ACT_Q8_0_GGML, x, y, 32);
@@ -56,13 +56,26 @@ static void test_q8_0_scales(void **state) {
     block(row, 32, one, 1);
     block(row + 32, 32, big, 2);
     ds4_actround_row(DS4_ACT_Q8_0_GGML, row, out, 64);
-    assert_true(out[0] == 0x1.fff8p-1f && out[33] == 3.0f);
+    assert_true(out[0] == 0x1.fff8p-1f && out[33] == 2.0f);
     /* An all-zero block stays zero; rounding in place gives the same. */
     memset(x, 0, sizeof(x));
     ds4_actround_row(DS4_ACT_Q8_0_DS4, x, x, 32);
     for (int i = 0; i < 32; i++) assert_true(x[i] == 0);
     ds4_actround_row(DS4_ACT_Q8_0_GGML, row, row, 64);
     assert_memory_equal(row, out, sizeof(out));
+}
+
+/* amax 11: x * (127/11) is 1.5 exactly for x = 0x1.0a1428p-3, so ggml's
+ * x86 quantizer rounds it to 2 (halves to even); the reciprocal of the
+ * rounded d = fl(11/127) gives 1.4999999 there, which a quantizer taking
+ * it would round to 1.  A value of exactly one step, 11/127, is q = 1. */
+static void test_q8_0_multiplier(void **state) {
+    (void)state;
+    float x[32], y[32];
+    const float in[] = {11.0f, 0x1.0a1428p-3f, 11.0f / 127.0f};
+    block(x, 32, in, 3);
+    ds4_actround_row(DS4_ACT_Q8_0_GGML, x, y, 32);
+    assert_true(y[2] > 0 && y[1] == 2 * y[2] && y[0] == 127 * y[2]);
 }
 
 static void test_q8_k(void **state) {
@@ -132,6 +145,7 @@ static void test_profile_names(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0_halves), cmocka_unit_test(test_q8_0_scales),
+        cmocka_unit_test(test_q8_0_multiplier),
         cmocka_unit_test(test_q8_k),        cmocka_unit_test(test_floats),
         cmocka_unit_test(test_profile_names),
     };

@@ -41,7 +41,9 @@
 #include "forward/norm.h"
 #include "forward/rope.h"
 #include "model/model.h"
+#include "quant/actround.h"
 #include "quant/dot.h"
+#include "quant/formats.h"
 #include "refquant.h"
 #include "testutil.h"
 
@@ -324,6 +326,49 @@ static void test_hyper_connections(void **state) {
     free(out);
     free(fn);
     free(hfn);
+    tu_model_free(t);
+}
+
+/* v to the nearest binary16 value, halves to even, by scaling its
+ * quantum to 1 (exact in double) rather than by bits as the library does. */
+static double f16_round(double v) {
+    if (v == 0) return v;
+    int e = ilogb(v);
+    if (e < -14) e = -14;   /* subnormals share the smallest quantum */
+    return ldexp(nearbyint(ldexp(v, 10 - e)), e - 10);
+}
+
+/* Under the ggml-act profile an F16 hc_fn's mixes are llama.cpp's: the
+ * state normalized first as ggml_rms_norm does it (squares in f32 summed
+ * in double, mean and scale in f32), each value rounded to binary16, then
+ * the product, with no norm factor after it. */
+static void test_hyper_connections_ggml_act(void **state) {
+    (void)state;
+    seed(5);
+    tu_model *t = tiny();
+    const ds4_config *c = &t->m.cfg;
+    ds4_layer *L = &t->m.layers[1];
+    uint32_t hc = c->n_hc, n = hc * c->n_embd, n_mix = (2 + hc) * hc;
+    assert_int_equal(L->hc_attn_fn.type, DS4_TYPE_F16);
+    L->hc_attn_fn.act = DS4_ACT_F16;
+    double *fn = decode(&L->hc_attn_fn);
+    float *x = malloc(sizeof(float) * n), y[256], post[16], comb[256];
+    for (int trial = 0; trial < 4; trial++) {
+        fill(x, n, trial % 2 ? 3.0 : 0.3);
+        ds4_hc_pre(c, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, x, y, post, comb);
+        double ss = 0, mix[64];
+        for (uint32_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+        float scale = 1.0f / sqrtf((float)(ss / n) + c->rms_eps);
+        for (uint32_t k = 0; k < n_mix; k++) {
+            mix[k] = 0;
+            for (uint32_t i = 0; i < n; i++) mix[k] += fn[(size_t)k * n + i] * f16_round(x[i] * scale);
+        }
+        const float *s = L->hc_attn_scale.v, *b = L->hc_attn_base.v;
+        for (uint32_t h = 0; h < hc; h++)
+            near(post[h], 2 * sigmoid(mix[hc + h] * s[1] + b[hc + h]), F32_EPS, 1e-12, "ggml-act post", h);
+    }
+    free(x);
+    free(fn);
     tu_model_free(t);
 }
 
@@ -1168,6 +1213,7 @@ int main(void) {
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_sinkhorn),
         cmocka_unit_test(test_hyper_connections),
+        cmocka_unit_test(test_hyper_connections_ggml_act),
         cmocka_unit_test(test_output_head),
         cmocka_unit_test(test_rope_yarn),
         cmocka_unit_test(test_compressor),

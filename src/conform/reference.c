@@ -87,8 +87,10 @@ static char *entry_path(const ds4_cf_ref *r, const char *kind, const int32_t *pr
     ds4_buf_printf(&key, "ds4ref-conform %s\nmodel %s\nqat %d ctx %u top_k %u steps %u eos %d\n",
                    kind, r->model_key, r->e->opts.qat, r->ctx, r->top_k, r->n_steps,
                    r->stop_at_eos);
-    /* A profile's references are its own (none: the keys they always had). */
-    if (r->e->opts.numerics) ds4_buf_printf(&key, "numerics %u\n", r->e->opts.numerics);
+    /* A profile's references are its own (none: the keys they always had),
+     * and a revision of what the profiles round makes new ones. */
+    if (r->e->opts.numerics)
+        ds4_buf_printf(&key, "numerics %u revision %d\n", r->e->opts.numerics, DS4_NUMERICS_REVISION);
     ds4_buf_puts(&key, "prompt");
     for (uint32_t i = 0; i < n_prompt; i++) ds4_buf_printf(&key, " %" PRId32, prompt[i]);
     ds4_buf_puts(&key, "\nstream");

@@ -22,17 +22,29 @@
 #include "forward/norm.h"
 #include "quant/actround.h"
 
+/* Under a numerics profile: the product's input as ggml's deepseek4 graph
+ * makes it, the state normalized first (ggml_rms_norm: squares in f32
+ * summed in double, mean and scale in f32, one f32 product per value),
+ * then rounded as the engine rounds inputs for the weight's type
+ * (quant/actround.h). */
+static void hc_norm_rounded(const ds4_config *c, uint8_t act, const float *x, float *xr, uint32_t n) {
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + (float)c->rms_eps);
+    for (uint32_t i = 0; i < n; i++) xr[i] = x[i] * scale;
+    ds4_actround_row(act, xr, xr, n);
+}
+
 /* mix[k] = (fn row k . x) * rsqrt(mean(x^2) + eps), the official order
- * (F.linear on the raw state, then the norm factor).  Called for one token
- * outside any parallel region (decode), the rows are spread over the
- * threads; inside the callers' per-token loops they are not, since a nested
- * team would be made of new threads every time. */
+ * (F.linear on the raw state, then the norm factor); under a profile, fn
+ * row k . (the rounded normalized state).  Called for one token outside
+ * any parallel region (decode), the rows are spread over the threads;
+ * inside the callers' per-token loops they are not, since a nested team
+ * would be made of new threads every time. */
 static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, double *mix) {
     uint32_t n = c->n_hc * c->n_embd;
     double rs = ds4_norm_rms_scale(x, n, c->rms_eps);
-    /* Under a numerics profile the product's input is rounded as the
-     * other engine rounds it (quant/actround.h); the norm factor is the raw
-     * state's, as there. */
     float *xr = NULL;
     if (fn->act) {
         xr = malloc(sizeof(float) * n);
@@ -40,8 +52,9 @@ static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, dou
             for (uint64_t k = 0; k < fn->rows; k++) mix[k] = NAN;
             return;
         }
-        ds4_actround_row(fn->act, x, xr, n);
+        hc_norm_rounded(c, fn->act, x, xr, n);
         x = xr;
+        rs = 1.0;
     }
 #pragma omp parallel for schedule(static) \
     if (omp_get_level() == 0 && ds4_worth_threads((double)fn->rows * n))

@@ -3,11 +3,13 @@
  * default, none of them, is the official numerics.
  *
  * A profile is a set of roundings, named by a comma list:
- *   ggml-act  each matrix product's input converted as ggml's CPU backend
- *             converts it for the weight's type (its vec_dot_type): Q8_0
- *             weights get Q8_0 inputs, Q2_K/Q4_K/IQ2_XXS weights Q8_K, F16
- *             and BF16 weights F16 and BF16, F32 weights f32, by ggml's
- *             reference quantizers (quant/actround.h);
+ *   ggml-act  each matrix product's input converted as ggml's x86-64 CPU
+ *             backend converts it for the weight's type (its vec_dot_type):
+ *             Q8_0 weights get Q8_0 inputs (its AVX quantizer), Q2_K/Q4_K/
+ *             IQ2_XXS weights Q8_K, F16 and BF16 weights F16 and BF16, F32
+ *             weights f32 (quant/actround.h); and the hyper-connection
+ *             mixes made as llama.cpp's deepseek4 graph makes them, from the
+ *             normalized state (forward/hyperconn.c);
  *   ds4-act   as ds4.c's CPU path: Q8_0 weights get its own Q8_0 inputs
  *             (an f32 scale), K-quant and IQ2_XXS weights Q8_K, float
  *             weights f32;
@@ -24,6 +26,10 @@
 
 #include "base/err.h"
 #include "model/model.h"
+
+/* Raised whenever a profile's roundings change, so that what was kept
+ * under the old ones (ds4ref-conform's cache) is not taken for the new. */
+#define DS4_NUMERICS_REVISION 2
 
 enum {
     DS4_NUMERICS_GGML_ACT = 1u << 0,

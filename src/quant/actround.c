@@ -14,15 +14,6 @@ uint32_t ds4_actround_block(uint8_t act) {
     }
 }
 
-/* Halves away from zero, as roundf; exact for any f32 (truncf and the
- * subtraction are exact). */
-static float round_half_away(float v) {
-    float t = truncf(v), frac = v - t;
-    if (frac >= 0.5f) return t + 1.0f;
-    if (frac <= -0.5f) return t - 1.0f;
-    return t;
-}
-
 /* Halves to even, as lrintf and ggml's nearest_int do in the default
  * rounding mode: adding 1.5 * 2^23 leaves the integer part in the low bits
  * (|v| <= 2^22). */
@@ -38,11 +29,14 @@ static float max_abs(const float *x, uint32_t n) {
     return amax;
 }
 
+/* One division for the multiplier where the reference takes the
+ * reciprocal of the rounded d: the two differ in the last bit for some
+ * amax, and with the rounding of halves that moves a q by one. */
 static void q8_0_ggml(const float *x, float *y) {
-    const float d = max_abs(x, 32) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const float d16 = ds4_formats_f16_to_f32(ds4_formats_f32_to_f16(d));
-    for (uint32_t j = 0; j < 32; j++) y[j] = d16 * round_half_away(x[j] * id);
+    const float amax = max_abs(x, 32);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d16 = ds4_formats_f16_to_f32(ds4_formats_f32_to_f16(amax / 127.0f));
+    for (uint32_t j = 0; j < 32; j++) y[j] = d16 * round_half_even(x[j] * id);
 }
 
 static void q8_0_ds4(const float *x, float *y) {

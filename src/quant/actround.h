@@ -8,9 +8,16 @@
  * own, block by block along it, to the values the engine multiplies:
  *   F16, BF16   each value to binary16 / bfloat16, nearest even (ggml's
  *               conversion for F16 and BF16 weights);
- *   Q8_0_GGML   blocks of 32, ggml's quantize_row_q8_0_ref: d = amax/127,
- *               q = roundf(x * (1/d)) (halves away from zero), the scale
- *               stored as binary16: values f16(d) * q;
+ *   Q8_0_GGML   blocks of 32, the quantize_row_q8_0 that ggml's x86-64 CPU
+ *               backends run (AVX, AVX2 and AVX-512 alike): d = amax/127
+ *               stored as binary16, q = x * (127/amax) rounded halves to
+ *               even (_mm256_round_ps): values f16(d) * q.  ggml's
+ *               reference C quantizer (builds without AVX) takes q =
+ *               roundf(x * (1/d)) instead, halves away from zero and the
+ *               reciprocal of the rounded d, and its NEON one lrint(x *
+ *               (1/d)): each differs from this one in a few blocks in ten
+ *               thousand, so the profile follows the CPUs llama.cpp is
+ *               mostly run on;
  *   Q8_0_DS4    blocks of 32, ds4.c's quantize_q8_0_activation: d =
  *               amax/127 kept in f32, q = lrintf(x * (1/d)) (halves to
  *               even) clamped to [-128, 127]: values d * q;
