@@ -89,14 +89,21 @@ typedef struct ds4check_conform_options {
     uint32_t n_tokens;         /* steps per row (default 32) */
     uint32_t top_k;            /* alternatives the backend records (default 20) */
     uint32_t ctx;              /* 0: the model's, at most 32768 */
-    int qat;                   /* the reference's FP8/FP4 simulation (default 1) */
-    const char *numerics;      /* the reference's numerics profile (ds4ref.h); NULL: official */
+    int qat;                   /* the reference's FP8/FP4 simulation (default 1; not
+                                * read when numerics is "auto") */
+    const char *numerics;      /* the reference's numerics profile (ds4ref.h; NULL:
+                                * official), or "auto" (the default): chosen from the
+                                * backend's base cells with qat, and the thresholds
+                                * left negative follow from its noise floor
+                                * (docs/CONFORM.md §3.6) */
     double temperature;        /* 0: greedy (default) */
     uint64_t seed;             /* default 1 */
     int exact;                 /* bit-identity instead of the tolerance checks */
-    double max_gap;            /* nats (default 0.5) */
-    double tie_eps;            /* nats (default 0.05) */
-    double max_dlogprob;       /* default 0.5; NAN: unchecked */
+    /* Negative (the default): from the calibrated noise floor, or 0.5, 0.05 and
+     * 0.5 without a calibration. */
+    double max_gap;            /* nats */
+    double tie_eps;            /* nats */
+    double max_dlogprob;       /* NAN: unchecked */
     double min_top5_overlap;   /* default NAN: unchecked */
     double min_top20_overlap;  /* default NAN: unchecked */
     const char *cache_dir;     /* NULL: no cache */

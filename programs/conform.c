@@ -48,9 +48,13 @@ static const char usage_text[] =
     "  -c, --ctx N              context (default: the model's, at most 32768)\n"
     "  --top-k K                alternatives the backend records per step (default 20)\n"
     "  --temp T, --seed S       sampling (default greedy; seed 1)\n"
-    "  --qat on|off             the reference's FP8/FP4 simulation (default on)\n"
-    "  --numerics P             the reference under a numerics profile: ggml-act,\n"
-    "                           ds4-act, f16-kv, ds4 or a comma list (default official)\n"
+    "  --numerics P             the reference's numerics: auto (the default: the one\n"
+    "                           the backend's base cells are closest to, with the\n"
+    "                           FP8/FP4 simulation on or off, and thresholds from\n"
+    "                           that noise floor), official, or a profile: ggml-act,\n"
+    "                           ds4-act, f16-kv, ds4 or a comma list\n"
+    "  --qat on|off             the reference's FP8/FP4 simulation (default on; with\n"
+    "                           no --numerics, the official numerics)\n"
     "matrix:\n"
     "  --matrix SPEC            e.g. \"draft=0,2,4 chunk=64,whole batch=1\" (may be given\n"
     "                           several times); default draft=0,1,2,3,4,6,8\n"
@@ -58,11 +62,14 @@ static const char usage_text[] =
     "verdicts:\n"
     "  --exact                  tokens and logprobs bit-identical to ds4ref\n"
     "  --max-gap X              nats a greedy token may lie below the reference's\n"
-    "                           argmax under the backend's own tokens (default 0.5)\n"
-    "  --max-dlogprob X         |dlogprob| against the reference (default 0.5)\n"
+    "                           argmax under the backend's own tokens\n"
+    "  --max-dlogprob X         |dlogprob| against the reference\n"
     "  --min-top5-overlap F, --min-top20-overlap F   (default: unchecked)\n"
     "  --tie-eps X              a difference between cells at a reference near-tie\n"
-    "                           below X nats is a tie, not a failure (default 0.05)\n"
+    "                           below X nats is a tie, not a failure\n"
+    "                           (defaults: 3, 3 and 2 times the calibrated noise\n"
+    "                           floor, at least 0.01, 0.01 and 0.05; with the\n"
+    "                           numerics given, 0.5, 0.5 and 0.05)\n"
     "outputs:\n"
     "  --json FILE              every cell as JSON\n"
     "  --cache DIR              reference goldens kept between runs (default\n"
@@ -121,7 +128,7 @@ static const ds4ref_option options[] = {
 
 typedef struct cli {
     ds4check_conform_options o;
-    bool no_cache, quiet;
+    bool no_cache, quiet, numerics_given, qat_given;
     uint32_t threads;
     char matrix[1024];
 } cli;
@@ -181,7 +188,10 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_BACKEND: o->backend = v; return 0;
     case O_TIMEOUT: return parse_num(a, v, &o->timeout);
     case O_JOBS: return parse_u32(a, v, 1, 256, &o->jobs);
-    case O_NUMERICS: o->numerics = v; return 0;
+    case O_NUMERICS:
+        o->numerics = v;
+        c->numerics_given = true;
+        return 0;
     case O_MODEL: o->model_path = v; return 0;
     case O_MTP: o->mtp_path = v; return 0;
     case O_PROMPTS: o->prompts_dir = v; return 0;
@@ -196,6 +206,7 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_QAT:
         if (strcmp(v, "on") && strcmp(v, "off")) return bad_value(a, v, "on or off");
         o->qat = !strcmp(v, "on");
+        c->qat_given = true;
         return 0;
     case O_MATRIX:
         /* Several --matrix narrow in turn: "draft=0 chunk=7" = "draft=0" "chunk=7". */
@@ -291,6 +302,8 @@ int main(int argc, char **argv) {
                                     argc, argv, &i, &v);
         if (id < 0 || apply_option(&c, id, a, v)) return DS4REF_E_ARG;
     }
+    /* --qat alone names the official numerics with that simulation. */
+    if (c.qat_given && !c.numerics_given) c.o.numerics = NULL;
     if (!c.o.backend) {
         fprintf(stderr, "ds4ref-conform: no backend: --backend ds4ref (the self-check), "
                         "--backend ds4, or a template (see --backend-help)\n");

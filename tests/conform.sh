@@ -91,6 +91,29 @@ check "verify-rows: the table names the row of a batch" grep -q 'FAIL@[0-9]*:r[0
 check "verify-rows: the failure says how far below the argmax the token was" \
     grep -q 'nats below the reference.s argmax' "$tmp/verify-rows.txt"
 
+# Calibration: a backend with an intended approximation (the test backend
+# under ggml-act, without the FP8/FP4 simulation) is judged under those
+# numerics, found on its base cells with a floor of 0, and passes at the
+# tightest thresholds; a plain one is judged under the official numerics.
+cal_args=(-m models/tiny.gguf --prompts "$tmp/prompts" --matrix "draft=0 chunk=7,whole batch=1,2")
+check "calibration: a ggml-act backend, exit status 0" status_is 0 conform \
+    --backend "$backend --numerics ggml-act --qat off" "${cal_args[@]}" --json "$tmp/cal.json"
+check "... judged under ggml-act without the simulation" \
+    grep -q '^numerics: ggml-act, qat off, chosen on 2 base rows' "$tmp/out.txt"
+check "... every cell passes" all_pass "$tmp/cal.json"
+# Its floor is the f32 rounding of the logprobs its dump stores, and the
+# thresholds are the least the floor allows.
+check "... its floor below 1e-6, the least thresholds" bash -c '
+    grep -q "\"max_gap\":0.01,\"tie_eps\":0.05[0-9]*,\"max_dlogprob\":0.01,\"calibration\":{\"numerics\":\"ggml-act\",\"qat\":false" "$1" &&
+    grep -o "\"calibration\":{\"numerics\":\"[^\"]*\",\"qat\":[a-z]*,\"floor\":[^,]*" "$1" |
+        sed "s/.*://" | awk "{ exit !(\$1 < 1e-6) }"' \
+    _ "$tmp/cal.json"
+check "... and given the official numerics, it fails" status_is 1 conform \
+    --backend "$backend --numerics ggml-act --qat off" "${cal_args[@]}" --numerics official
+check "a plain backend is judged under the official numerics" bash -c \
+    "./ds4ref-conform -q --no-cache --backend \"\$1\" \"\${@:2}\" | grep -q '^numerics: official, chosen'" \
+    _ "$backend" "${cal_args[@]}"
+
 # The self-check: the full default matrix on tiny-spec, whose MTP head
 # drafts what it decodes, so every speculative cell accepts deep drafts.
 if [ -z "${DS4REF_SANITIZER:-}" ]; then

@@ -5,6 +5,12 @@
  *
  *   conform-backend -m MODEL --batch-tokens FILE -n N --chunk C --draft D
  *                   --top-k K -c CTX --out OUT [--bug NAME]
+ *                   [--numerics P] [--qat on|off]
+ *
+ * --numerics and --qat run it under other numerics than ds4ref's default
+ * (a numerics profile, the FP8/FP4 simulation off): a stand-in for a
+ * backend with its own intended approximation, which ds4ref-conform's
+ * calibration must recognize.
  *
  * Rows (one per line of the batch file) are decoded in lockstep cycles, each
  * row in its own session evaluated in passes of C tokens.  A cycle commits
@@ -47,6 +53,8 @@ enum bug { BUG_NONE, BUG_VERIFY_ROWS, BUG_STALE_VERIFY, BUG_BATCH_HOLES, BUG_SKI
 
 typedef struct args {
     const char *model, *batch_tokens, *out;
+    const char *numerics;  /* NULL: official */
+    int qat;
     uint32_t n, chunk, draft, top_k, ctx;
     enum bug bug;
     int32_t eos;           /* the model's end token: a row stops after it */
@@ -96,6 +104,7 @@ static void parse(int argc, char **argv, args *a) {
     a->n = 16;
     a->chunk = 256;
     a->top_k = 20;
+    a->qat = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "-m")) a->model = v;
@@ -106,6 +115,8 @@ static void parse(int argc, char **argv, args *a) {
         else if (!strcmp(k, "--draft")) a->draft = num(v);
         else if (!strcmp(k, "--top-k")) a->top_k = num(v);
         else if (!strcmp(k, "-c")) a->ctx = num(v);
+        else if (!strcmp(k, "--numerics")) a->numerics = v;
+        else if (!strcmp(k, "--qat")) a->qat = !strcmp(v, "on");
         else if (!strcmp(k, "--bug")) {
             a->bug = !strcmp(v, "none") ? BUG_NONE : !strcmp(v, "verify-rows") ? BUG_VERIFY_ROWS
                    : !strcmp(v, "stale-verify") ? BUG_STALE_VERIFY
@@ -318,6 +329,8 @@ int main(int argc, char **argv) {
     ds4ref_model_options mo;
     ds4ref_model_options_init(&mo);
     mo.path = a.model;
+    mo.numerics = a.numerics;
+    mo.qat = a.qat;
     uint32_t n_rows;
     row *rows = read_rows(a.batch_tokens, &n_rows);
     mo.max_batch = a.chunk > 17 ? a.chunk : 17;

@@ -15,10 +15,11 @@ void ds4check_conform_options_init(ds4check_conform_options *o) {
     o->n_tokens = 32;
     o->top_k = 20;
     o->qat = 1;
+    o->numerics = "auto";
     o->seed = 1;
-    o->max_gap = 0.5;
-    o->tie_eps = 0.05;
-    o->max_dlogprob = 0.5;
+    o->max_gap = -1;
+    o->tie_eps = -1;
+    o->max_dlogprob = -1;
     o->min_top5_overlap = NAN;
     o->min_top20_overlap = NAN;
 }
@@ -53,6 +54,7 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
                                  .tie_eps = o->tie_eps, .max_dlogprob = o->max_dlogprob,
                                  .min_top5 = o->min_top5_overlap,
                                  .min_top20 = o->min_top20_overlap};
+    in->calibrate = o->numerics && !strcmp(o->numerics, "auto");
     in->cache_dir = o->cache_dir;
     in->work_dir = o->work_dir;
     in->timeout = o->timeout;
@@ -86,14 +88,15 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
         ds4ref_model_options mo;
         ds4ref_model_options_init(&mo);
         mo.path = o->model_path;
-        mo.qat = o->qat;
-        mo.numerics = o->numerics;
+        /* Calibrating starts from the official numerics and chooses. */
+        mo.qat = in.calibrate ? 1 : o->qat;
+        mo.numerics = in.calibrate ? NULL : o->numerics;
         ds4ref_error me;
         if (ds4ref_model_open(&mo, &m, &me)) rc = ds4_err_set(&e, me.code, "%s", me.message);
     }
     const ds4_tokenizer *tok = NULL;
     if (rc == 0) rc = ds4_model_tokenizer(&m->m, &tok, &e);
-    if (rc == 0) rc = ds4chk_conform_run(&m->e, tok, &in, &r, &e);
+    if (rc == 0) rc = ds4chk_conform_run(&m->e, &m->m, tok, &in, &r, &e);
     if (rc == 0) rc = ds4chk_report_write(&r, &in, report, &json, &e);
     if (rc == 0) to_public(&r, res);
     ds4_file_atomic_abort(&json);

@@ -548,6 +548,59 @@ static void check_exercised(ds4_cf_result *res) {
     }
 }
 
+/* ---- calibration ---- */
+
+/* The base cell of prompt p among the cells whose backend ran (before any
+ * check: base_cell needs the checked rows). */
+static const ds4_cf_cell *base_ran(const ds4_cf_result *res, uint32_t p) {
+    const ds4_cf_cell *best = NULL;
+    for (uint32_t i = 0; i < res->n_cells; i++) {
+        const ds4_cf_cell *c = &res->cells[i];
+        if (c->prompt == p && c->dir && (!best || better_base(c, best))) best = c;
+    }
+    return best;
+}
+
+/* Each prompt's base row, read from its cell's output (a row that cannot be
+ * read or used is left out: its cell's check will say why), measured under
+ * every candidate numerics; then the engine keeps the best, and the prompts'
+ * goldens are made again under it. */
+static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds4_cf_opts *o,
+                     ds4err *err) {
+    ds4_golden *outs = calloc(res->n_prompts, sizeof(ds4_golden));
+    ds4_cf_base_row *rows = calloc(res->n_prompts, sizeof(ds4_cf_base_row));
+    int rc = outs && rows ? 0 : ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    uint32_t n = 0;
+    for (uint32_t p = 0; rc == 0 && p < res->n_prompts; p++) {
+        const ds4_cf_cell *c = base_ran(res, p);
+        const ds4_cf_prompt *pr = &res->prompts[p];
+        ds4_cf_finding f;
+        ds4err e = {0};
+        char *path = c ? path_in(c->dir, "out", c->batch > 1 ? 0 : -1) : NULL;
+        ds4_golden_init(&outs[n], DS4_TRACE_DUMP);
+        if (path && ds4_trace_load(path, NULL, &outs[n], &e) == 0 &&
+            ds4chk_verdict_usable(&outs[n], pr->ids, pr->n, o->n_tokens, m->cfg.n_vocab, &f)) {
+            rows[n] = (ds4_cf_base_row){pr->ids, pr->n, &outs[n]};
+            n++;
+        } else {
+            ds4_golden_free(&outs[n]);
+        }
+        free(path);
+    }
+    if (rc == 0 && o->progress) o->progress(o->progress_ud, 0, res->n_cells, "calibrating");
+    if (rc == 0) rc = ds4chk_calibrate(ref, m, rows, n, res->greedy, &res->calib, err);
+    for (uint32_t p = 0; rc == 0 && res->calib.done && p < res->n_prompts; p++) {
+        ds4_cf_prompt *pr = &res->prompts[p];
+        ds4_golden_free(&pr->ref);
+        ds4_golden_init(&pr->ref, DS4_TRACE_GOLDEN);
+        rc = ds4chk_reference_golden(ref, pr->ids, pr->n, &pr->ref, &pr->cached, err);
+    }
+    for (uint32_t i = 0; outs && i < n; i++) ds4_golden_free(&outs[i]);
+    free(outs);
+    free(rows);
+    return rc;
+}
+
 /* ---- the run ---- */
 
 /* The unquantized twins the template names, written once into the work
@@ -598,8 +651,8 @@ static void tally(ds4_cf_result *res) {
     for (uint32_t i = 0; i < res->n_cells; i++) res->count[res->cells[i].status]++;
 }
 
-int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
-               ds4_cf_result *res, ds4err *err) {
+int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
+                       const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
     memset(res, 0, sizeof(*res));
     uint32_t uses;
     if (ds4chk_template_check(o->backend, &uses, err)) return -1;
@@ -632,6 +685,9 @@ int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opt
         snprintf(c->f.detail, sizeof(c->f.detail), "%s", na);
     }
     if (rc == 0) rc = launch_all(res, &run, work, err);
+    if (rc == 0 && run.calibrate && !run.limits.exact) rc = calibrate(&ref, m, res, &run, err);
+    ds4chk_calibrate_limits(&res->calib, &run.limits);
+    res->limits = run.limits;
     /* The outputs, one cell after another: teacher forcing runs on the one
      * engine. */
     for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {

@@ -22,6 +22,7 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "conform/backend.h"
+#include "conform/calibrate.h"
 #include "conform/corpus.h"
 #include "conform/matrix.h"
 #include "conform/reference.h"
@@ -49,7 +50,11 @@ typedef struct ds4_cf_opts {
     uint32_t ctx;              /* 0: the model's, at most 32768 */
     double temp;               /* 0: greedy */
     uint64_t seed;
-    ds4_cf_limits limits;      /* .greedy is set from temp */
+    ds4_cf_limits limits;      /* .greedy is set from temp; a negative max_gap,
+                                * max_dlogprob or tie_eps: from the calibration
+                                * (calibrate.h), or its fixed default without one */
+    bool calibrate;            /* choose the reference numerics from the base cells
+                                * (tolerance mode); false: the engine's as given */
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed at the end */
     double timeout;            /* CPU seconds per cell (backend.h); 0: none */
@@ -109,18 +114,20 @@ typedef struct ds4_cf_result {
     ds4_cf_forced *forced;     /* teacher-forced records, shared by equal streams */
     uint32_t ctx;
     bool greedy;
+    ds4_cf_calib calib;        /* what the calibration measured and chose */
+    ds4_cf_limits limits;      /* the limits the verdicts used */
 } ds4_cf_result;
 
 /* "draft=3 chunk=7 batch=2", then " PROMPT" when with_prompt. */
 void ds4chk_conform_cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, bool with_prompt, char *out,
                       size_t cap);
 
-/* Run the matrix with the reference model on engine e (tok: its
- * tokenizer).  Returns 0 whenever the matrix ran, whatever the verdicts;
+/* Run the matrix with the reference model m on engine e (tok: its
+ * tokenizer; the calibration sets the numerics of both).  Returns 0 whenever the matrix ran, whatever the verdicts;
  * errors are about the setup (a bad template, a prompt that does not fit,
  * a folder that cannot be written). */
-int ds4chk_conform_run(ds4_engine *e, const ds4_tokenizer *tok, const ds4_cf_opts *o,
-               ds4_cf_result *res, ds4err *err);
+int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
+                       const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err);
 void ds4chk_conform_result_free(ds4_cf_result *r);
 
 /* The report: the matrix table, each failure, the smallest failing cell of

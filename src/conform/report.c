@@ -14,20 +14,34 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p ? p : "";
 }
 
+/* "numerics: ggml-act, qat off, chosen on 4 base rows: noise floor 0.14
+ * (official 1.2, ...)". */
+static void put_calibration(ds4_buf *b, const ds4_cf_calib *c) {
+    if (!c->done) return;
+    const ds4_cf_candidate *k = &c->cand[c->best];
+    ds4_buf_printf(b, "numerics: %s, chosen on %u base rows: noise floor %.3g nats |dlogprob| (",
+                   k->name, c->rows, k->floor);
+    for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++)
+        ds4_buf_printf(b, "%s%s %.3g", i ? ", " : "", c->cand[i].name, c->cand[i].floor);
+    ds4_buf_puts(b, ")\n");
+}
+
 static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o) {
     ds4_buf_printf(b, "ds4ref-conform: backend %s on %s", o->backend_name ? o->backend_name : o->backend,
                    base_name(o->model_path));
     if (o->mtp_path) ds4_buf_printf(b, " (MTP %s)", base_name(o->mtp_path));
     ds4_buf_printf(b, ", %u tokens a row, context %u\n", o->n_tokens, r->ctx);
-    if (o->limits.exact) {
+    const ds4_cf_limits *l = &r->limits;
+    if (l->exact) {
         ds4_buf_puts(b, "mode: exact (tokens and logprobs bit-identical to ds4ref)\n");
     } else {
+        put_calibration(b, &r->calib);
         ds4_buf_puts(b, "mode: tolerance (");
-        if (r->greedy) ds4_buf_printf(b, "gap <= %g nats, ", o->limits.max_gap);
-        if (!isnan(o->limits.max_dlogprob)) ds4_buf_printf(b, "|dlogprob| <= %g, ", o->limits.max_dlogprob);
-        if (!isnan(o->limits.min_top5)) ds4_buf_printf(b, "top-5 overlap >= %g, ", o->limits.min_top5);
-        if (!isnan(o->limits.min_top20)) ds4_buf_printf(b, "top-20 overlap >= %g, ", o->limits.min_top20);
-        ds4_buf_printf(b, "ties below %g nats)\n", o->limits.tie_eps);
+        if (r->greedy) ds4_buf_printf(b, "gap <= %.3g nats, ", l->max_gap);
+        if (!isnan(l->max_dlogprob)) ds4_buf_printf(b, "|dlogprob| <= %.3g, ", l->max_dlogprob);
+        if (!isnan(l->min_top5)) ds4_buf_printf(b, "top-5 overlap >= %g, ", l->min_top5);
+        if (!isnan(l->min_top20)) ds4_buf_printf(b, "top-20 overlap >= %g, ", l->min_top20);
+        ds4_buf_printf(b, "ties below %.3g nats)\n", l->tie_eps);
     }
     ds4_buf_puts(b, "prompts:");
     uint32_t cached = 0;
@@ -238,17 +252,48 @@ static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell 
     ds4_buf_puts(b, "]}");
 }
 
+/* "calibration": null, or {"numerics", "qat", "rows", "floor", "gap",
+ * "candidates": [{"numerics", "qat", "floor", "gap"}]}. */
+static void put_candidate_json(ds4_buf *b, const ds4_cf_candidate *k) {
+    char name[48];
+    snprintf(name, sizeof(name), "%s", k->name);
+    char *comma = strchr(name, ',');
+    if (comma) *comma = '\0';
+    ds4_buf_puts(b, "\"numerics\":");
+    ds4_json_put_str(b, name, strlen(name));
+    ds4_buf_printf(b, ",\"qat\":%s", k->qat ? "true" : "false");
+    put_num(b, "floor", k->floor);
+    put_num(b, "gap", k->gap);
+}
+
+static void put_calibration_json(ds4_buf *b, const ds4_cf_calib *c) {
+    if (!c->done) {
+        ds4_buf_puts(b, ",\"calibration\":null");
+        return;
+    }
+    ds4_buf_puts(b, ",\"calibration\":{");
+    put_candidate_json(b, &c->cand[c->best]);
+    ds4_buf_printf(b, ",\"rows\":%u,\"candidates\":[", c->rows);
+    for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++) {
+        ds4_buf_puts(b, i ? ",{" : "{");
+        put_candidate_json(b, &c->cand[i]);
+        ds4_buf_putc(b, '}');
+    }
+    ds4_buf_puts(b, "]}");
+}
+
 int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
     ds4_buf_puts(b, "{\"format\":\"ds4ref-conform-v1\"");
     put_str(b, "backend", o->backend_name ? o->backend_name : o->backend);
     put_str(b, "template", o->backend);
-    put_str(b, "mode", o->limits.exact ? "exact" : "tolerance");
+    put_str(b, "mode", r->limits.exact ? "exact" : "tolerance");
     put_str(b, "model", o->model_path);
     if (o->mtp_path) put_str(b, "mtp", o->mtp_path);
     ds4_buf_printf(b, ",\"tokens\":%u,\"ctx\":%u,\"top_k\":%u", o->n_tokens, r->ctx, o->top_k);
-    put_num(b, "max_gap", o->limits.max_gap);
-    put_num(b, "tie_eps", o->limits.tie_eps);
-    put_num(b, "max_dlogprob", o->limits.max_dlogprob);
+    put_num(b, "max_gap", r->limits.max_gap);
+    put_num(b, "tie_eps", r->limits.tie_eps);
+    put_num(b, "max_dlogprob", r->limits.max_dlogprob);
+    put_calibration_json(b, &r->calib);
     ds4_buf_puts(b, ",\"prompts\":[");
     for (uint32_t i = 0; i < r->n_prompts; i++) {
         ds4_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");

@@ -21,7 +21,12 @@ typedef struct preset {
  * prompt its rendered chat text (a prompt file that starts with the BOS
  * string is tokenized as it is).  --mtp-draft and --seed must be > 0, so
  * they sit in optional groups.  DS4_MTP_SPEC_LOG=1 makes it print a line per
- * speculative cycle, which ds4ref-conform reads for the accept counts. */
+ * speculative cycle, which ds4ref-conform reads for the accept counts.
+ *
+ * llama.cpp goes through ds4ref-llama, installed beside ds4ref ({ds4ref}
+ * is shell-quoted, so "{ds4ref}-llama" names its neighbour): it has no
+ * MTP drafts, so only depth 0 runs, and it finds llama.cpp's libraries
+ * through DS4REF_LLAMA_LIB. */
 static const preset presets[] = {
     {"ds4ref",
      "{ds4ref} -m {model} {[--mtp {mtp} --mtp-draft {draft} --spec-report]} "
@@ -39,6 +44,11 @@ static const preset presets[] = {
      "{[--mtp {mtp} --mtp-draft {draft}]} --prompt-file {prompt_file} -n {n} -c {ctx} "
      "--temp {temp} {[--seed {seed}]} --logprobs-top-k {top_k} --dump-logprobs {out}",
      "antirez/ds4's command line (ds4 on the PATH): one row, --dump-logprobs"},
+    {"llama.cpp",
+     "{ds4ref}-llama -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} "
+     "--top-k {top_k} --out {out}",
+     "llama.cpp's CPU backend through ds4ref-llama (DS4REF_LLAMA_LIB: its prebuilt libraries; "
+     "make peers): every row a sequence of one context, depth 0 only"},
 };
 
 const char *ds4chk_template_preset(const char *name) {

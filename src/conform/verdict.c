@@ -132,6 +132,17 @@ static double step_dlogprob(const ds4_golden_step *st, bool has_sel, const ds4_c
     return worst;
 }
 
+void ds4chk_verdict_noise(const ds4_golden *out, const ds4_cf_tf *tf, double *dlogprob,
+                          double *gap) {
+    *dlogprob = NAN;
+    *gap = 0;
+    for (uint32_t i = 0; i < out->n_steps && i < tf->n; i++) {
+        double d = step_dlogprob(&out->steps[i], out->has_sel_scores, tf, i);
+        if (!isnan(d) && !(d <= *dlogprob)) *dlogprob = d;
+        if (tf->gap[i] > *gap) *gap = tf->gap[i];
+    }
+}
+
 /* Of the reference's first n alternatives at step i, the share among the
  * output's first n (out of those both lists have room for); NAN when
  * neither has any. */

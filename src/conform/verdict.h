@@ -76,6 +76,12 @@ typedef struct ds4_cf_findings {
 void ds4chk_verdict_findings_push(ds4_cf_findings *l, const ds4_cf_finding *f);
 void ds4chk_verdict_findings_free(ds4_cf_findings *l);
 
+/* The noise of a row that is right: its largest |dlogprob| against tf over
+ * every step (NAN when no token is common to both sides) and its largest
+ * gap (what ds4chk_calibrate measures). */
+void ds4chk_verdict_noise(const ds4_golden *out, const ds4_cf_tf *tf, double *dlogprob,
+                          double *gap);
+
 /* The backend's own margin at each step of its output: the logprob of its
  * best alternative subtracted from that of its first (its top list is by
  * logit); NAN where it recorded fewer than two.  malloc'd [out->n_steps],
