@@ -46,10 +46,12 @@ TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malf
 
 # The installed programs, each named here: programs/NAME.c is ds4ref-NAME
 # (programs/ds4ref.c is ds4ref), and bench/bench.c is ds4ref-bench.
-# MODEL_PROGRAMS link libds4ref only, CHECK_PROGRAMS libds4check too.
+# MODEL_PROGRAMS link libds4ref only, CHECK_PROGRAMS libds4check too;
+# ds4ref-llama (ds4ref-conform's llama.cpp backend) links neither: it loads
+# llama.cpp's prebuilt libraries at run time.
 MODEL_PROGRAMS = $(addprefix $(BINDIR)/,ds4ref ds4ref-mkmodel ds4ref-gguf)
 CHECK_PROGRAMS = $(addprefix $(BINDIR)/,ds4ref-diff ds4ref-conform)
-PROGRAMS  = $(MODEL_PROGRAMS) $(CHECK_PROGRAMS) $(BINDIR)/ds4ref-bench
+PROGRAMS  = $(MODEL_PROGRAMS) $(CHECK_PROGRAMS) $(BINDIR)/ds4ref-bench $(BINDIR)/ds4ref-llama
 TOOLS     = $(PROGRAMS) $(BINDIR)/ds4_test
 
 DEFAULT_MODEL = models/tiny.gguf
@@ -104,6 +106,8 @@ $(BINDIR)/ds4ref-mkmodel $(BINDIR)/ds4ref-gguf: $(BINDIR)/ds4ref-%: $(BUILD)/pro
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 $(CHECK_PROGRAMS): $(BINDIR)/ds4ref-%: $(BUILD)/programs/%.o $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BINDIR)/ds4ref-llama: $(BUILD)/programs/llama.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -ldl -lm
 # The benchmark measures what the API hides (kernels, engine, KV state): the
 # one program that includes internal headers (scripts/layers.sh).
 $(BINDIR)/ds4ref-bench: $(BUILD)/bench/bench.o $(BUILD)/libds4ref.a

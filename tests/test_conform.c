@@ -111,7 +111,7 @@ static void test_template_check(void **state) {
         assert_int_equal(ds4chk_template_check(tmpl, &uses, &err), 0);
         assert_ptr_equal(ds4chk_template_preset(name), tmpl);
     }
-    assert_int_equal(n, 3);
+    assert_int_equal(n, 4);
     assert_null(ds4chk_template_preset("nope"));
 }
 
