@@ -58,7 +58,7 @@ DEFAULT_MODEL = models/tiny.gguf
 # ds4ref-conform's default: a tiny model whose MTP head drafts what it decodes.
 SPEC_MODEL = models/tiny-spec.gguf
 
-.PHONY: all test check clean valgrind vectors bench
+.PHONY: all test check clean valgrind vectors bench peers
 all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(SPEC_MODEL) $(BUILD)/libds4ref.so \
      $(BUILD)/libds4check.so $(BUILD)/conform-backend
 
@@ -172,6 +172,12 @@ vectors: ds4ref ds4ref-mkmodel
 # layer by layer.  Build with ARCH=-march=native for representative numbers.
 FULLWIDTH_MODEL = models/fullwidth.gguf
 FULLDEPTH_MODEL = models/fulldepth.gguf
+# ds4ref-conform against real peers (llama.cpp's prebuilt CPU backend),
+# installed when they can be and skipped, with the reason, when not:
+# heavy, so not part of make test.
+peers: all
+	scripts/peers.sh
+
 bench: $(BINDIR)/ds4ref-bench $(DEFAULT_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(DEFAULT_MODEL) -p 64,256 -n 32
 	$(BINDIR)/ds4ref-bench --kernels --kernel-rows 1024

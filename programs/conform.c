@@ -67,7 +67,7 @@ static const char usage_text[] =
     "  --min-top5-overlap F, --min-top20-overlap F   (default: unchecked)\n"
     "  --tie-eps X              a difference between cells at a reference near-tie\n"
     "                           below X nats is a tie, not a failure\n"
-    "                           (defaults: 3, 3 and 2 times the calibrated noise\n"
+    "                           (defaults: 5, 5 and 2 times the calibrated noise\n"
     "                           floor, at least 0.01, 0.01 and 0.05; with the\n"
     "                           numerics given, 0.5, 0.5 and 0.05)\n"
     "outputs:\n"

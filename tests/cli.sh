@@ -282,5 +282,15 @@ check "... its tensors are F32 (and I32)" bash -c \
 ./ds4ref -m "$tmp/twin.gguf" -p "Hello there" -n 16 --ignore-eos --golden-out "$tmp/twin.jsonl" > /dev/null 2>&1
 check "... and a golden on it has the model's logprobs, bit for bit" quiet ./ds4ref-diff \
     "$tmp/c.jsonl" "$tmp/twin.jsonl" --min-top1 1 --max-dlogprob 0
+# ds4ref-llama without llama.cpp (make peers runs it with): clear errors.
+printf '1 2 3\n' > "$tmp/rows.txt"
+llama_args=(-m $model --batch-tokens "$tmp/rows.txt" -n 2 --chunk 2 -c 64 --out "$tmp/l.json")
+check "ds4ref-llama with no library -> 1" status_is 1 env -u DS4REF_LLAMA_LIB ./ds4ref-llama "${llama_args[@]}"
+check "... saying where llama.cpp comes from" grep -q 'set DS4REF_LLAMA_LIB.*@node-llama-cpp/linux-x64@3.22.1' "$tmp/stderr"
+check "ds4ref-llama --lib on a folder without it -> 1" status_is 1 ./ds4ref-llama --lib "$tmp" "${llama_args[@]}"
+check "... naming the file" grep -q "cannot load $tmp/libggml-base.so" "$tmp/stderr"
+printf '1 x 3\n' > "$tmp/rows.txt"
+check "ds4ref-llama on a bad token row -> 1" status_is 1 ./ds4ref-llama --lib "$tmp" "${llama_args[@]}"
+check "... naming the row" grep -q 'rows.txt: row 0: expected token ids separated by spaces, at "x 3' "$tmp/stderr"
 [ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"
 exit $((fails != 0))

@@ -114,6 +114,16 @@ check "a plain backend is judged under the official numerics" bash -c \
     "./ds4ref-conform -q --no-cache --backend \"\$1\" \"\${@:2}\" | grep -q '^numerics: official, chosen'" \
     _ "$backend" "${cal_args[@]}"
 
+# A model the FP8 simulation cannot block (heads of 64, RoPE on 16): the
+# candidates with it are not measured, and the run goes on without them.
+./ds4ref-mkmodel --config tiny-k64 -o "$tmp/k64.gguf" > /dev/null
+mkdir -p "$tmp/one"
+cp vectors/conform/chat.txt "$tmp/one/"
+check "calibration on tiny-k64 (no FP8 simulation): exit status 0" status_is 0 conform \
+    --backend "$backend --qat off" -m "$tmp/k64.gguf" --prompts "$tmp/one" --matrix "draft=0 chunk=whole batch=1"
+check "... the candidates with the simulation not measured" \
+    grep -q '^numerics: official, qat off, chosen on 1 base rows: .*(official n/a, .*ds4-act,f16-kv n/a)' "$tmp/out.txt"
+
 # The self-check: the full default matrix on tiny-spec, whose MTP head
 # drafts what it decodes, so every speculative cell accepts deep drafts.
 if [ -z "${DS4REF_SANITIZER:-}" ]; then

@@ -88,8 +88,9 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
         ds4ref_model_options mo;
         ds4ref_model_options_init(&mo);
         mo.path = o->model_path;
-        /* Calibrating starts from the official numerics and chooses. */
-        mo.qat = in.calibrate ? 1 : o->qat;
+        /* Calibrating starts from the official numerics without the FP8/FP4
+         * simulation, which every model can run, and chooses. */
+        mo.qat = in.calibrate ? 0 : o->qat;
         mo.numerics = in.calibrate ? NULL : o->numerics;
         ds4ref_error me;
         if (ds4ref_model_open(&mo, &m, &me)) rc = ds4_err_set(&e, me.code, "%s", me.message);

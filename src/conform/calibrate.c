@@ -66,7 +66,12 @@ int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows,
     ds4_fwd_opts was = ref->e->opts;
     candidates(c);
     if (!n) return 0;
+    ds4err no_qat = {0};
+    bool qat_ok = ds4_model_config_check_qat(&m->cfg, m->file.path, &no_qat) == 0;
     for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++) {
+        /* A model whose KV rows the FP8 simulation cannot block (heads of 64
+         * with RoPE on 16) runs without it only: those candidates stay NAN. */
+        if (c->cand[i].qat && !qat_ok) continue;
         use(ref, m, &c->cand[i]);
         if (measure(ref, rows, n, greedy, &c->cand[i], err)) {
             ref->e->opts = was;
@@ -77,6 +82,11 @@ int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows,
          * NAN floor (no token common to both sides) never wins. */
         if (c->cand[i].floor < c->cand[c->best].floor || isnan(c->cand[c->best].floor))
             c->best = i;
+    }
+    if (isnan(c->cand[c->best].floor)) {
+        ref->e->opts = was;
+        ds4_numerics_apply(m, was.numerics);
+        return 0;
     }
     use(ref, m, &c->cand[c->best]);
     c->done = true;
@@ -92,7 +102,7 @@ void ds4chk_calibrate_limits(const ds4_cf_calib *c, ds4_cf_limits *l) {
     const ds4_cf_candidate *k = c->done ? &c->cand[c->best] : NULL;
     double floor = k && !isnan(k->floor) ? k->floor : NAN;
     double gap = k && !isnan(k->gap) && k->gap > floor ? k->gap : floor;
-    if (l->max_dlogprob < 0) l->max_dlogprob = isnan(floor) ? 0.5 : at_least(3 * floor, 0.01);
-    if (l->max_gap < 0) l->max_gap = isnan(gap) ? 0.5 : at_least(3 * gap, 0.01);
+    if (l->max_dlogprob < 0) l->max_dlogprob = isnan(floor) ? 0.5 : at_least(5 * floor, 0.01);
+    if (l->max_gap < 0) l->max_gap = isnan(gap) ? 0.5 : at_least(5 * gap, 0.01);
     if (l->tie_eps < 0) l->tie_eps = isnan(floor) ? 0.05 : at_least(2 * floor, 0.05);
 }

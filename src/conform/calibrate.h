@@ -60,7 +60,7 @@ int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows,
                      bool greedy, ds4_cf_calib *c, ds4err *err);
 
 /* The thresholds a floor gives, for each limit left negative (not given):
- * |dlogprob| and the gap three times the floor, ties twice it, and never
+ * |dlogprob| and the gap five times the floor, ties twice it, and never
  * below 0.01 nats (|dlogprob|, gap) or 0.05 (ties); without a calibration,
  * the fixed defaults 0.5, 0.5 and 0.05. */
 void ds4chk_calibrate_limits(const ds4_cf_calib *c, ds4_cf_limits *l);

@@ -21,8 +21,12 @@ static void put_calibration(ds4_buf *b, const ds4_cf_calib *c) {
     const ds4_cf_candidate *k = &c->cand[c->best];
     ds4_buf_printf(b, "numerics: %s, chosen on %u base rows: noise floor %.3g nats |dlogprob| (",
                    k->name, c->rows, k->floor);
-    for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++)
-        ds4_buf_printf(b, "%s%s %.3g", i ? ", " : "", c->cand[i].name, c->cand[i].floor);
+    for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++) {
+        ds4_buf_printf(b, "%s%s ", i ? ", " : "", c->cand[i].name);
+        /* Not measured: the model cannot run the FP8 simulation. */
+        if (isnan(c->cand[i].floor)) ds4_buf_puts(b, "n/a");
+        else ds4_buf_printf(b, "%.3g", c->cand[i].floor);
+    }
     ds4_buf_puts(b, ")\n");
 }
 

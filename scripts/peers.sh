@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# make peers: ds4ref-conform against real software nobody here wrote.
+#
+# llama.cpp's CPU backend, the prebuilt libraries of the npm package
+# @node-llama-cpp/linux-x64@3.22.1 (installed into $DS4REF_PEERS, default
+# ~/.cache/ds4ref/peers, unless DS4REF_LLAMA_LIB already names them), driven
+# by ds4ref-llama (docs/CONFORM.md, "Against llama.cpp"):
+#   1. the documented invocation, `ds4ref-conform --backend llama.cpp` on
+#      the default model: no failing cell, judged under ggml-act without
+#      the FP8/FP4 simulation, which the calibration must find by itself;
+#   2. the unquantized twin of models/tiny.gguf under the official
+#      numerics without the simulation, at |dlogprob| and gap <= 1e-3;
+#   3. llama.cpp with an injected bug confined to one cell class (rows of a
+#      batch read one row late): exactly the cells with several rows fail.
+# What cannot run (no npm, no network, not x86-64 Linux) is skipped with
+# the reason.  Run from the repository root after make.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/checks.sh
+. tests/checks.sh
+fails=0
+
+skip_all() {
+    echo "peers: skipped: $1"
+    exit 0
+}
+
+lib=${DS4REF_LLAMA_LIB:-}
+if [ -z "$lib" ]; then
+    [ "$(uname -sm)" = "Linux x86_64" ] || skip_all "llama.cpp's npm prebuilt is for x86-64 Linux, this is $(uname -sm)"
+    command -v npm > /dev/null || skip_all "no npm to install @node-llama-cpp/linux-x64 (apt install npm)"
+    cache=${DS4REF_PEERS:-$HOME/.cache/ds4ref/peers}
+    lib=$cache/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+    if [ ! -e "$lib/libllama.v0.5.0.so" ]; then
+        echo "peers: npm install @node-llama-cpp/linux-x64@3.22.1 into $cache/npm"
+        mkdir -p "$cache" &&
+            npm install --silent --no-audit --no-fund --prefix "$cache/npm" \
+                @node-llama-cpp/linux-x64@3.22.1 > "$tmp/npm.log" 2>&1 ||
+            skip_all "npm install failed (offline?): $(tail -1 "$tmp/npm.log")"
+    fi
+fi
+[ -e "$lib/libllama.v0.5.0.so" ] || skip_all "$lib holds no libllama.v0.5.0.so"
+export DS4REF_LLAMA_LIB=$lib
+echo "peers: llama.cpp from $lib"
+
+conform() { ./ds4ref-conform -q --no-cache --jobs 2 "$@"; }
+
+# The cells of a --json report, one "chunk batch prompt status" line each.
+cells() {
+    grep '^{"draft"' "$1" |
+        sed -E 's/^\{"draft":[0-9]+,"chunk":"?([a-z0-9]+)"?,"chunk_tokens":[0-9]+,"batch":([0-9]+),"prompt":"([^"]*)","status":"([^"]*)".*/\1 \2 \3 \4/'
+}
+export -f cells
+
+# 1. The documented invocation: the default model (tiny-spec) and matrix.
+check "llama.cpp preset on the default model: exit status 0" status_is 0 \
+    conform --backend llama.cpp --json "$tmp/default.json"
+cp "$tmp/out.txt" "$tmp/default.txt"
+check "... no failing cell" bash -c '! cells "$1" | grep -q " fail$"' _ "$tmp/default.json"
+check "... judged under ggml-act without the FP8/FP4 simulation, found by the calibration" \
+    grep -q '^numerics: ggml-act, qat off, chosen' "$tmp/default.txt"
+sed -n 's/^\(numerics:.*\)/  \1/p; s/^\(mode:.*\)/  \1/p; s/^\([0-9]* cells:.*\)/  \1/p' "$tmp/default.txt"
+
+# 2. The unquantized twin: llama.cpp keeps f32 activations, so the official
+#    numerics apply (llama.cpp simulates no FP8 KV) and 1e-3 is loose.
+twin="{ds4ref}-llama -m {model_f32} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} \
+--top-k {top_k} --out {out}"
+check "the twin of tiny.gguf under the official numerics at 1e-3: exit status 0" status_is 0 \
+    conform --backend "$twin" -m models/tiny.gguf --numerics official --qat off \
+    --max-dlogprob 1e-3 --max-gap 1e-3 --matrix "draft=0 chunk=7,whole batch=1,2" \
+    --json "$tmp/twin.json"
+check "... every cell passes" bash -c '! cells "$1" | grep -qv " pass$"' _ "$tmp/twin.json"
+
+# 3. An injected bug: in a call with several rows, row r reads row r-1's
+#    logits.  On tiny-spec every prompt decodes to one cycle, and copy and
+#    long differ by less than the noise, so the rows are chat and code.
+mkdir -p "$tmp/prompts"
+cp vectors/conform/chat.txt vectors/conform/code.txt "$tmp/prompts/"
+bug="{ds4ref}-llama -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} \
+--top-k {top_k} --out {out} --bug rows-late"
+check "llama.cpp with rows read one late: exit status 1" status_is 1 \
+    conform --backend "$bug" --prompts "$tmp/prompts" --matrix "draft=0 chunk=1,7,whole batch=1,2,4" \
+    --json "$tmp/bug.json"
+check "... exactly the cells with several rows fail" bash -c '
+    [ "$(cells "$1" | wc -l)" -eq 18 ] &&
+    ! cells "$1" | awk "(\$2 > 1) != (\$4 == \"fail\") { print \"  \" \$0; bad = 1 } END { exit !bad }"' \
+    _ "$tmp/bug.json"
+
+echo "peers: $fails failed"
+[ "$fails" -eq 0 ]
