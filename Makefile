@@ -231,7 +231,7 @@ ubsan: SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-fram
 .PHONY: asan ubsan fuzz fuzz-smoke
 asan ubsan:
 	@mkdir -p $(BUILD)/$@
-	@for f in Makefile README.md ds4ref.pc.in ds4check.pc.in examples include src programs bench scripts tests vectors; do \
+	@for f in Makefile README.md ds4ref.pc.in ds4check.pc.in .ci docs examples include src programs bench scripts tests vectors; do \
 	    if [ -e $$f ]; then ln -sfn $(CURDIR)/$$f $(BUILD)/$@/$$f; fi; done
 	@if [ -e ../shared ]; then ln -sfn $(abspath ../shared) $(BUILD)/shared; fi
 	DS4REF_SANITIZER=$@ $(MAKE) -C $(BUILD)/$@ CC=$(SAN_CC) OPT=-O1 BUILD=build BINDIR=. \
