@@ -189,7 +189,7 @@ $(FULLWIDTH_MODEL) $(FULLDEPTH_MODEL): models/%.gguf: $(BINDIR)/ds4ref-mkmodel
 # llama.cpp's side of the comparison (bench/compare.sh): a timing program
 # that loads the prebuilt libraries with dlopen, so it builds without them;
 # and the memory bandwidth probe of the decode roofline (bench/measure.sh).
-$(BUILD)/bench/llama_time: bench/llama_time.c
+$(BUILD)/bench/llama_time: bench/llama_time.c programs/llama_api.h
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=c11 -Wall -Wextra -o $@ $< -ldl
 $(BUILD)/bench/bandwidth: bench/bandwidth.c

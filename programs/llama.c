@@ -24,17 +24,12 @@
  * in a call that carries several rows, row r >= 1 reads the logits of row
  * r - 1 (a batched backend that indexes its output one row late).
  *
- * The struct layouts are those of that package's libllama (0.5.0), found by
- * disassembling its *_default_params (bench/llama_time.c uses the same):
- * llama_model_params is 0x50 bytes, of which the bool use_extra_bufts at 0x4a
- * is set; llama_context_params
- * is 0xa0 bytes, of which n_ctx, n_batch, n_ubatch and n_seq_max (the first
- * four 32-bit fields), flash_attn_type at 0x34 and the KV types at 0x68 and
- * 0x6c are set; llama_batch is its public 56-byte layout. */
+ * programs/llama_api.h says how llama.cpp is loaded and which struct
+ * layouts it has.
+ */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -43,44 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct model_params {
-    _Alignas(8) unsigned char bytes[0x50];
-} model_params;
+#include "llama_api.h"
 
-typedef struct context_params {
-    _Alignas(8) unsigned char bytes[0xa0];
-} context_params;
-
-typedef struct batch {
-    int32_t n_tokens;
-    int32_t *token;
-    float *embd;
-    int32_t *pos;
-    int32_t *n_seq_id;
-    int32_t **seq_id;
-    int8_t *logits;
-} batch;
-
-/* The entry points used, looked up by name. */
-static struct {
-    void (*backend_load_all_from_path)(const char *dir);
-    void (*backend_init)(void);
-    void (*log_set)(void (*cb)(int, const char *, void *), void *ud);
-    model_params (*model_default_params)(void);
-    context_params (*context_default_params)(void);
-    void *(*model_load_from_file)(const char *path, model_params p);
-    void *(*init_from_model)(void *model, context_params p);
-    void (*set_n_threads)(void *ctx, int32_t n, int32_t n_batch);
-    batch (*batch_init)(int32_t n_tokens, int32_t embd, int32_t n_seq_max);
-    void (*batch_free)(batch b);
-    int32_t (*decode)(void *ctx, batch b);
-    float *(*get_logits_ith)(void *ctx, int32_t i);
-    const void *(*model_get_vocab)(const void *model);
-    int32_t (*vocab_n_tokens)(const void *vocab);
-    int32_t (*vocab_eos)(const void *vocab);
-    void (*free_ctx)(void *ctx);
-    void (*model_free)(void *model);
-} L;
+static llama_api L;
 
 typedef struct args {
     const char *lib, *model, *batch_tokens, *out;
@@ -113,43 +73,6 @@ static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     if (!p) die("out of memory");
     return p;
-}
-
-static void *open_lib(const char *dir, const char *name) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) die("cannot load %s", dlerror());
-    return h;
-}
-
-static void *sym(void *h, const char *name) {
-    void *p = dlsym(h, name);
-    if (!p) die("the library has no %s: is it node-llama-cpp 3.22.1's libllama?", name);
-    return p;
-}
-
-static void load_llama(const char *dir) {
-    open_lib(dir, "libggml-base.so");
-    void *ggml = open_lib(dir, "libggml.v0.5.0.so");
-    void *llama = open_lib(dir, "libllama.v0.5.0.so");
-    L.backend_load_all_from_path = sym(ggml, "ggml_backend_load_all_from_path");
-    L.backend_init = sym(llama, "llama_backend_init");
-    L.log_set = sym(llama, "llama_log_set");
-    L.model_default_params = sym(llama, "llama_model_default_params");
-    L.context_default_params = sym(llama, "llama_context_default_params");
-    L.model_load_from_file = sym(llama, "llama_model_load_from_file");
-    L.init_from_model = sym(llama, "llama_init_from_model");
-    L.set_n_threads = sym(llama, "llama_set_n_threads");
-    L.batch_init = sym(llama, "llama_batch_init");
-    L.batch_free = sym(llama, "llama_batch_free");
-    L.decode = sym(llama, "llama_decode");
-    L.get_logits_ith = sym(llama, "llama_get_logits_ith");
-    L.model_get_vocab = sym(llama, "llama_model_get_vocab");
-    L.vocab_n_tokens = sym(llama, "llama_vocab_n_tokens");
-    L.vocab_eos = sym(llama, "llama_vocab_eos");
-    L.free_ctx = sym(llama, "llama_free");
-    L.model_free = sym(llama, "llama_model_free");
 }
 
 /* llama.cpp's log goes to stderr only when it says something went wrong:
@@ -244,29 +167,20 @@ static row *read_rows(const char *path, long *n_rows) {
     return rows;
 }
 
+/* n_ctx is shared among the sequences (each gets n_ctx / n_seq_max), and
+ * a pass of every row's chunk is one forward pass, as it is in the
+ * reference's batch cells. */
 static void *new_context(void *model, const args *a, long n_rows) {
-    context_params cp = L.context_default_params();
-    uint32_t n_ctx = (uint32_t)(a->ctx * n_rows), n_batch = (uint32_t)(a->chunk * n_rows);
-    uint32_t n_seq = (uint32_t)n_rows, off = 0, zero = 0;
-    /* n_ctx is shared among the sequences (each gets n_ctx / n_seq_max);
-     * n_batch = n_ubatch, so that a pass of every row's chunk is one
-     * forward pass as it is in the reference's batch cells. */
-    memcpy(cp.bytes + 0x00, &n_ctx, 4);
-    memcpy(cp.bytes + 0x04, &n_batch, 4);
-    memcpy(cp.bytes + 0x08, &n_batch, 4);
-    memcpy(cp.bytes + 0x0c, &n_seq, 4);
-    /* Flash attention off and an f32 KV cache: the settings llama.cpp's
-     * own tests run its deepseek4 graph with. */
-    memcpy(cp.bytes + 0x34, &off, 4);
-    memcpy(cp.bytes + 0x68, &zero, 4);
-    memcpy(cp.bytes + 0x6c, &zero, 4);
+    llama_api_context_params cp = llama_api_context(&L, (uint32_t)(a->ctx * n_rows),
+                                                    (uint32_t)(a->chunk * n_rows), (uint32_t)n_rows);
     void *ctx = L.init_from_model(model, cp);
-    if (!ctx) die("llama_init_from_model failed (n_ctx %u, n_batch %u, %u sequences)", n_ctx, n_batch, n_seq);
+    if (!ctx) die("llama_init_from_model failed (n_ctx %ld, n_batch %ld, %ld sequences)", a->ctx * n_rows,
+                  a->chunk * n_rows, n_rows);
     L.set_n_threads(ctx, (int32_t)a->threads, (int32_t)a->threads);
     return ctx;
 }
 
-static void add_token(batch *b, int32_t id, long pos, long seq, int want_logits) {
+static void add_token(llama_api_batch *b, int32_t id, long pos, long seq, int want_logits) {
     int32_t i = b->n_tokens++;
     b->token[i] = id;
     b->pos[i] = (int32_t)pos;
@@ -278,7 +192,7 @@ static void add_token(batch *b, int32_t id, long pos, long seq, int want_logits)
 /* The next call's tokens: every row's next prompt chunk while some prompt
  * is left, else each unfinished row's last committed token.  out[r] is the
  * batch index of row r's logits, -1 when it gets none in this call. */
-static void fill_batch(batch *b, row *rows, long n_rows, long chunk, int32_t *out) {
+static void fill_batch(llama_api_batch *b, row *rows, long n_rows, long chunk, int32_t *out) {
     b->n_tokens = 0;
     int prefill = 0;
     for (long r = 0; r < n_rows; r++) prefill |= rows[r].fed < rows[r].n_prompt;
@@ -346,17 +260,10 @@ int main(int argc, char **argv) {
     args a = parse_args(argc, argv);
     long n_rows;
     row *rows = read_rows(a.batch_tokens, &n_rows);
-    load_llama(a.lib);
-    L.log_set(log_errors, NULL);
-    L.backend_load_all_from_path(a.lib);
-    L.backend_init();
-    /* Without llama.cpp's repacked weight layouts (use_extra_bufts, the
-     * bool at 0x4a): with them this package cannot build a graph of more
-     * than one token for the deepseek4 models on some CPUs
-     * ("GGML_ASSERT(*cur_backend_id != -1)"). */
-    model_params mp = L.model_default_params();
-    mp.bytes[0x4a] = 0;
-    void *model = L.model_load_from_file(a.model, mp);
+    char why[512];
+    if (llama_api_load(&L, a.lib, log_errors, why, sizeof(why))) die("%s", why);
+    /* Without the repacked weights (llama_api.h says why). */
+    void *model = L.model_load_from_file(a.model, llama_api_model(&L, 0));
     if (!model) die("%s: llama.cpp cannot load it", a.model);
     const void *vocab = L.model_get_vocab(model);
     int32_t n_vocab = L.vocab_n_tokens(vocab), eos = L.vocab_eos(vocab);
@@ -378,7 +285,7 @@ int main(int argc, char **argv) {
     }
     if (a.chunk > longest) a.chunk = longest;
     void *ctx = new_context(model, &a, n_rows);
-    batch b = L.batch_init((int32_t)(a.chunk * n_rows), 0, 1);
+    llama_api_batch b = L.batch_init((int32_t)(a.chunk * n_rows), 0, 1);
     int32_t *out = xcalloc((size_t)n_rows, sizeof(int32_t));
     for (;;) {
         fill_batch(&b, rows, n_rows, a.chunk, out);
