@@ -55,8 +55,8 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
                                  .min_top5 = o->min_top5_overlap,
                                  .min_top20 = o->min_top20_overlap};
     /* Exact mode compares with ds4ref's own numbers: nothing to choose. */
-    bool automatic = o->numerics && !strcmp(o->numerics, "auto");
-    in->calibrate = automatic && !o->exact;
+    in->automatic = o->numerics && !strcmp(o->numerics, "auto");
+    in->calibrate = in->automatic && !o->exact;
     in->cache_dir = o->cache_dir;
     in->work_dir = o->work_dir;
     in->timeout = o->timeout;
@@ -92,9 +92,8 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
         mo.path = o->model_path;
         /* Calibrating starts from the official numerics without the FP8/FP4
          * simulation, which every model can run, and chooses. */
-        bool automatic = o->numerics && !strcmp(o->numerics, "auto");
         mo.qat = in.calibrate ? 0 : o->qat;
-        mo.numerics = automatic ? NULL : o->numerics;
+        mo.numerics = in.automatic ? NULL : o->numerics;
         ds4ref_error me;
         if (ds4ref_model_open(&mo, &m, &me)) rc = ds4_err_set(&e, me.code, "%s", me.message);
     }

@@ -564,7 +564,8 @@ static const ds4_cf_cell *base_ran(const ds4_cf_result *res, uint32_t p) {
 /* Each prompt's base row, read from its cell's output (a row that cannot be
  * read or used is left out: its cell's check will say why), measured under
  * every candidate numerics; then the engine keeps the best, and the prompts'
- * goldens are made again under it. */
+ * goldens are made again under it when it is not the one they were made
+ * under. */
 static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds4_cf_opts *o,
                      ds4err *err) {
     ds4_golden *outs = calloc(res->n_prompts, sizeof(ds4_golden));
@@ -588,8 +589,11 @@ static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds
         free(path);
     }
     if (rc == 0 && o->progress) o->progress(o->progress_ud, 0, res->n_cells, "calibrating");
+    ds4_fwd_opts was = ref->e->opts;
     if (rc == 0) rc = ds4chk_calibrate(ref, m, rows, n, res->greedy, &res->calib, err);
-    for (uint32_t p = 0; rc == 0 && res->calib.done && p < res->n_prompts; p++) {
+    /* The goldens already made are the chosen numerics' unless it moved. */
+    bool moved = ref->e->opts.qat != was.qat || ref->e->opts.numerics != was.numerics;
+    for (uint32_t p = 0; rc == 0 && moved && p < res->n_prompts; p++) {
         ds4_cf_prompt *pr = &res->prompts[p];
         ds4_golden_free(&pr->ref);
         ds4_golden_init(&pr->ref, DS4_TRACE_GOLDEN);

@@ -55,6 +55,7 @@ typedef struct ds4_cf_opts {
                                 * (calibrate.h), or its fixed default without one */
     bool calibrate;            /* choose the reference numerics from the base cells
                                 * (tolerance mode); false: the engine's as given */
+    bool automatic;            /* no numerics given: calibrate, or (exact mode) ds4ref's own */
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed at the end */
     double timeout;            /* CPU seconds per cell (backend.h); 0: none */
