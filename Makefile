@@ -178,6 +178,12 @@ FULLDEPTH_MODEL = models/fulldepth.gguf
 peers: all
 	scripts/peers.sh
 
+# tests/conform.sh with the self-check on the full default matrix (336 cells)
+# and every seed bug at depth 2 too; make test runs a sample (docs/CONFORM.md).
+.PHONY: conform-full
+conform-full: all
+	tests/conform.sh --full $(BUILD)
+
 bench: $(BINDIR)/ds4ref-bench $(DEFAULT_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(DEFAULT_MODEL) -p 64,256 -n 32
 	$(BINDIR)/ds4ref-bench --kernels --kernel-rows 1024
@@ -219,17 +225,20 @@ portability-short:
 	scripts/portability.sh short
 
 # Sanitizers (docs/RELIABILITY.md): the whole tree built with clang and ASan
-# (with LeakSanitizer) or UBSan, then `make test` on it.  Each builds in
-# $(BUILD)/asan or $(BUILD)/ubsan, a mirror whose sources are links to these,
-# with its own objects, binaries and models: nothing of the default build is
-# touched.  Fuzzing: tests/fuzz/fuzz.sh (libFuzzer); CI runs fuzz-smoke.
+# (with LeakSanitizer), UBSan, or both in one build (sanitize, what make test
+# runs: one pass instead of two), then `make test` on it.  Each builds in
+# $(BUILD)/asan, $(BUILD)/ubsan or $(BUILD)/sanitize, a mirror whose sources
+# are links to these, with its own objects, binaries and models: nothing of
+# the default build is touched.  Fuzzing: tests/fuzz/fuzz.sh (libFuzzer); CI
+# runs fuzz-smoke.
 SAN_CC ?= clang
 FUZZ_SECONDS ?= 3600
 FUZZ_SMOKE_SECONDS ?= 30
 asan: SAN_FLAGS = -fsanitize=address -fno-omit-frame-pointer
 ubsan: SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-.PHONY: asan ubsan fuzz fuzz-smoke
-asan ubsan:
+sanitize: SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+.PHONY: asan ubsan sanitize fuzz fuzz-smoke
+asan ubsan sanitize:
 	@mkdir -p $(BUILD)/$@
 	@for f in Makefile README.md ds4ref.pc.in ds4check.pc.in .ci docs examples include src programs bench scripts tests vectors; do \
 	    if [ -e $$f ]; then ln -sfn $(CURDIR)/$$f $(BUILD)/$@/$$f; fi; done

@@ -13,11 +13,12 @@ trap 'rm -rf "$home" compare_head' EXIT
 recipe=$(awk '/^## / { on = /^## Using ds4ref as a library/ } on && /^```sh$/ { body = 1; next }
               body && /^```$/ { exit } body' README.md)
 [ -n "$recipe" ] || { echo "install: no recipe in README.md's library section"; exit 1; }
-# In a sanitizer build (make asan / make ubsan) the program needs the
+# In a sanitizer build (make asan / ubsan / sanitize) the program needs the
 # sanitizer's runtime, as the library does: cc is the sanitizing compiler.
 case "${DS4REF_SANITIZER:-}" in
     asan) cc() { clang -fsanitize=address "$@"; } && export -f cc ;;
     ubsan) cc() { clang -fsanitize=undefined "$@"; } && export -f cc ;;
+    sanitize) cc() { clang -fsanitize=address,undefined "$@"; } && export -f cc ;;
 esac
 # A shell of its own, where -e stops at the first failing line.
 if ! env -u LD_LIBRARY_PATH HOME="$home" bash -e -c "$recipe" > "$home/log" 2>&1; then
