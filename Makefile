@@ -29,7 +29,7 @@ ALL_LDFLAGS = -fopenmp $(LDFLAGS) $(EXTRA_LDFLAGS)
 # layer first.  libds4ref is the model and the formats it reads and writes
 # (include/ds4ref.h); libds4check compares and drives other backends
 # (include/ds4check.h) and is the only one that starts processes.
-MODEL_DIRS = base quant text model format forward decode run api
+MODEL_DIRS = base quant text ckpt model format forward decode run api
 CHECK_DIRS = diff conform check
 MODEL_SRC = $(sort $(wildcard $(patsubst %,src/%/*.c,$(MODEL_DIRS))))
 CHECK_SRC = $(sort $(wildcard $(patsubst %,src/%/*.c,$(CHECK_DIRS))))

@@ -8,9 +8,9 @@
 #   scripts/layers.sh --programs DIR  check the includes of DIR's programs
 #
 # The layers, lowest first (all under src/):
-#   libds4ref:   0 base/  1 quant/  2 text/  3 model/  4 format/  5 forward/
-#                6 decode/  7 run/  8 api/ (and include/ds4ref.h)
-#   libds4check: 9 diff/  10 conform/  11 check/ (and include/ds4check.h)
+#   libds4ref:   0 base/  1 quant/  2 text/  3 ckpt/  4 model/  5 format/
+#                6 forward/  7 decode/  8 run/  9 api/ (and include/ds4ref.h)
+#   libds4check: 10 diff/  11 conform/  12 check/ (and include/ds4check.h)
 # Programs (programs/*.c, *.h) may include the public headers and their own
 # helpers beside them only; bench/bench.c is the one exception, because it
 # measures what the API hides.
@@ -33,15 +33,16 @@ rank() {
         src/base/*) echo 0 ;;
         src/quant/*) echo 1 ;;
         src/text/*) echo 2 ;;
-        src/model/*) echo 3 ;;
-        src/format/*) echo 4 ;;
-        src/forward/*) echo 5 ;;
-        src/decode/*) echo 6 ;;
-        src/run/*) echo 7 ;;
-        src/api/* | include/ds4ref.h) echo 8 ;;
-        src/diff/*) echo 9 ;;
-        src/conform/*) echo 10 ;;
-        src/check/* | include/ds4check.h) echo 11 ;;
+        src/ckpt/*) echo 3 ;;
+        src/model/*) echo 4 ;;
+        src/format/*) echo 5 ;;
+        src/forward/*) echo 6 ;;
+        src/decode/*) echo 7 ;;
+        src/run/*) echo 8 ;;
+        src/api/* | include/ds4ref.h) echo 9 ;;
+        src/diff/*) echo 10 ;;
+        src/conform/*) echo 11 ;;
+        src/check/* | include/ds4check.h) echo 12 ;;
         *) echo -1 ;;
     esac
 }

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,6 +88,49 @@ int ds4_file_read_fd(int fd, const char *name, size_t limit, char **out, size_t 
     *out = buf;
     *out_len = len;
     return 0;
+}
+
+int ds4_file_map(const char *path, ds4_fmap *m, ds4err *err) {
+    static const uint8_t empty[1];
+    memset(m, 0, sizeof(*m));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ds4_err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return ds4_err_set(err, DS4_E_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return ds4_err_set(err, DS4_E_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        close(fd);
+        return ds4_err_set(err, DS4_E_NOMEM, "%s: %jd bytes do not fit in the address space",
+                          path, (intmax_t)st.st_size);
+    }
+    m->data = empty;
+    m->size = (size_t)st.st_size;
+    if (m->size) {
+        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            memset(m, 0, sizeof(*m));
+            return ds4_err_set(err, DS4_E_IO, "%s: cannot mmap %jd bytes: %s", path,
+                              (intmax_t)st.st_size, strerror(e));
+        }
+        m->data = p;
+        m->mapped = true;
+    }
+    close(fd);
+    return 0;
+}
+
+void ds4_file_unmap(ds4_fmap *m) {
+    if (m->mapped) munmap((void *)m->data, m->size);
+    memset(m, 0, sizeof(*m));
 }
 
 int ds4_file_read(const char *path, size_t limit, char **out, size_t *out_len, ds4err *err) {

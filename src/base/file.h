@@ -36,6 +36,23 @@ int ds4_file_read(const char *path, size_t limit, char **buf, size_t *len, ds4er
  * its end; `name` labels messages.  The descriptor stays open. */
 int ds4_file_read_fd(int fd, const char *name, size_t limit, char **buf, size_t *len, ds4err *err);
 
+/* A whole regular file mapped read-only (mmap, MAP_PRIVATE): the model
+ * files, whose tensors are used in place.  An empty file cannot be mapped;
+ * it comes back as a one-byte static buffer with size 0, so its readers give
+ * it their usual "truncated" message. */
+typedef struct ds4_fmap {
+    const uint8_t *data;
+    size_t size;
+    bool mapped;         /* data is an mmap to undo (not the empty buffer) */
+} ds4_fmap;
+
+/* Map `path`; fails with DS4_E_IO (cannot open or map, not a regular file)
+ * or DS4_E_NOMEM (larger than the address space), naming the file. */
+int ds4_file_map(const char *path, ds4_fmap *m, ds4err *err);
+
+/* Undo ds4_file_map; on a zeroed or empty-file mapping it does nothing. */
+void ds4_file_unmap(ds4_fmap *m);
+
 /* An atomic writer.  Fields are private.  A zeroed struct is "closed":
  * ds4_file_atomic_abort() on it does nothing. */
 typedef struct ds4_afile {

@@ -10,20 +10,17 @@
  * Lookups go through indexes sorted by key / tensor name: building them is
  * also how duplicates are found, in O(n log n) even for the ~1300 tensors of
  * the real model. */
-#include "quant/formats.h"
 #include "quant/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "base/file.h"
+#include "quant/formats.h"
+
 #include <float.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Smallest possible encodings of one record.  A count larger than the rest of
  * the file divided by these cannot be honest, and is refused before any
@@ -636,50 +633,22 @@ int ds4_gguf_parse(gguf_file *g, const uint8_t *buf, uint64_t size, const char *
 }
 
 int ds4_gguf_open(gguf_file *g, const char *path, ds4err *err) {
-    static const uint8_t empty[1];
     memset(g, 0, sizeof(*g));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ds4_err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return ds4_err_set(err, DS4_E_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return ds4_err_set(err, DS4_E_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
-        close(fd);
-        return ds4_err_set(err, DS4_E_NOMEM, "%s: %jd bytes do not fit in the address space",
-                          path, (intmax_t)st.st_size);
-    }
-    /* An empty file cannot be mapped; parse it as an empty buffer so it gets
-     * the same "truncated" message as any other short file. */
-    const uint8_t *map = empty;
-    size_t size = (size_t)st.st_size;
-    if (size) {
-        void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return ds4_err_set(err, DS4_E_IO, "%s: cannot mmap %zu bytes: %s", path, size,
-                              strerror(e));
-        }
-        map = m;
-    }
-    close(fd);
-    if (ds4_gguf_parse(g, map, size, path, err)) {
-        if (size) munmap((void *)map, size);
+    ds4_fmap m;
+    if (ds4_file_map(path, &m, err)) return -1;
+    if (ds4_gguf_parse(g, m.data, m.size, path, err)) {
+        ds4_file_unmap(&m);
         return -1;
     }
-    g->mapped = size != 0;
+    g->mapped = m.mapped;
     return 0;
 }
 
 void ds4_gguf_close(gguf_file *g) {
-    if (g->mapped) munmap((void *)g->map, (size_t)g->size);
+    if (g->mapped) {
+        ds4_fmap m = {.data = g->map, .size = (size_t)g->size, .mapped = true};
+        ds4_file_unmap(&m);
+    }
     free_parsed(g);
 }
 

@@ -2,7 +2,8 @@
  *
  *   seeds OUTDIR        (run from the repository root: reads vectors/)
  *
- * writes OUTDIR/gguf, OUTDIR/model, OUTDIR/tokenizer and OUTDIR/parsers:
+ * writes OUTDIR/gguf, OUTDIR/model, OUTDIR/tokenizer, OUTDIR/parsers and
+ * OUTDIR/safetensors:
  *   gguf       the malformed-file catalogue (tests/malformed.c), the small
  *              valid file (v2 and v3), nested arrays up to one level too
  *              deep, the tiny model's metadata without its tensors;
@@ -13,7 +14,10 @@
  *              messages as JSON, scripts, digits, whitespace, bad UTF-8;
  *   parsers    a committed golden and cut-down ones (complete and
  *              interrupted), a dump and an official.vec case written from
- *              them, vectors/tiny.vec, JSON edge cases. */
+ *              them, vectors/tiny.vec, JSON edge cases;
+ *   safetensors  the format's own test vector, headers with metadata, every
+ *              type, an empty tensor and tensors out of offset order, and a
+ *              few refused ones (a gap, an overlap, a bad count). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +258,54 @@ static void parser_seeds(void) {
     for (size_t i = 0; i < sizeof(json) / sizeof(json[0]); i++) put_str("parsers", json[i][0], json[i][1]);
 }
 
+/* ------------------------------------------------------- safetensors */
+
+/* One file: the 8-byte length, the header, data_len bytes. */
+static void put_st(const char *name, const char *header, size_t data_len) {
+    size_t n = strlen(header), len = 8 + n + data_len;
+    uint8_t *b = calloc(1, len);
+    if (!b) fail(name, "out of memory");
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(b + 8, header, n);
+    for (size_t i = 0; i < data_len; i++) b[8 + n + i] = (uint8_t)(i * 37);
+    put("safetensors", name, b, len);
+    free(b);
+}
+
+static void safetensors_seeds(void) {
+    put_st("format-vector", "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],"
+                            "\"data_offsets\":[0,24]}}", 24);
+    put_st("metadata-only", "{\"__metadata__\":{\"framework\":\"pt\"}}     ", 0);
+    put_st("every-type",
+           "{\"__metadata__\":{\"format\":\"pt\"},"
+           "\"a\":{\"dtype\":\"BOOL\",\"shape\":[1],\"data_offsets\":[0,1]},"
+           "\"b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]},"
+           "\"c\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[2,3]},"
+           "\"d\":{\"dtype\":\"F8_E5M2\",\"shape\":[1],\"data_offsets\":[3,4]},"
+           "\"e\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],\"data_offsets\":[4,8]},"
+           "\"f\":{\"dtype\":\"F8_E8M0\",\"shape\":[2],\"data_offsets\":[8,10]},"
+           "\"g\":{\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[10,12]},"
+           "\"h\":{\"dtype\":\"U16\",\"shape\":[1],\"data_offsets\":[12,14]},"
+           "\"i\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[14,16]},"
+           "\"j\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[16,20]},"
+           "\"k\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[20,24]},"
+           "\"l\":{\"dtype\":\"U32\",\"shape\":[1],\"data_offsets\":[24,28]},"
+           "\"m\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[28,32]},"
+           "\"n\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[32,40]},"
+           "\"o\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[40,48]},"
+           "\"p\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":[48,56]}}", 56);
+    put_st("out-of-order-empty",
+           "{\"z\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[4,7]},"
+           "\"e\":{\"dtype\":\"BF16\",\"shape\":[0,4],\"data_offsets\":[4,4]},"
+           "\"a\":{\"shape\":[2],\"dtype\":\"I16\",\"data_offsets\":[0,4]}}", 7);
+    put_st("gap", "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[1,5]}}", 5);
+    put_st("overlap",
+           "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+           "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6);
+    put_st("bad-count", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,10]}}",
+           10);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: seeds OUTDIR   (run from the repository root)\n");
@@ -265,6 +317,7 @@ int main(int argc, char **argv) {
     model_seeds();
     tokenizer_seeds();
     parser_seeds();
+    safetensors_seeds();
     printf("seeds: %u files in %s\n", n_written, outdir);
     return 0;
 }
