@@ -1,4 +1,5 @@
-/* libFuzzer target: the safetensors reader on arbitrary bytes.
+/* libFuzzer target: the official checkpoint's files on arbitrary bytes, as
+ * a safetensors shard and as a shard index.
  *
  * Whatever the input, ds4_safetensors_parse must refuse it with a message
  * or accept it; and what it accepts must keep every promise of
@@ -8,11 +9,16 @@
  * one fails) and reads every byte of every tensor, so that a wrong pointer
  * is a sanitizer report.
  *
+ * ds4_checkpoint_index_parse, likewise, and what it accepts is sorted by tensor,
+ * each named once, with shard names that stay in the folder.
+ *
  * Seeds (tests/fuzz/seeds.c): the format's own test vectors, a header with
- * metadata, every type and an empty tensor, and a few refused files. */
+ * metadata, every type and an empty tensor, a few refused files, and
+ * indexes. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "fuzzutil.h"
 
@@ -27,7 +33,25 @@ static int by_offset(const void *a, const void *b) {
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
+static void check_index(const uint8_t *data, size_t size) {
+    ds4_ckpt_index ix;
+    ds4err err = {0};
+    if (ds4_checkpoint_index_parse(&ix, (const char *)data, size, "fuzz.index.json", &err)) {
+        fz_check(err.code != DS4_OK && err.msg[0], "a refusal carries a code and a message");
+        return;
+    }
+    for (size_t i = 0; i < ix.n; i++) {
+        fz_check(ix.tensors[i][0] && ix.shards[i][0], "names are not empty");
+        fz_check(i == 0 || strcmp(ix.tensors[i - 1], ix.tensors[i]) < 0,
+                 "tensors sorted, each once");
+        fz_check(!strchr(ix.shards[i], '/') && strcmp(ix.shards[i], "..") &&
+                     strcmp(ix.shards[i], "."), "shards stay in the folder");
+    }
+    ds4_checkpoint_index_free(&ix);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    check_index(data, size);
     ds4_st_file f;
     ds4err err = {0};
     if (ds4_safetensors_parse(&f, data, size, "fuzz.safetensors", &err)) {

@@ -16,8 +16,9 @@
  *              interrupted), a dump and an official.vec case written from
  *              them, vectors/tiny.vec, JSON edge cases;
  *   safetensors  the format's own test vector, headers with metadata, every
- *              type, an empty tensor and tensors out of offset order, and a
- *              few refused ones (a gap, an overlap, a bad count). */
+ *              type, an empty tensor and tensors out of offset order, a
+ *              few refused ones (a gap, an overlap, a bad count), and
+ *              shard indexes. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,6 +303,10 @@ static void safetensors_seeds(void) {
     put_st("overlap",
            "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
            "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6);
+    put_str("safetensors", "index",
+            "{\"metadata\": {\"total_size\": 11}, \"weight_map\": {\"a\": \"s1.safetensors\", "
+            "\"b\": \"s2.safetensors\", \"a.scale\": \"s1.safetensors\"}}");
+    put_str("safetensors", "index-outside", "{\"weight_map\": {\"a\": \"../x\"}}");
     put_st("bad-count", "{\"t\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,10]}}",
            10);
 }
