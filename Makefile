@@ -143,6 +143,11 @@ $(OFFICIAL_OK): $(OFFICIAL) vectors/official/SHA256SUMS
 $(TEST_BIN): | $(OFFICIAL_OK)
 $(BUILD)/tests/testutil.o: ALL_CFLAGS += -DDS4REF_OFFICIAL_DIR='"$(BUILD)/official"'
 
+# What ds4ref reads of a checkpoint, for make peers to compare with what the
+# safetensors library wrote (tests/ckpt_dump.c).
+$(BUILD)/ckpt-dump: $(BUILD)/tests/ckpt_dump.o $(BUILD)/libds4ref.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # ds4ref-conform's test backend (tests/conform.sh): the public API only.
 $(BUILD)/conform-backend: $(BUILD)/tests/conform_backend.o $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -175,8 +180,8 @@ FULLDEPTH_MODEL = models/fulldepth.gguf
 # ds4ref-conform against real peers (llama.cpp's prebuilt CPU backend),
 # installed when they can be and skipped, with the reason, when not:
 # heavy, so not part of make test.
-peers: all
-	scripts/peers.sh
+peers: all $(BUILD)/ckpt-dump
+	scripts/peers.sh $(BUILD)
 
 # tests/conform.sh with the self-check on the full default matrix (336 cells)
 # and every seed bug at depth 2 too; make test runs a sample (docs/CONFORM.md).

@@ -12,18 +12,44 @@
 #      numerics without the simulation, at |dlogprob| and gap <= 1e-3;
 #   3. llama.cpp with an injected bug confined to one cell class (rows of a
 #      batch read one row late): exactly the cells with several rows fail.
-# What cannot run (no npm, no network, not x86-64 Linux) is skipped with
-# the reason.  Run from the repository root after make.
+#
+# The safetensors library (huggingface/safetensors from PyPI, installed into
+# $DS4REF_PEERS/pylib) writes a two-shard checkpoint in the official layout
+# (FP8 and FP4 weights with their E8M0 scales, BF16, I64, F32, the index):
+# ds4ref's reader must see every tensor as written and dequantize the
+# weights exactly (scripts/peers_safetensors.py, with BUILD/ckpt-dump).
+#
+# What cannot run (no npm, no pip or network, not x86-64 Linux) is skipped
+# with the reason.  Run from the repository root after make.
+# Usage: scripts/peers.sh [BUILD_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+build=${1:-build}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=tests/checks.sh
 . tests/checks.sh
 fails=0
+cache=${DS4REF_PEERS:-$HOME/.cache/ds4ref/peers}
+
+# The safetensors library: skipped, not failed, without it.
+py=/usr/bin/python3
+command -v "$py" > /dev/null || py=python3
+if ! "$py" -c 'import numpy' 2> /dev/null; then
+    echo "peers: safetensors skipped: no Python with NumPy (scripts/install-deps.sh installs it)"
+elif ! PYTHONPATH=$cache/pylib "$py" -c 'import safetensors' 2> /dev/null &&
+     ! { echo "peers: pip install safetensors into $cache/pylib" &&
+         "$py" -m pip install -q --target "$cache/pylib" safetensors > "$tmp/pip.log" 2>&1; }; then
+    echo "peers: safetensors skipped: pip install failed (offline?): $(tail -1 "$tmp/pip.log")"
+else
+    mkdir -p "$tmp/ckpt"
+    check "safetensors $(PYTHONPATH=$cache/pylib "$py" -c 'import safetensors; print(safetensors.__version__)'): ds4ref reads its checkpoint as written" \
+        env PYTHONPATH="$cache/pylib" "$py" scripts/peers_safetensors.py "$build/ckpt-dump" "$tmp/ckpt"
+fi
 
 skip_all() {
     echo "peers: skipped: $1"
+    [ $fails -eq 0 ] || { echo "peers: $fails failed"; exit 1; }
     exit 0
 }
 
@@ -31,7 +57,6 @@ lib=${DS4REF_LLAMA_LIB:-}
 if [ -z "$lib" ]; then
     [ "$(uname -sm)" = "Linux x86_64" ] || skip_all "llama.cpp's npm prebuilt is for x86-64 Linux, this is $(uname -sm)"
     command -v npm > /dev/null || skip_all "no npm to install @node-llama-cpp/linux-x64 (apt install npm)"
-    cache=${DS4REF_PEERS:-$HOME/.cache/ds4ref/peers}
     lib=$cache/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
     if [ ! -e "$lib/libllama.v0.5.0.so" ]; then
         echo "peers: npm install @node-llama-cpp/linux-x64@3.22.1 into $cache/npm"

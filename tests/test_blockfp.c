@@ -151,11 +151,25 @@ static void test_refusals(void **state) {
     assert_true(out[2] == 0x1p-136f);
 }
 
+/* The scale shapes of the release's own tensors (config.json's sizes):
+ * wq_b [32768, 1024] has [256, 8]; an expert's w2, [4096, 2048] unpacked,
+ * has [4096, 64]; and partial blocks round up. */
+static void test_scale_shape(void **state) {
+    (void)state;
+    uint64_t s[2];
+    ds4_blockfp_scale_shape(0, 32768, 1024, s);
+    assert_true(s[0] == 256 && s[1] == 8);
+    ds4_blockfp_scale_shape(0, 130, 260, s);
+    assert_true(s[0] == 2 && s[1] == 3);
+    ds4_blockfp_scale_shape(1, 4096, 2048, s);
+    assert_true(s[0] == 4096 && s[1] == 64);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_e4m3),      cmocka_unit_test(test_e2m1),
         cmocka_unit_test(test_fp8_rows),  cmocka_unit_test(test_fp4_rows),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusals),  cmocka_unit_test(test_scale_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,12 @@ static int scaled(float value, uint8_t scale, float *out) {
     return 1;
 }
 
+void ds4_blockfp_scale_shape(int fp4, uint64_t out, uint64_t in, uint64_t shape[2]) {
+    const uint64_t b = DS4_BLOCKFP_FP8_BLOCK;
+    shape[0] = fp4 ? out : (out + b - 1) / b;
+    shape[1] = fp4 ? in / DS4_BLOCKFP_FP4_BLOCK : (in + b - 1) / b;
+}
+
 int ds4_blockfp_fp8_row(const uint8_t *w, const uint8_t *scale, uint64_t in, uint64_t row,
                         float *out, uint64_t *bad) {
     const uint64_t blocks = (in + DS4_BLOCKFP_FP8_BLOCK - 1) / DS4_BLOCKFP_FP8_BLOCK;

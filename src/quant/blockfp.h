@@ -27,6 +27,11 @@ float ds4_blockfp_e4m3(uint8_t b);
  * negatives (bit 3 the sign). */
 float ds4_blockfp_e2m1(uint8_t code);
 
+/* The scales a weight of `out` rows and `in` columns needs, [rows, cols]:
+ * FP8 [ceil(out/128), ceil(in/128)]; FP4 [out, in/32] (in a multiple of 32,
+ * which the caller checks). */
+void ds4_blockfp_scale_shape(int fp4, uint64_t out, uint64_t in, uint64_t shape[2]);
+
 /* Row `row` of an FP8 matrix with `in` columns into out[0..in).  Returns 0,
  * or -1 with *bad the column of the first weight that is a NaN code or whose
  * scale is NaN or takes it out of f32's range. */
