@@ -108,6 +108,10 @@ static int config_validate(const ds4_config *c, const char *p, ds4err *err) {
     return 0;
 }
 
+int ds4_model_config_validate(const ds4_config *c, const char *path, ds4err *err) {
+    return config_validate(c, path, err);
+}
+
 /* The official QAT simulation rounds the non-RoPE part of each KV row to FP8
  * in blocks of 64 (act_quant(kv[..., :-rd], 64)), which the official code
  * asserts divides it.  A model where it does not runs with QAT off, in the

@@ -154,6 +154,11 @@ typedef struct ds4_model {
     ds4_strref *tok_strs;                   /* borrowed by tok */
 } ds4_model;
 
+/* The relations between hyper-parameters the forward pass relies on, for a
+ * configuration read from elsewhere (hfconfig.h); ds4_model_config_load
+ * checks them itself.  The error names `path` and the rule that broke. */
+int ds4_model_config_validate(const ds4_config *c, const char *path, ds4err *err);
+
 /* Read and validate the configuration from a GGUF's metadata. */
 int ds4_model_config_load(ds4_config *cfg, const gguf_file *g, ds4err *err);
 void ds4_model_config_free(ds4_config *cfg);

@@ -1,0 +1,172 @@
+/* config.json's hyper-parameters (hfconfig.h). */
+#include "model/hfconfig.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int missing(const char *path, const char *key, const char *what, ds4err *err) {
+    return ds4_err_set(err, DS4_E_MODEL, "%s: \"%s\" must be %s", path, key, what);
+}
+
+/* A required count: a JSON integer in [0, 2^32). */
+static int get_u32(const ds4_json *root, const char *key, uint32_t *out, const char *path,
+                   ds4err *err) {
+    const ds4_json *v = ds4_json_get(root, key);
+    uint64_t x = 0;
+    bool ok = v && v->type == DS4_JSON_NUMBER && v->len > 0 && v->len <= 10;
+    for (size_t i = 0; ok && i < v->len; i++) {
+        ok = v->str[i] >= '0' && v->str[i] <= '9';
+        x = x * 10 + (uint64_t)(v->str[i] - '0');
+    }
+    if (!ok || x > UINT32_MAX) return missing(path, key, "an integer from 0 to 2^32 - 1", err);
+    *out = (uint32_t)x;
+    return 0;
+}
+
+/* A required float: a finite JSON number that stays finite as an f32. */
+static int get_f32(const ds4_json *root, const char *key, float *out, const char *path,
+                   ds4err *err) {
+    const ds4_json *v = ds4_json_get(root, key);
+    if (!v || v->type != DS4_JSON_NUMBER || !isfinite((float)v->num))
+        return missing(path, key, "a finite number", err);
+    *out = (float)v->num;
+    return 0;
+}
+
+/* A string key that, when present, must have the one value ds4ref runs. */
+static int want_str(const ds4_json *root, const char *key, const char *want, const char *path,
+                    ds4err *err) {
+    const ds4_json *v = ds4_json_get(root, key);
+    if (!v || ds4_json_is_str(v, want)) return 0;
+    if (v->type != DS4_JSON_STRING) return missing(path, key, "text", err);
+    return ds4_err_set(err, DS4_E_UNSUPPORTED, "%s: \"%s\" is \"%.40s\": only \"%s\" is DeepSeek V4",
+                       path, key, v->str, want);
+}
+
+/* An integer that must have one value. */
+static int want_u32(const ds4_json *root, const char *key, uint32_t want, const char *path,
+                    ds4err *err) {
+    uint32_t v;
+    if (get_u32(root, key, &v, path, err)) return -1;
+    if (v == want) return 0;
+    return ds4_err_set(err, DS4_E_UNSUPPORTED, "%s: \"%s\" is %u: DeepSeek V4 has %u", path, key,
+                       v, want);
+}
+
+static int read_rope_scaling(ds4_config *c, const ds4_json *root, const char *path, ds4err *err) {
+    const ds4_json *rs = ds4_json_get(root, "rope_scaling");
+    c->yarn = false;
+    c->yarn_factor = 1;
+    c->yarn_beta_fast = 32;
+    c->yarn_beta_slow = 1;
+    if (!rs || rs->type == DS4_JSON_NULL) return 0;
+    if (rs->type != DS4_JSON_OBJECT) return missing(path, "rope_scaling", "an object or null", err);
+    const ds4_json *t = ds4_json_get(rs, "type");
+    if (!t) t = ds4_json_get(rs, "rope_type");
+    if (!ds4_json_is_str(t, "yarn"))
+        return ds4_err_set(err, DS4_E_UNSUPPORTED,
+                           "%s: \"rope_scaling\": only {\"type\": \"yarn\", ...} is supported",
+                           path);
+    c->yarn = true;
+    char in[512];
+    snprintf(in, sizeof(in), "%s: in \"rope_scaling\"", path);
+    if (get_f32(rs, "factor", &c->yarn_factor, in, err) ||
+        get_u32(rs, "original_max_position_embeddings", &c->yarn_orig_ctx, in, err) ||
+        (ds4_json_get(rs, "beta_fast") && get_f32(rs, "beta_fast", &c->yarn_beta_fast, in, err)) ||
+        (ds4_json_get(rs, "beta_slow") && get_f32(rs, "beta_slow", &c->yarn_beta_slow, in, err)))
+        return -1;
+    return 0;
+}
+
+/* compress_ratios: n_layer entries, then one per MTP layer. */
+static int read_ratios(ds4_config *c, const ds4_json *root, uint32_t n_mtp, const char *path,
+                       ds4err *err) {
+    const ds4_json *r = ds4_json_get(root, "compress_ratios");
+    if (!r || r->type != DS4_JSON_ARRAY || r->n != (size_t)c->n_layer + n_mtp)
+        return ds4_err_set(err, DS4_E_MODEL,
+                           "%s: \"compress_ratios\" must be an array of %u integers (one per "
+                           "layer, then one per MTP layer)", path, c->n_layer + n_mtp);
+    if (!(c->ratio = malloc(sizeof(uint32_t) * c->n_layer)))
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        const ds4_json *v = &r->elems[l];
+        if (v->type != DS4_JSON_NUMBER || v->num < 0 || v->num > UINT32_MAX ||
+            v->num != floor(v->num))
+            return ds4_err_set(err, DS4_E_MODEL, "%s: \"compress_ratios\"[%u] is not a count",
+                               path, l);
+        c->ratio[l] = (uint32_t)v->num;
+    }
+    return 0;
+}
+
+static int load(ds4_config *c, const ds4_json *root, const char *path, ds4err *err) {
+    uint32_t n_mtp = 0;
+    float limit = 0;
+    if (root->type != DS4_JSON_OBJECT)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: not a JSON object", path);
+    if (get_u32(root, "num_hidden_layers", &c->n_layer, path, err) ||
+        get_u32(root, "hidden_size", &c->n_embd, path, err) ||
+        get_u32(root, "vocab_size", &c->n_vocab, path, err) ||
+        get_u32(root, "num_attention_heads", &c->n_head, path, err) ||
+        want_u32(root, "num_key_value_heads", 1, path, err) ||
+        get_u32(root, "head_dim", &c->head_dim, path, err) ||
+        get_u32(root, "qk_rope_head_dim", &c->n_rot, path, err) ||
+        get_u32(root, "q_lora_rank", &c->q_lora, path, err) ||
+        get_u32(root, "o_lora_rank", &c->o_lora, path, err) ||
+        get_u32(root, "o_groups", &c->o_groups, path, err) ||
+        get_u32(root, "n_routed_experts", &c->n_expert, path, err) ||
+        get_u32(root, "num_experts_per_tok", &c->n_expert_used, path, err) ||
+        get_u32(root, "moe_intermediate_size", &c->n_ff, path, err) ||
+        want_u32(root, "n_shared_experts", 1, path, err) ||
+        get_u32(root, "num_hash_layers", &c->n_hash_layer, path, err) ||
+        get_u32(root, "sliding_window", &c->swa, path, err) ||
+        get_u32(root, "index_n_heads", &c->idx_head, path, err) ||
+        get_u32(root, "index_head_dim", &c->idx_dim, path, err) ||
+        get_u32(root, "index_topk", &c->idx_topk, path, err) ||
+        get_u32(root, "hc_mult", &c->n_hc, path, err) ||
+        get_u32(root, "hc_sinkhorn_iters", &c->sinkhorn_iter, path, err) ||
+        get_u32(root, "max_position_embeddings", &c->context_length, path, err) ||
+        get_f32(root, "rms_norm_eps", &c->rms_eps, path, err) ||
+        get_f32(root, "routed_scaling_factor", &c->expert_scale, path, err) ||
+        get_f32(root, "rope_theta", &c->rope_base, path, err) ||
+        get_f32(root, "compress_rope_theta", &c->compress_rope_base, path, err) ||
+        get_f32(root, "swiglu_limit", &limit, path, err) ||
+        want_str(root, "scoring_func", "sqrtsoftplus", path, err) ||
+        want_str(root, "topk_method", "noaux_tc", path, err))
+        return -1;
+    /* model.py's defaults for what the release's file leaves out. */
+    c->hc_eps = 1e-6f;
+    if (ds4_json_get(root, "hc_eps") && get_f32(root, "hc_eps", &c->hc_eps, path, err)) return -1;
+    if (ds4_json_get(root, "num_nextn_predict_layers") &&
+        get_u32(root, "num_nextn_predict_layers", &n_mtp, path, err))
+        return -1;
+    if (n_mtp > 1)
+        return ds4_err_set(err, DS4_E_UNSUPPORTED,
+                           "%s: \"num_nextn_predict_layers\" is %u: ds4ref runs one MTP layer", path,
+                           n_mtp);
+    const ds4_json *norm = ds4_json_get(root, "norm_topk_prob");
+    if (norm && norm->type != DS4_JSON_TRUE)
+        return ds4_err_set(err, DS4_E_UNSUPPORTED,
+                           "%s: \"norm_topk_prob\" must be true: DeepSeek V4 renormalizes its "
+                           "routing weights", path);
+    if (c->n_layer < 1 || c->n_layer > DS4_MAX_LAYER)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: \"num_hidden_layers\" must be in [1, %d]", path,
+                           DS4_MAX_LAYER);
+    if (read_rope_scaling(c, root, path, err) || read_ratios(c, root, n_mtp, path, err)) return -1;
+    c->clamp_exp = malloc(sizeof(float) * (c->n_layer + 1));
+    c->clamp_shexp = malloc(sizeof(float) * (c->n_layer + 1));
+    if (!c->clamp_exp || !c->clamp_shexp) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    for (uint32_t l = 0; l <= c->n_layer; l++) c->clamp_exp[l] = c->clamp_shexp[l] = limit;
+    return ds4_model_config_validate(c, path, err);
+}
+
+int ds4_hfconfig_load(ds4_config *c, const ds4_json *root, const char *path, ds4err *err) {
+    memset(c, 0, sizeof(*c));
+    if (load(c, root, path, err)) {
+        ds4_model_config_free(c);
+        return -1;
+    }
+    return 0;
+}

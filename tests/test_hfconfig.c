@@ -1,0 +1,189 @@
+/* config.json's hyper-parameters.
+ *
+ * The release's own config.json (DeepSeek V4 Flash, as published) must give
+ * the values its keys say, spelled out here; a config.json written from
+ * the tiny model's GGUF metadata must give the configuration the GGUF path
+ * reads; each broken key must be refused by name. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/hfconfig.h"
+#include "testutil.h"
+
+static const char release[] =
+    "{\"architectures\": [\"DeepseekV4ForCausalLM\"], \"attention_bias\": false,"
+    " \"attention_dropout\": 0.0, \"bos_token_id\": 0, \"eos_token_id\": 1,"
+    " \"expert_dtype\": \"fp4\", \"hc_eps\": 1e-06, \"hc_mult\": 4, \"hc_sinkhorn_iters\": 20,"
+    " \"head_dim\": 512, \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"index_head_dim\": 128,"
+    " \"index_n_heads\": 64, \"index_topk\": 512, \"initializer_range\": 0.02,"
+    " \"max_position_embeddings\": 1048576, \"model_type\": \"deepseek_v4\","
+    " \"moe_intermediate_size\": 2048, \"n_routed_experts\": 256, \"n_shared_experts\": 1,"
+    " \"norm_topk_prob\": true, \"num_attention_heads\": 64, \"num_experts_per_tok\": 6,"
+    " \"num_hidden_layers\": 43, \"num_hash_layers\": 3, \"num_key_value_heads\": 1,"
+    " \"num_nextn_predict_layers\": 1, \"o_groups\": 8, \"o_lora_rank\": 1024,"
+    " \"q_lora_rank\": 1024, \"qk_rope_head_dim\": 64, \"quantization_config\":"
+    " {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\","
+    " \"scale_fmt\": \"ue8m0\", \"weight_block_size\": [128, 128]}, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 16,"
+    " \"original_max_position_embeddings\": 65536, \"type\": \"yarn\"}, \"rope_theta\": 10000,"
+    " \"routed_scaling_factor\": 1.5, \"scoring_func\": \"sqrtsoftplus\", \"sliding_window\": 128,"
+    " \"swiglu_limit\": 10.0, \"tie_word_embeddings\": false, \"topk_method\": \"noaux_tc\","
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.57.1\", \"use_cache\": true,"
+    " \"vocab_size\": 129280, \"compress_rope_theta\": 160000, \"compress_ratios\": [0, 0,"
+    " 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,"
+    " 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 0]}";
+
+static int load_text(ds4_config *c, const char *text, ds4err *err) {
+    ds4_json_doc *doc;
+    if (ds4_json_parse(text, strlen(text), "config.json", &doc, err)) return -1;
+    int rc = ds4_hfconfig_load(c, ds4_json_root(doc), "config.json", err);
+    ds4_json_free(doc);
+    return rc;
+}
+
+static void test_release(void **state) {
+    (void)state;
+    ds4_config c;
+    ds4err err = {0};
+    if (load_text(&c, release, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(c.n_layer, 43);
+    assert_int_equal(c.n_embd, 4096);
+    assert_int_equal(c.n_vocab, 129280);
+    assert_int_equal(c.n_head, 64);
+    assert_int_equal(c.head_dim, 512);
+    assert_int_equal(c.n_rot, 64);
+    assert_int_equal(c.q_lora, 1024);
+    assert_int_equal(c.o_lora, 1024);
+    assert_int_equal(c.o_groups, 8);
+    assert_int_equal(c.n_expert, 256);
+    assert_int_equal(c.n_expert_used, 6);
+    assert_int_equal(c.n_ff, 2048);
+    assert_int_equal(c.n_hash_layer, 3);
+    assert_int_equal(c.swa, 128);
+    assert_int_equal(c.idx_head, 64);
+    assert_int_equal(c.idx_dim, 128);
+    assert_int_equal(c.idx_topk, 512);
+    assert_int_equal(c.n_hc, 4);
+    assert_int_equal(c.sinkhorn_iter, 20);
+    assert_int_equal(c.context_length, 1048576);
+    assert_true(c.rms_eps == 1e-6f && c.hc_eps == 1e-6f && c.expert_scale == 1.5f);
+    assert_true(c.rope_base == 10000.0f && c.compress_rope_base == 160000.0f);
+    assert_true(c.yarn && c.yarn_factor == 16.0f && c.yarn_orig_ctx == 65536);
+    assert_true(c.yarn_beta_fast == 32.0f && c.yarn_beta_slow == 1.0f);
+    assert_int_equal(c.ratio[0], 0);
+    assert_int_equal(c.ratio[1], 0);
+    assert_int_equal(c.ratio[2], 4);
+    assert_int_equal(c.ratio[3], 128);
+    assert_int_equal(c.ratio[41], 128);
+    assert_int_equal(c.ratio[42], 4);
+    for (uint32_t l = 0; l <= 43; l++) assert_true(c.clamp_exp[l] == 10.0f && c.clamp_shexp[l] == 10.0f);
+    ds4_model_config_free(&c);
+}
+
+/* The tiny model's GGUF configuration, written as a config.json, reads back
+ * field for field. */
+static void test_same_as_gguf(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    const ds4_config *g = &t->m.cfg;
+    char text[8192];
+    int n = snprintf(text, sizeof(text),
+        "{\"num_hidden_layers\": %u, \"hidden_size\": %u, \"vocab_size\": %u,"
+        " \"num_attention_heads\": %u, \"num_key_value_heads\": 1, \"head_dim\": %u,"
+        " \"qk_rope_head_dim\": %u, \"q_lora_rank\": %u, \"o_lora_rank\": %u, \"o_groups\": %u,"
+        " \"n_routed_experts\": %u, \"num_experts_per_tok\": %u, \"moe_intermediate_size\": %u,"
+        " \"n_shared_experts\": 1, \"num_hash_layers\": %u, \"sliding_window\": %u,"
+        " \"index_n_heads\": %u, \"index_head_dim\": %u, \"index_topk\": %u, \"hc_mult\": %u,"
+        " \"hc_sinkhorn_iters\": %u, \"max_position_embeddings\": %u, \"rms_norm_eps\": %.9g,"
+        " \"hc_eps\": %.9g, \"routed_scaling_factor\": %.9g, \"rope_theta\": %.9g,"
+        " \"compress_rope_theta\": %.9g, \"swiglu_limit\": %.9g, \"num_nextn_predict_layers\": 1,",
+        g->n_layer, g->n_embd, g->n_vocab, g->n_head, g->head_dim, g->n_rot, g->q_lora, g->o_lora,
+        g->o_groups, g->n_expert, g->n_expert_used, g->n_ff, g->n_hash_layer, g->swa, g->idx_head,
+        g->idx_dim, g->idx_topk, g->n_hc, g->sinkhorn_iter, g->context_length, g->rms_eps,
+        g->hc_eps, g->expert_scale, g->rope_base, g->compress_rope_base, g->clamp_exp[0]);
+    if (g->yarn)
+        n += snprintf(text + n, sizeof(text) - (size_t)n,
+                      " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": %.9g,"
+                      " \"original_max_position_embeddings\": %u, \"beta_fast\": %.9g,"
+                      " \"beta_slow\": %.9g},", g->yarn_factor, g->yarn_orig_ctx,
+                      g->yarn_beta_fast, g->yarn_beta_slow);
+    n += snprintf(text + n, sizeof(text) - (size_t)n, " \"compress_ratios\": [");
+    for (uint32_t l = 0; l < g->n_layer; l++)
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "%u, ", g->ratio[l]);
+    snprintf(text + n, sizeof(text) - (size_t)n, "0]}");
+    ds4_config c;
+    if (load_text(&c, text, &err)) fail_msg("%s\n%s", err.msg, text);
+    /* Every scalar field, then the arrays. */
+    assert_memory_equal(&c, g, offsetof(ds4_config, ratio));
+    assert_memory_equal(c.ratio, g->ratio, sizeof(uint32_t) * g->n_layer);
+    for (uint32_t l = 0; l <= g->n_layer; l++) {
+        assert_true(c.clamp_exp[l] == g->clamp_exp[l]);
+        assert_true(c.clamp_shexp[l] == g->clamp_shexp[l]);
+    }
+    ds4_model_config_free(&c);
+    tu_model_free(t);
+}
+
+typedef struct edit {
+    const char *from, *to;     /* the release's text with one substring replaced */
+    const char *expect;
+} edit;
+
+static void test_refusals(void **state) {
+    (void)state;
+    const edit edits[] = {
+        {"\"head_dim\": 512, ", "", "\"head_dim\" must be an integer"},
+        {"\"head_dim\": 512", "\"head_dim\": 512.0", "\"head_dim\" must be an integer"},
+        {"\"head_dim\": 512", "\"head_dim\": \"512\"", "\"head_dim\" must be an integer"},
+        {"\"vocab_size\": 129280", "\"vocab_size\": 4294967296", "\"vocab_size\" must be an integer"},
+        {"\"num_key_value_heads\": 1", "\"num_key_value_heads\": 8",
+         "\"num_key_value_heads\" is 8: DeepSeek V4 has 1"},
+        {"\"n_shared_experts\": 1", "\"n_shared_experts\": 2", "\"n_shared_experts\" is 2"},
+        {"\"sqrtsoftplus\"", "\"softmax\"", "\"scoring_func\" is \"softmax\": only \"sqrtsoftplus\""},
+        {"\"noaux_tc\"", "\"greedy\"", "\"topk_method\" is \"greedy\""},
+        {"\"norm_topk_prob\": true", "\"norm_topk_prob\": false", "\"norm_topk_prob\" must be true"},
+        {"\"type\": \"yarn\"", "\"type\": \"linear\"", "only {\"type\": \"yarn\", ...}"},
+        {"\"factor\": 16", "\"factor\": null", "in \"rope_scaling\": \"factor\" must be a finite"},
+        {"\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e300", "\"rms_norm_eps\" must be a finite"},
+        {"\"num_nextn_predict_layers\": 1", "\"num_nextn_predict_layers\": 2", "runs one MTP layer"},
+        {"4, 0]}", "4]}", "\"compress_ratios\" must be an array of 44 integers"},
+        {"[0, 0,", "[0, 0.5,", "\"compress_ratios\"[1] is not a count"},
+        {"[0, 0,", "[0, 1,", "compress_ratios[1] = 1: expected 0"},
+        {"\"o_groups\": 8", "\"o_groups\": 7", "head_count must be a multiple of output_group_count"},
+        {"\"num_hidden_layers\": 43", "\"num_hidden_layers\": 0", "\"num_hidden_layers\" must be in [1,"},
+    };
+    char text[sizeof(release) + 64];
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        const char *at = strstr(release, edits[i].from);
+        assert_non_null(at);
+        snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - release), release, edits[i].to,
+                 at + strlen(edits[i].from));
+        ds4_config c;
+        ds4err err = {0};
+        if (!load_text(&c, text, &err)) fail_msg("edit %zu was accepted", i);
+        if (!strstr(err.msg, edits[i].expect) || !strstr(err.msg, "config.json"))
+            fail_msg("edit %zu: '%s'\nwanted '%s'", i, err.msg, edits[i].expect);
+    }
+    ds4_config c;
+    ds4err err = {0};
+    assert_int_equal(load_text(&c, "[]", &err), -1);
+    assert_non_null(strstr(err.msg, "config.json: not a JSON object"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_release),
+        cmocka_unit_test(test_same_as_gguf),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
