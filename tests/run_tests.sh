@@ -148,18 +148,40 @@ else
     skip python "$py"
 fi
 
-# valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list)
+# valgrind: the unit tests that declare themselves fast enough (tests/valgrind.list).
+# valgrind runs a process's threads one at a time, so the list runs one
+# process per core, in the background (each into its own log and status
+# file); the stages then show them in the list's order as each ends.
+vg_result() {   # vg_result PREFIX: wait for PREFIX.rc, show PREFIX.log, exit with its status
+    while [ ! -e "$1.rc" ]; do sleep 1; done
+    cat "$1.log"
+    return "$(cat "$1.rc")"
+}
 if [ -n "${DS4REF_SANITIZER:-}" ]; then
     skip valgrind "a $DS4REF_SANITIZER build: the sanitizer does that job"
 elif command -v valgrind >/dev/null 2>&1; then
+    mkdir -p "$logs/valgrind"
+    (
+        i=0
+        while read -r name args; do
+            case "$name" in ''|'#'*) continue ;; esac
+            while [ "$(jobs -rp | wc -l)" -ge "$(nproc 2>/dev/null || echo 2)" ]; do wait -n; done
+            # GOMP_SPINCOUNT: set here, the programs do not execute themselves
+            # again to set it (programs/wait_policy.h), which would leave valgrind.
+            # shellcheck disable=SC2086
+            ( env OMP_NUM_THREADS=2 DS4REF_VALGRIND=1 GOMP_SPINCOUNT=10000 \
+                valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+                --suppressions=tests/valgrind.supp "$name" $args > "$logs/valgrind/$i.log" 2>&1
+              echo $? > "$logs/valgrind/$i.tmp" && mv "$logs/valgrind/$i.tmp" "$logs/valgrind/$i.rc" ) &
+            i=$((i + 1))
+        done < tests/valgrind.list
+        wait
+    ) &
+    i=0
     while read -r name args; do
         case "$name" in ''|'#'*) continue ;; esac
-        # GOMP_SPINCOUNT: set here, the programs do not execute themselves
-        # again to set it (programs/wait_policy.h), which would leave valgrind.
-        # shellcheck disable=SC2086
-        run "valgrind $name $args" env OMP_NUM_THREADS=2 DS4REF_VALGRIND=1 GOMP_SPINCOUNT=10000 \
-            valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
-            --suppressions=tests/valgrind.supp "$name" $args
+        run "valgrind $name $args" vg_result "$logs/valgrind/$i"
+        i=$((i + 1))
     done < tests/valgrind.list
 else
     echo "valgrind not installed: valgrind pass skipped"
