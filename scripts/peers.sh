@@ -30,16 +30,16 @@ trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=tests/checks.sh
 . tests/checks.sh
 fails=0
-cache=${DS4REF_PEERS:-$HOME/.cache/ds4ref/peers}
+cache=${DS4REF_PEERS:-${HOME:-/tmp}/.cache/ds4ref/peers}
 
 # The safetensors library: skipped, not failed, without it.
 py=/usr/bin/python3
 command -v "$py" > /dev/null || py=python3
 if ! "$py" -c 'import numpy' 2> /dev/null; then
     echo "peers: safetensors skipped: no Python with NumPy (scripts/install-deps.sh installs it)"
-elif ! PYTHONPATH=$cache/pylib "$py" -c 'import safetensors' 2> /dev/null &&
-     ! { echo "peers: pip install safetensors into $cache/pylib" &&
-         "$py" -m pip install -q --target "$cache/pylib" safetensors > "$tmp/pip.log" 2>&1; }; then
+elif ! PYTHONPATH=$cache/pylib "$py" -c 'from safetensors import TensorSpec, serialize_file' 2> /dev/null &&
+     ! { echo "peers: pip install safetensors==0.8.0 into $cache/pylib" &&
+         "$py" -m pip install -q --upgrade --target "$cache/pylib" safetensors==0.8.0 > "$tmp/pip.log" 2>&1; }; then
     echo "peers: safetensors skipped: pip install failed (offline?): $(tail -1 "$tmp/pip.log")"
 else
     mkdir -p "$tmp/ckpt"

@@ -153,7 +153,16 @@ fi
 # process per core, in the background (each into its own log and status
 # file); the stages then show them in the list's order as each ends.
 vg_result() {   # vg_result PREFIX: wait for PREFIX.rc, show PREFIX.log, exit with its status
-    while [ ! -e "$1.rc" ]; do sleep 1; done
+    while [ ! -e "$1.rc" ]; do
+        # The scheduler gone without the status: it was killed, or the disk
+        # is full; the stage fails rather than waiting forever.
+        if ! kill -0 "$vg_sched" 2>/dev/null && [ ! -e "$1.rc" ]; then
+            cat "$1.log" 2>/dev/null
+            echo "valgrind: no exit status for this run (its scheduler ended without one)"
+            return 1
+        fi
+        sleep 1
+    done
     cat "$1.log"
     return "$(cat "$1.rc")"
 }
@@ -177,6 +186,8 @@ elif command -v valgrind >/dev/null 2>&1; then
         done < tests/valgrind.list
         wait
     ) &
+    vg_sched=$!
+    trap 'kill "$vg_sched" 2>/dev/null; rm -rf "$logs"' EXIT
     i=0
     while read -r name args; do
         case "$name" in ''|'#'*) continue ;; esac

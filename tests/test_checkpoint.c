@@ -138,10 +138,10 @@ static void test_refusals(void **state) {
          "\"total_size\" is 12, but the shards' tensors hold 11 bytes"},
         {ix, "{\"metadata\": {\"total_size\": 1.1e1}, \"weight_map\": {}}",
          "\"total_size\" is not an integer"},
-        {ix, "[", "model.safetensors.index.json"},
+        {ix, "[", "model.safetensors.index.json: byte 1: expected a value, found end of input"},
         {"s2.safetensors", NULL, "tensor 'a' is in two shards, s1.safetensors and s2.safetensors"},
         {"config.json", "[1, 2]", "config.json: not a JSON object"},
-        {"config.json", "{\"a\": }", "config.json"},
+        {"config.json", "{\"a\": }", "config.json: byte 6: expected a value"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *d = good_folder();

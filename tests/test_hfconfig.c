@@ -141,7 +141,12 @@ typedef struct edit {
 static void test_refusals(void **state) {
     (void)state;
     const edit edits[] = {
-        {"\"head_dim\": 512, ", "", "\"head_dim\" must be an integer"},
+        {"\"head_dim\": 512, ", "", "config.json: \"head_dim\" is missing"},
+        {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "\"hidden_act\" is \"gelu\""},
+        {"\"noaux_tc\",", "\"noaux_tc\", \"n_group\": 8, \"topk_group\": 4,",
+         "\"n_group\" is 8: DeepSeek V4 has 1"},
+        {"4, 0]}", "4, \"x\"]}", "\"compress_ratios\"[43] is not a count"},
+        {"[0, 0,", "[0, 4.0,", "\"compress_ratios\"[1] is not a count"},
         {"\"head_dim\": 512", "\"head_dim\": 512.0", "\"head_dim\" must be an integer"},
         {"\"head_dim\": 512", "\"head_dim\": \"512\"", "\"head_dim\" must be an integer"},
         {"\"vocab_size\": 129280", "\"vocab_size\": 4294967296", "\"vocab_size\" must be an integer"},

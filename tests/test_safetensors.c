@@ -131,9 +131,10 @@ static void test_refusals(void **state) {
     snprintf(buf[1], sizeof(buf[1]), "{\"__metadata__\":{},%s,\"__metadata__\":{}}", one);
     snprintf(buf[2], sizeof(buf[2]), "{%s}", one);
     const bad_case cases[] = {
-        {"[]", 0, "the header is not a JSON object"},
-        {"{\"t\":", 0, "(header)"},
-        {"{} \n\x01", 0, "(header)"},
+        {"[]", 0, "the header must be one JSON object, '{' first, then spaces only"},
+        {" {}", 0, "'{' first"},
+        {"{}\n", 0, "then spaces only"},
+        {"{\"t\": [}", 0, "(header)"},
         {buf[0], 16, "tensor 't' is named twice"},
         {buf[1], 8, "\"__metadata__\" given twice"},
         {"{\"t\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4,

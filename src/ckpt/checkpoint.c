@@ -3,6 +3,7 @@
 
 #include "base/file.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,7 +275,7 @@ int ds4_checkpoint_open(ds4_ckpt *c, const char *path, ds4err *err) {
     memset(c, 0, sizeof(*c));
     struct stat st;
     if (stat(path, &st) != 0)
-        return ds4_err_set(err, DS4_E_IO, "%s: cannot open: no such file or folder", path);
+        return ds4_err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
     if (!(c->dir = strdup(path))) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     int rc = S_ISDIR(st.st_mode) ? open_folder(c, err) : open_file(c, path, err);
     if (!rc) rc = read_config(c, err);

@@ -31,7 +31,7 @@ size_t ds4_safetensors_dtype_size(ds4_st_dtype t) {
     return (unsigned)t < DS4_ST_N_DTYPES ? dtypes[t].size : 0;
 }
 
-/* A JSON number written as a plain non-negative integer below 2^63: the
+/* A JSON number written as a plain non-negative integer up to 2^63: the
  * literal itself is read, not the double strtod made of it, so 1e3, 2.0 and
  * 18446744073709551616 are refused rather than rounded. */
 static bool read_uint(const ds4_json *v, uint64_t *out) {
@@ -65,6 +65,10 @@ static void free_parsed(ds4_st_file *f) {
     memset(f, 0, sizeof(*f));
 }
 
+static int cmp_strs(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static int read_metadata(ds4_st_file *f, const ds4_json *m, ds4err *err) {
     if (m->type != DS4_JSON_OBJECT)
         return ds4_err_set(err, DS4_E_FORMAT, "%s: \"__metadata__\" is not an object of strings",
@@ -79,15 +83,23 @@ static int read_metadata(ds4_st_file *f, const ds4_json *m, ds4err *err) {
             return ds4_err_set(err, DS4_E_FORMAT,
                                "%s: \"__metadata__\" member %zu: keys and values must be strings "
                                "without NUL bytes", f->path, i);
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(f->meta_keys[j], k->str))
-                return ds4_err_set(err, DS4_E_FORMAT, "%s: \"__metadata__\" names '%s' twice",
-                                   f->path, k->str);
+        f->n_meta = i + 1;   /* before the copies: free_parsed frees what they made */
         if (!(f->meta_keys[i] = strdup(k->str)) || !(f->meta_values[i] = strdup(v->str)))
             return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", f->path);
-        f->n_meta = i + 1;
     }
-    return 0;
+    /* Duplicates, through a sorted copy: a 100 MB header may hold millions
+     * of keys, too many to compare pairwise. */
+    char **sorted = malloc((m->n ? m->n : 1) * sizeof(char *));
+    if (!sorted) return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", f->path);
+    memcpy(sorted, f->meta_keys, m->n * sizeof(char *));
+    qsort(sorted, m->n, sizeof(char *), cmp_strs);
+    int rc = 0;
+    for (size_t i = 1; i < m->n && !rc; i++)
+        if (!strcmp(sorted[i - 1], sorted[i]))
+            rc = ds4_err_set(err, DS4_E_FORMAT, "%s: \"__metadata__\" names '%s' twice", f->path,
+                             sorted[i]);
+    free(sorted);
+    return rc;
 }
 
 /* Writes "[2, 3]" into buf, for messages. */
@@ -244,6 +256,14 @@ static int parse(ds4_st_file *f, const uint8_t *buf, uint64_t size, ds4err *err)
                            "%s: header length %" PRIu64 " runs past the end of the file (%" PRIu64
                            " bytes)", f->path, n, size);
     f->header_len = n;
+    /* The object itself, then spaces only, as the format's writer pads it
+     * (its reader refuses a header that does not start with '{'). */
+    uint64_t last = n;
+    while (last > 0 && buf[8 + last - 1] == ' ') last--;
+    if (n == 0 || buf[8] != '{' || last == 0 || buf[8 + last - 1] != '}')
+        return ds4_err_set(err, DS4_E_FORMAT,
+                           "%s: the header must be one JSON object, '{' first, then spaces only",
+                           f->path);
     char *label = malloc(strlen(f->path) + 16);
     if (!label) return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", f->path);
     sprintf(label, "%s (header)", f->path);
@@ -251,11 +271,7 @@ static int parse(ds4_st_file *f, const uint8_t *buf, uint64_t size, ds4err *err)
     int rc = ds4_json_parse((const char *)buf + 8, (size_t)n, label, &doc, err);
     free(label);
     if (rc) return -1;
-    const ds4_json *root = ds4_json_root(doc);
-    if (root->type != DS4_JSON_OBJECT) {
-        ds4_json_free(doc);
-        return ds4_err_set(err, DS4_E_FORMAT, "%s: the header is not a JSON object", f->path);
-    }
+    const ds4_json *root = ds4_json_root(doc);   /* an object: it parsed from '{' to '}' */
     f->tensors = calloc(root->n ? root->n : 1, sizeof(*f->tensors));
     if (!f->tensors) {
         ds4_json_free(doc);

@@ -2,6 +2,7 @@
 #include "model/hfconfig.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,18 +11,26 @@ static int missing(const char *path, const char *key, const char *what, ds4err *
     return ds4_err_set(err, DS4_E_MODEL, "%s: \"%s\" must be %s", path, key, what);
 }
 
-/* A required count: a JSON integer in [0, 2^32). */
-static int get_u32(const ds4_json *root, const char *key, uint32_t *out, const char *path,
-                   ds4err *err) {
-    const ds4_json *v = ds4_json_get(root, key);
+/* A count: a JSON integer written in plain digits, below 2^32 (4.0, 4e0
+ * and -0 are not counts). */
+static bool read_u32(const ds4_json *v, uint32_t *out) {
     uint64_t x = 0;
-    bool ok = v && v->type == DS4_JSON_NUMBER && v->len > 0 && v->len <= 10;
+    bool ok = v->type == DS4_JSON_NUMBER && v->len > 0 && v->len <= 10;
     for (size_t i = 0; ok && i < v->len; i++) {
         ok = v->str[i] >= '0' && v->str[i] <= '9';
         x = x * 10 + (uint64_t)(v->str[i] - '0');
     }
-    if (!ok || x > UINT32_MAX) return missing(path, key, "an integer from 0 to 2^32 - 1", err);
+    if (!ok || x > UINT32_MAX) return false;
     *out = (uint32_t)x;
+    return true;
+}
+
+/* A required count. */
+static int get_u32(const ds4_json *root, const char *key, uint32_t *out, const char *path,
+                   ds4err *err) {
+    const ds4_json *v = ds4_json_get(root, key);
+    if (!v) return ds4_err_set(err, DS4_E_MODEL, "%s: \"%s\" is missing", path, key);
+    if (!read_u32(v, out)) return missing(path, key, "an integer from 0 to 2^32 - 1", err);
     return 0;
 }
 
@@ -29,7 +38,8 @@ static int get_u32(const ds4_json *root, const char *key, uint32_t *out, const c
 static int get_f32(const ds4_json *root, const char *key, float *out, const char *path,
                    ds4err *err) {
     const ds4_json *v = ds4_json_get(root, key);
-    if (!v || v->type != DS4_JSON_NUMBER || !isfinite((float)v->num))
+    if (!v) return ds4_err_set(err, DS4_E_MODEL, "%s: \"%s\" is missing", path, key);
+    if (v->type != DS4_JSON_NUMBER || !isfinite((float)v->num))
         return missing(path, key, "a finite number", err);
     *out = (float)v->num;
     return 0;
@@ -90,13 +100,12 @@ static int read_ratios(ds4_config *c, const ds4_json *root, uint32_t n_mtp, cons
                            "layer, then one per MTP layer)", path, c->n_layer + n_mtp);
     if (!(c->ratio = malloc(sizeof(uint32_t) * c->n_layer)))
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    for (uint32_t l = 0; l < c->n_layer; l++) {
-        const ds4_json *v = &r->elems[l];
-        if (v->type != DS4_JSON_NUMBER || v->num < 0 || v->num > UINT32_MAX ||
-            v->num != floor(v->num))
-            return ds4_err_set(err, DS4_E_MODEL, "%s: \"compress_ratios\"[%u] is not a count",
+    for (size_t l = 0; l < r->n; l++) {
+        uint32_t v;
+        if (!read_u32(&r->elems[l], &v))
+            return ds4_err_set(err, DS4_E_MODEL, "%s: \"compress_ratios\"[%zu] is not a count",
                                path, l);
-        c->ratio[l] = (uint32_t)v->num;
+        if (l < c->n_layer) c->ratio[l] = v;
     }
     return 0;
 }
@@ -134,7 +143,13 @@ static int load(ds4_config *c, const ds4_json *root, const char *path, ds4err *e
         get_f32(root, "compress_rope_theta", &c->compress_rope_base, path, err) ||
         get_f32(root, "swiglu_limit", &limit, path, err) ||
         want_str(root, "scoring_func", "sqrtsoftplus", path, err) ||
-        want_str(root, "topk_method", "noaux_tc", path, err))
+        want_str(root, "topk_method", "noaux_tc", path, err) ||
+        want_str(root, "hidden_act", "silu", path, err))
+        return -1;
+    /* Group-limited routing (DeepSeek V3's n_group / topk_group, which also
+     * says "noaux_tc") is not V4's: present, it must be one group. */
+    if ((ds4_json_get(root, "n_group") && want_u32(root, "n_group", 1, path, err)) ||
+        (ds4_json_get(root, "topk_group") && want_u32(root, "topk_group", 1, path, err)))
         return -1;
     /* model.py's defaults for what the release's file leaves out. */
     c->hc_eps = 1e-6f;
