@@ -83,17 +83,22 @@ build() { # LOG
     make -C "$tree" -j"$jobs" BUILD=build "${tests[@]/#/build/}" > "$1" 2>&1
 }
 
-# run_tests LABEL: one result per test in results[] ("pass" or "FAIL").
+# run_tests LABEL: one result per test in results[] ("pass" or "FAIL"); the
+# tests run one thread each, one per core at a time, each writing its exit
+# status to a file.
 run_tests() {
     local label=$1 t
     results=()
     for t in "${tests[@]}"; do
-        if (cd "$tree" && OMP_NUM_THREADS=1 timeout "$test_timeout" "build/$t") \
-                > "$work/logs/$label-$t.log" 2>&1; then
-            results+=(pass)
-        else
-            results+=(FAIL)
-        fi
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+        ( (cd "$tree" && OMP_NUM_THREADS=1 timeout "$test_timeout" "build/$t") \
+              > "$work/logs/$label-$t.log" 2>&1
+          echo $? > "$work/logs/$label-$t.rc" ) &
+    done
+    wait
+    for t in "${tests[@]}"; do
+        if [ "$(cat "$work/logs/$label-$t.rc" 2>/dev/null)" = 0 ]; then results+=(pass)
+        else results+=(FAIL); fi
     done
 }
 
