@@ -220,6 +220,35 @@ static void test_buf(void **state) {
     assert_null(b.p);
 }
 
+/* Sizes and counts are read from the literal: plain digits up to a bound,
+ * the bound itself included; 1e3, 2.0, -0, text and one past are refused. */
+static void test_uint(void **state) {
+    (void)state;
+    const struct { const char *text; uint64_t max; int ok; uint64_t want; } cases[] = {
+        {"0", 5, 1, 0},
+        {"5", 5, 1, 5},
+        {"9", 5, 0, 0},
+        {"4294967295", 4294967295u, 1, 4294967295u},
+        {"4294967296", 4294967295u, 0, 0},
+        {"9223372036854775808", UINT64_C(1) << 63, 1, UINT64_C(1) << 63},
+        {"9223372036854775809", UINT64_C(1) << 63, 0, 0},
+        {"18446744073709551615", UINT64_MAX, 1, UINT64_MAX},
+        {"18446744073709551616", UINT64_MAX, 0, 0},
+        {"1e3", 5000, 0, 0},
+        {"2.0", 5, 0, 0},
+        {"-0", 5, 0, 0},
+        {"\"7\"", 9, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ds4_json_doc *d = parse_ok(cases[i].text, strlen(cases[i].text));
+        uint64_t got = 12345;
+        int ok = ds4_json_uint(ds4_json_root(d), cases[i].max, &got);
+        if (ok != cases[i].ok || (ok && got != cases[i].want))
+            fail_msg("%s: ok %d value %llu", cases[i].text, ok, (unsigned long long)got);
+        ds4_json_free(d);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars),
@@ -230,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_writer),
         cmocka_unit_test(test_writer_parser_round_trip),
         cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_uint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,13 +53,8 @@ static int read_total(ds4_ckpt_index *ix, const ds4_json *meta, const char *name
         return ds4_err_set(err, DS4_E_FORMAT, "%s: \"metadata\" is not an object", name);
     const ds4_json *t = ds4_json_get(meta, "total_size");
     if (!t) return 0;
-    uint64_t x = 0;
-    bool ok = t->type == DS4_JSON_NUMBER && t->len > 0 && t->len <= 18;
-    for (size_t i = 0; ok && i < t->len; i++) {
-        ok = t->str[i] >= '0' && t->str[i] <= '9';
-        x = x * 10 + (uint64_t)(t->str[i] - '0');
-    }
-    if (!ok)
+    uint64_t x;
+    if (!ds4_json_uint(t, UINT64_C(999999999999999999), &x))
         return ds4_err_set(err, DS4_E_FORMAT,
                            "%s: \"metadata\".\"total_size\" is not an integer below 10^18", name);
     ix->has_total = true;

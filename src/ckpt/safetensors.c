@@ -31,20 +31,9 @@ size_t ds4_safetensors_dtype_size(ds4_st_dtype t) {
     return (unsigned)t < DS4_ST_N_DTYPES ? dtypes[t].size : 0;
 }
 
-/* A JSON number written as a plain non-negative integer up to 2^63: the
- * literal itself is read, not the double strtod made of it, so 1e3, 2.0 and
- * 18446744073709551616 are refused rather than rounded. */
+/* Shapes and offsets: plain integers up to 2^63. */
 static bool read_uint(const ds4_json *v, uint64_t *out) {
-    if (v->type != DS4_JSON_NUMBER || v->len == 0) return false;
-    uint64_t x = 0;
-    for (size_t i = 0; i < v->len; i++) {
-        char c = v->str[i];
-        if (c < '0' || c > '9') return false;
-        if (x > ((UINT64_C(1) << 63) - (uint64_t)(c - '0')) / 10) return false;
-        x = x * 10 + (uint64_t)(c - '0');
-    }
-    *out = x;
-    return true;
+    return ds4_json_uint(v, UINT64_C(1) << 63, out);
 }
 
 /* A key or string value usable as a C string: no NUL inside. */

@@ -14,13 +14,8 @@ static int missing(const char *path, const char *key, const char *what, ds4err *
 /* A count: a JSON integer written in plain digits, below 2^32 (4.0, 4e0
  * and -0 are not counts). */
 static bool read_u32(const ds4_json *v, uint32_t *out) {
-    uint64_t x = 0;
-    bool ok = v->type == DS4_JSON_NUMBER && v->len > 0 && v->len <= 10;
-    for (size_t i = 0; ok && i < v->len; i++) {
-        ok = v->str[i] >= '0' && v->str[i] <= '9';
-        x = x * 10 + (uint64_t)(v->str[i] - '0');
-    }
-    if (!ok || x > UINT32_MAX) return false;
+    uint64_t x;
+    if (!ds4_json_uint(v, UINT32_MAX, &x)) return false;
     *out = (uint32_t)x;
     return true;
 }
@@ -58,7 +53,7 @@ static int want_str(const ds4_json *root, const char *key, const char *want, con
 /* An integer that must have one value. */
 static int want_u32(const ds4_json *root, const char *key, uint32_t want, const char *path,
                     ds4err *err) {
-    uint32_t v;
+    uint32_t v = 0;
     if (get_u32(root, key, &v, path, err)) return -1;
     if (v == want) return 0;
     return ds4_err_set(err, DS4_E_UNSUPPORTED, "%s: \"%s\" is %u: DeepSeek V4 has %u", path, key,

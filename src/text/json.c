@@ -384,6 +384,19 @@ bool ds4_json_is_str(const ds4_json *v, const char *s) {
 
 /* --------------------------------------------------------------- buffer */
 
+bool ds4_json_uint(const ds4_json *v, uint64_t max, uint64_t *out) {
+    if (v->type != DS4_JSON_NUMBER || v->len == 0) return false;
+    uint64_t x = 0;
+    for (size_t i = 0; i < v->len; i++) {
+        char c = v->str[i];
+        uint64_t d = (uint64_t)(c - '0');
+        if (c < '0' || c > '9' || d > max || x > (max - d) / 10) return false;
+        x = x * 10 + d;
+    }
+    *out = x;
+    return true;
+}
+
 int ds4_json_put_str(ds4_buf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     ds4_buf_put(b, "\"", 1);
