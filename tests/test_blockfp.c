@@ -173,11 +173,64 @@ static void test_scale_shape(void **state) {
     assert_true(s[0] == 4096 && s[1] == 64);
 }
 
+/* The kernels' spans against the definitions, for every code and every
+ * scale: the exact product where it is an f32, an infinity of the code's
+ * sign past f32's range (both formats' largest products with scales 247+
+ * and 253+), NaN for a NaN code or scale.  The scale 0 is the subnormal
+ * 2^-127, so the products underflow into subnormals, still exactly. */
+static void check_span_value(float got, double code, int scale, const char *what, int b) {
+    if (scale == 255 || code != code) {
+        if (!isnan(got)) fail_msg("%s code %d scale %d: got %a, want NaN", what, b, scale, got);
+        return;
+    }
+    const double want = code * two_to(scale - 127);
+    if (fabs(want) > FLT_MAX) {
+        if (!isinf(got) || (got > 0) != (want > 0))
+            fail_msg("%s code %d scale %d: got %a, want an infinity", what, b, scale, got);
+    } else if ((double)got != want || !signbit(got) != !signbit(want)) {
+        fail_msg("%s code %d scale %d: got %a, want %a", what, b, scale, got, want);
+    }
+}
+
+static void test_spans(void **state) {
+    (void)state;
+    uint8_t w[256], s[2];
+    float out[256];
+    for (int b = 0; b < 256; b++) w[b] = (uint8_t)b;
+    for (int scale = 0; scale < 256; scale++) {
+        /* FP8: 256 codes over two 128-blocks, the second scaled by 2^0, from
+         * element 0 and from element 130 (a span that starts mid-block). */
+        s[0] = (uint8_t)scale, s[1] = 127;
+        ds4_blockfp_fp8_span(w, s, 0, out, 256);
+        for (int b = 0; b < 256; b++) {
+            const double code = (b & 0x7f) == 0x7f ? NAN : e4m3_def((uint8_t)b);
+            check_span_value(out[b], code, b < 128 ? scale : 127, "fp8", b);
+        }
+        ds4_blockfp_fp8_span(w, s, 130, out, 126);
+        for (int b = 130; b < 256; b++) {
+            const double code = (b & 0x7f) == 0x7f ? NAN : e4m3_def((uint8_t)b);
+            check_span_value(out[b - 130], code, 127, "fp8 at 130", b);
+        }
+        /* FP4: the 256 bytes are 512 codes, the low nibble first; the
+         * scale per 32 alternates between `scale` and 2^0. */
+        uint8_t s4[16];
+        for (int k = 0; k < 16; k++) s4[k] = k & 1 ? 127 : (uint8_t)scale;
+        float o4[512];
+        ds4_blockfp_fp4_span(w, s4, 0, o4, 512);
+        for (int k = 0; k < 512; k++) {
+            const int code = k & 1 ? w[k / 2] >> 4 : w[k / 2] & 15;
+            const double v = (code & 8 ? -1 : 1) * (double)(int[]){0, 1, 2, 3, 4, 6, 8, 12}[code & 7] / 2;
+            check_span_value(o4[k], v, s4[k / 32], "fp4", k);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_e4m3),      cmocka_unit_test(test_e2m1),
         cmocka_unit_test(test_fp8_rows),  cmocka_unit_test(test_fp4_rows),
         cmocka_unit_test(test_refusals),  cmocka_unit_test(test_scale_shape),
+        cmocka_unit_test(test_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

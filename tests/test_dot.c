@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/blockfp.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
 #include "testutil.h"
@@ -238,7 +239,7 @@ static void mcase_init(mcase *c, uint32_t type, uint64_t cols, uint64_t rows, in
     c->data = malloc(rb * rows);
     assert_non_null(c->data);
     for (uint64_t r = 0; r < rows; r++) fill_row(type, c->data + r * rb, cols);
-    c->W = (ds4_mat){type, cols, rows, rb, c->data, 0};
+    c->W = (ds4_mat){type, cols, rows, rb, c->data, 0, NULL, 0};
     c->ldx = cols + 5;   /* padded strides catch index mix-ups */
     c->maxT = maxT;
     c->x = malloc(sizeof(float) * c->ldx * (uint64_t)maxT);
@@ -323,10 +324,10 @@ static void test_matmul_invalid(void **state) {
     (void)state;
     uint8_t data[34 * 4] = {0};
     float x[64] = {0}, y[4];
-    ds4_mat bad_type = {2, 32, 4, 34, data, 0};
+    ds4_mat bad_type = {2, 32, 4, 34, data, 0, NULL, 0};
     ds4_dot_matmul(&bad_type, x, 32, 1, y, 4);
     for (int r = 0; r < 4; r++) assert_true(isnan(y[r]));
-    ds4_mat bad_cols = {DS4_TYPE_Q8_0, 48, 2, 34, data, 0};
+    ds4_mat bad_cols = {DS4_TYPE_Q8_0, 48, 2, 34, data, 0, NULL, 0};
     y[0] = y[1] = 0;
     ds4_dot_matmul_rows(&bad_cols, 0, 2, x, 48, 1, y, 2);
     assert_true(isnan(y[0]) && isnan(y[1]));
@@ -341,7 +342,7 @@ static void test_mat_expert(void **state) {
     uint8_t *data = malloc(rb * ROWS * E);
     assert_non_null(data);
     fill_row(DS4_TYPE_Q8_0, data, (uint64_t)COLS * ROWS * E);
-    const ds4_mat all = {DS4_TYPE_Q8_0, COLS, ROWS, rb, data, 0};
+    const ds4_mat all = {DS4_TYPE_Q8_0, COLS, ROWS, rb, data, 0, NULL, 0};
     float x[COLS], y[ROWS];
     for (int i = 0; i < COLS; i++) x[i] = rnd_unit();
     for (uint64_t e = 0; e < E; e++) {
@@ -502,7 +503,7 @@ static void test_variants_match_portable(void **state) {
             assert_non_null(x);
             for (uint64_t r = 0; r < rows; r++) fill_row(type, data + r * rb, cols);
             for (uint64_t i = 0; i < cols * 17; i++) x[i] = rnd_wide();
-            const ds4_mat W = {type, cols, rows, rb, data, 0};
+            const ds4_mat W = {type, cols, rows, rb, data, 0, NULL, 0};
             for (int q = 0; q < 6; q++) check_variants_vs_portable(&W, x, cols, Ts[q]);
             /* Special scales: row 3's first block and row 7's last block. */
             const ds4_type_info *t = ds4_types_info(type);
@@ -527,6 +528,182 @@ static void test_variants_match_portable(void **state) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* The official checkpoint's block-scaled matrices                          */
+/* ------------------------------------------------------------------------ */
+
+/* A block-scaled matrix with its weights dequantized the independent way
+ * (blockfp.h's row functions: ldexp of the format's definition), rows x
+ * cols, random codes (no NaN code) and scales 2^-10 .. 2^3. */
+typedef struct scase {
+    ds4_mat W;
+    uint8_t *w, *scale;
+    float *deq;
+} scase;
+
+static void scase_init(scase *c, uint32_t type, uint64_t cols, uint64_t rows) {
+    const int fp4 = type == DS4_TYPE_FP4_B32;
+    uint64_t sshape[2];
+    ds4_blockfp_scale_shape(fp4, rows, cols, sshape);
+    const uint64_t wbytes = rows * (fp4 ? cols / 2 : cols);
+    c->w = malloc(wbytes);
+    c->scale = malloc(sshape[0] * sshape[1]);
+    c->deq = malloc(sizeof(float) * rows * cols);
+    assert_true(c->w && c->scale && c->deq);
+    for (uint64_t i = 0; i < wbytes; i++) {
+        c->w[i] = (uint8_t)rnd();
+        if (!fp4 && (c->w[i] & 0x7f) == 0x7f) c->w[i] ^= 1;   /* not the NaN code */
+    }
+    for (uint64_t i = 0; i < sshape[0] * sshape[1]; i++) c->scale[i] = (uint8_t)(117 + rnd() % 14);
+    c->W = ds4_dot_scaled(type, cols, rows, c->w, c->scale, 0);
+    assert_int_equal(c->W.scale_stride, sshape[1]);
+    for (uint64_t r = 0; r < rows; r++) {
+        uint64_t bad = 0;
+        const int rc = fp4 ? ds4_blockfp_fp4_row(c->w, c->scale, cols, r, c->deq + r * cols, &bad)
+                           : ds4_blockfp_fp8_row(c->w, c->scale, cols, r, c->deq + r * cols, &bad);
+        assert_int_equal(rc, 0);
+    }
+}
+
+static void scase_free(scase *c) {
+    free(c->w);
+    free(c->scale);
+    free(c->deq);
+}
+
+/* Rows [r0, r1) x T tokens of c through the kernels in use against ref_dot
+ * of the dequantized rows, bit for bit (NaN only where the reference has
+ * one). */
+static void scase_check(const scase *c, const float *x, uint64_t ldx, int T, uint64_t r0,
+                        uint64_t r1) {
+    const uint64_t rows = c->W.rows, cols = c->W.cols;
+    float *y = malloc(sizeof(float) * rows * (uint64_t)T);
+    assert_non_null(y);
+    for (uint64_t i = 0; i < rows * (uint64_t)T; i++) y[i] = -7.0f;
+    if (r0 == 0 && r1 == rows) ds4_dot_matmul(&c->W, x, ldx, T, y, rows);
+    else ds4_dot_matmul_rows(&c->W, r0, r1, x, ldx, T, y, rows);
+    for (int t = 0; t < T; t++)
+        for (uint64_t r = r0; r < r1; r++) {
+            const float want = (float)ref_dot(c->deq + r * cols, x + (uint64_t)t * ldx, cols);
+            const float got = y[(uint64_t)t * rows + r];
+            if (fbits(got) != fbits(want) && !(isnan(got) && isnan(want))) {
+                print_error("%s %s T=%d t=%d r=%llu: got %a, want %a\n", ds4_types_name(c->W.type),
+                            ds4_dot_kernels(), T, t, (unsigned long long)r, got, want);
+                fail();
+            }
+        }
+    free(y);
+}
+
+/* Every value of a product of an FP8 or FP4 matrix equals the canonical dot
+ * of its independently dequantized row, for every variant, token count,
+ * thread count and row range.  The FP8 matrix has a partial 128-block both
+ * ways (300 x 300); the FP4 one rows of 7 scale blocks (224), so a 256-wide
+ * chunk ends inside a row. */
+static void test_matmul_block_scaled(void **state) {
+    (void)state;
+    char names[4][16];
+    const int nv = variants(names);
+    const int saved = omp_get_max_threads();
+    static const int Ts[] = {1, 2, 7, 17, 70};
+    static const struct { uint32_t type; uint64_t cols, rows; } shapes[] = {
+        {DS4_TYPE_FP8_B128, 300, 300}, {DS4_TYPE_FP8_B128, 128, 3}, {DS4_TYPE_FP4_B32, 224, 37},
+        {DS4_TYPE_FP4_B32, 512, 9},
+    };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        scase c;
+        scase_init(&c, shapes[s].type, shapes[s].cols, shapes[s].rows);
+        const uint64_t ldx = shapes[s].cols + 3;
+        float *x = malloc(sizeof(float) * ldx * 70);
+        assert_non_null(x);
+        for (uint64_t i = 0; i < ldx * 70; i++) x[i] = rnd_wide();
+        for (int v = 0; v < nv; v++) {
+            use(names[v]);
+            for (int threads = 1; threads <= 3; threads += 2) {
+                omp_set_num_threads(threads);
+                for (int k = 0; k < 5; k++) scase_check(&c, x, ldx, Ts[k], 0, c.W.rows);
+            }
+            scase_check(&c, x, ldx, 7, 1, c.W.rows - 1);
+            scase_check(&c, x, ldx, 1, c.W.rows - 1, c.W.rows);
+        }
+        free(x);
+        scase_free(&c);
+    }
+    use(names[0]);
+    omp_set_num_threads(saved);
+}
+
+/* A NaN scale makes its rows' values NaN, a scale past f32's range for the
+ * block's largest code an infinity, in every variant; the other rows keep
+ * their values.  A block-scaled matrix without scales, or FP4 rows that
+ * are not whole scale blocks, is invalid: NaN, as a bad type. */
+static void test_matmul_block_scaled_specials(void **state) {
+    (void)state;
+    char names[4][16];
+    const int nv = variants(names);
+    scase c;
+    scase_init(&c, DS4_TYPE_FP4_B32, 64, 6);
+    c.scale[5 * 2 + 1] = 255;      /* row 5, second block: NaN */
+    scase f;
+    scase_init(&f, DS4_TYPE_FP8_B128, 128, 130);
+    memset(f.w + 128 * 128, 0x7e, 2 * 128);   /* block row 1: all 448 */
+    f.scale[1] = 250;                          /* 448 * 2^123: past f32 */
+    float x[128];
+    for (int i = 0; i < 128; i++) x[i] = 1.0f + (float)i / 128;
+    for (int v = 0; v < nv; v++) {
+        use(names[v]);
+        float y[130];
+        ds4_dot_matmul(&c.W, x, 64, 1, y, 6);
+        for (int r = 0; r < 6; r++) {
+            assert_int_equal(isnan(y[r]) != 0, r == 5);
+            if (r != 5) assert_int_equal(fbits(y[r]), fbits((float)ref_dot(c.deq + r * 64, x, 64)));
+        }
+        ds4_dot_matmul(&f.W, x, 128, 1, y, 130);
+        for (int r = 0; r < 130; r++) assert_int_equal(isinf(y[r]) != 0, r >= 128);
+    }
+    use(names[0]);
+    float y[6];
+    ds4_mat no_scale = c.W;
+    no_scale.scale = NULL;
+    ds4_dot_matmul(&no_scale, x, 64, 1, y, 6);
+    for (int r = 0; r < 6; r++) assert_true(isnan(y[r]));
+    ds4_mat partial = ds4_dot_scaled(DS4_TYPE_FP4_B32, 48, 6, c.w, c.scale, 0);
+    ds4_dot_matmul(&partial, x, 48, 1, y, 6);
+    for (int r = 0; r < 6; r++) assert_true(isnan(y[r]));
+    scase_free(&c);
+    scase_free(&f);
+}
+
+/* Expert e of a stacked FP8 tensor: its rows and its block rows of scales
+ * (130 rows: two block rows an expert, the second partial). */
+static void test_mat_expert_block_scaled(void **state) {
+    (void)state;
+    scase all;
+    scase_init(&all, DS4_TYPE_FP8_B128, 256, 130 * 3);
+    /* The stacked scales are each expert's [2][2], one after the other,
+     * not the whole tensor's [4][2]: rebuild them that way. */
+    uint8_t *sc = malloc(3 * 2 * 2);
+    assert_non_null(sc);
+    for (int i = 0; i < 12; i++) sc[i] = (uint8_t)(120 + i);
+    const ds4_mat stacked = ds4_dot_scaled(DS4_TYPE_FP8_B128, 256, 130, all.w, sc, 0);
+    float x[256], y[130];
+    for (int i = 0; i < 256; i++) x[i] = rnd_unit();
+    for (uint64_t e = 0; e < 3; e++) {
+        const ds4_mat m = ds4_dot_expert(&stacked, e);
+        assert_ptr_equal(m.data, all.w + e * 130 * 256);
+        assert_ptr_equal(m.scale, sc + e * 4);
+        ds4_dot_matmul(&m, x, 256, 1, y, 130);
+        float deq[256];
+        for (uint64_t r = 0; r < 130; r += 43) {
+            uint64_t bad;
+            assert_int_equal(ds4_blockfp_fp8_row(all.w + e * 130 * 256, sc + e * 4, 256, r, deq, &bad), 0);
+            assert_int_equal(fbits(y[r]), fbits((float)ref_dot(deq, x, 256)));
+        }
+    }
+    free(sc);
+    scase_free(&all);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fma_equals_mul_add),
@@ -538,6 +715,9 @@ int main(void) {
         cmocka_unit_test(test_matmul_batch_and_threads),
         cmocka_unit_test(test_matmul_invalid),
         cmocka_unit_test(test_mat_expert),
+        cmocka_unit_test(test_matmul_block_scaled),
+        cmocka_unit_test(test_matmul_block_scaled_specials),
+        cmocka_unit_test(test_mat_expert_block_scaled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
 #include "quant/blockfp.h"
 
 #include <math.h>
+#include <string.h>
 
 float ds4_blockfp_e4m3(uint8_t b) {
     int e = b >> 3 & 15, m = b & 7;
@@ -59,4 +60,48 @@ int ds4_blockfp_fp4_row(const uint8_t *w, const uint8_t *scale, uint64_t in, uin
         }
     }
     return 0;
+}
+
+/* ---- The kernels' spans ---- */
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* 2^(s - 127) as an f32, exactly: the exponent field for s >= 1, the
+ * subnormal 2^-127 for 0, NaN for 255. */
+static float e8m0(uint8_t s) {
+    if (s == 255) return NAN;
+    return s ? from_bits((uint32_t)s << 23) : from_bits(1u << 22);
+}
+
+/* An E4M3FN byte from its fields: a normal value's exponent rebiased from 7
+ * to 127 and its 3 mantissa bits moved to the top of f32's 23; a
+ * subnormal's m * 2^-9 (exact: m < 8). */
+static float e4m3_fields(uint8_t b) {
+    const uint32_t e = b >> 3 & 15, m = b & 7;
+    if (e == 15 && m == 7) return NAN;
+    const float v = e ? from_bits((e + 120) << 23 | m << 20) : (float)m * 0x1p-9f;
+    return b & 0x80 ? -v : v;
+}
+
+void ds4_blockfp_fp8_span(const uint8_t *w, const uint8_t *srow, uint64_t off, float *out,
+                          uint64_t m) {
+    for (uint64_t i = 0; i < m; i++) {
+        const uint64_t k = off + i;
+        /* A power of two times a value of 4 significant bits: exact, or an
+         * infinity past f32's range. */
+        out[i] = e4m3_fields(w[k]) * e8m0(srow[k / DS4_BLOCKFP_FP8_BLOCK]);
+    }
+}
+
+void ds4_blockfp_fp4_span(const uint8_t *w, const uint8_t *srow, uint64_t off, float *out,
+                          uint64_t m) {
+    for (uint64_t i = 0; i < m; i++) {
+        const uint64_t k = off + i;
+        const uint8_t code = k & 1 ? w[k / 2] >> 4 : w[k / 2] & 15;
+        out[i] = ds4_blockfp_e2m1(code) * e8m0(srow[k / DS4_BLOCKFP_FP4_BLOCK]);
+    }
 }

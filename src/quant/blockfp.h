@@ -44,4 +44,18 @@ int ds4_blockfp_fp8_row(const uint8_t *w, const uint8_t *scale, uint64_t in, uin
 int ds4_blockfp_fp4_row(const uint8_t *w, const uint8_t *scale, uint64_t in, uint64_t row,
                         float *out, uint64_t *bad);
 
+/* The matrix kernels' dequantization (dot.h, DS4_TYPE_FP8_B128 and
+ * DS4_TYPE_FP4_B32): elements [off, off+m) of one row into out, `w` the
+ * row's bytes (FP8 one an element, FP4 two elements a byte, low nibble
+ * first; off even) and `srow` the E8M0 scales of its row (FP8: of its
+ * block row, one per 128 columns; FP4: one per 32).  The values are the
+ * row functions' above, computed with integer and f32 operations; nothing
+ * is refused here: a NaN code or scale gives NaN and a product past f32's
+ * range an infinity, never a rounded weight (the loader refuses such
+ * scales before a product sees them). */
+void ds4_blockfp_fp8_span(const uint8_t *w, const uint8_t *srow, uint64_t off, float *out,
+                          uint64_t m);
+void ds4_blockfp_fp4_span(const uint8_t *w, const uint8_t *srow, uint64_t off, float *out,
+                          uint64_t m);
+
 #endif

@@ -155,28 +155,46 @@ double ds4_dot_sumsq_f32(const float *a, uint64_t n) {
     return ds4_dot_f32(a, a, n);
 }
 
-/* Checks shared by the row kernels: a known type and a whole number of
- * blocks.  Callers validate shapes at load time, so failing here is a bug. */
-static const ds4_type_info *row_type(uint32_t type, uint64_t n) {
-    const ds4_type_info *t = ds4_types_info(type);
-    if (!t || (n != 0 && ds4_types_row_bytes(type, n) == 0)) return NULL;
+/* Checks shared by the row kernels: a known type, a whole number of
+ * blocks, and the scales of a block-scaled type, whose rows of FP4 hold
+ * whole scale blocks.  Callers validate shapes at load time, so failing
+ * here is a bug. */
+static const ds4_type_info *mat_type(const ds4_mat *W) {
+    const uint64_t n = W->cols;
+    const ds4_type_info *t = ds4_types_info(W->type);
+    if (!t || (n != 0 && ds4_types_row_bytes(W->type, n) == 0)) return NULL;
+    if (t->scale_cols && (!W->scale || (t->scale_rows == 1 && n % t->scale_cols))) return NULL;
     return t;
 }
 
 /* An invalid type or width has no defined value; NaN makes the mistake loud
  * instead of looking like a plausible number. */
 double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
-    const ds4_type_info *t = row_type(type, n);
+    const ds4_mat W = {type, n, 1, ds4_types_row_bytes(type, n), row, 0, NULL, 0};
+    const ds4_type_info *t = mat_type(&W);
     if (!t) return NAN;
     /* An empty row may come as NULL pointers, and NULL + 0 is undefined. */
     if (n == 0) return 0.0;
-    const ds4_mat W = {type, n, 1, ds4_types_row_bytes(type, n), row, 0};
     return kernels()->row_dot(&W, t, x);
 }
 
 ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert) {
     ds4_mat m = *stacked;
     m.data = stacked->data + expert * stacked->rows * stacked->row_bytes;
+    const ds4_type_info *t = ds4_types_info(stacked->type);
+    if (m.scale && t && t->scale_rows) {
+        const uint64_t scale_rows = (stacked->rows + t->scale_rows - 1) / t->scale_rows;
+        m.scale = stacked->scale + expert * scale_rows * stacked->scale_stride;
+    }
+    return m;
+}
+
+ds4_mat ds4_dot_scaled(uint32_t type, uint64_t cols, uint64_t rows, const uint8_t *data,
+                       const uint8_t *scale, uint8_t act) {
+    const ds4_type_info *t = ds4_types_info(type);
+    const uint64_t per = t && t->scale_cols ? t->scale_cols : 1;
+    const ds4_mat m = {type, cols, rows, ds4_types_row_bytes(type, cols), data, act,
+                       scale, (cols + per - 1) / per};
     return m;
 }
 
@@ -207,7 +225,7 @@ static uint64_t n_jobs(uint64_t rows, int group, int ntiles) {
 
 void ds4_dot_matmul_rows(const ds4_mat *W, uint64_t r0, uint64_t r1,
                      const float *x, uint64_t ldx, int T, float *y, uint64_t ldy) {
-    const ds4_type_info *t = row_type(W->type, W->cols);
+    const ds4_type_info *t = mat_type(W);
     if (!t) {
         fill_nan(r0, r1, T, y, ldy);
         return;
@@ -242,7 +260,7 @@ static void matmul_many_plain(const ds4_matmul_op *ops, int n_ops) {
     uint64_t first[MAX_OPS + 1];
     double work = 0;
     for (int i = 0; i < n; i++) {
-        types[i] = row_type(ops[i].W->type, ops[i].W->cols);
+        types[i] = mat_type(ops[i].W);
         if (!types[i]) fill_nan(0, ops[i].W->rows, ops[i].T, ops[i].y, ops[i].ldy);
         work += (double)ops[i].W->rows * (double)ops[i].W->cols * (ops[i].T > 0 ? ops[i].T : 0);
     }

@@ -49,9 +49,21 @@ typedef struct ds4_mat {
      * numerics profile.  Each input row is rounded alone, so the batch
      * still never changes a value. */
     uint8_t act;
+    /* A block-scaled type's E8M0 scales (formats.h, DS4_TYPE_FP8_B128 and
+     * DS4_TYPE_FP4_B32): scale row r / scale_rows at scale + that *
+     * scale_stride, one byte per scale_cols elements.  NULL for the GGUF
+     * types; a block-scaled matrix without them is invalid. */
+    const uint8_t *scale;
+    uint64_t scale_stride;
 } ds4_mat;
 
 ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert);
+
+/* A block-scaled matrix of `rows` x `cols` (blockfp.h): the weights at
+ * data, row-major, and their scales at scale, row-major with one row per
+ * block row; `act` as above. */
+ds4_mat ds4_dot_scaled(uint32_t type, uint64_t cols, uint64_t rows, const uint8_t *data,
+                       const uint8_t *scale, uint8_t act);
 
 /* y[t*ldy + r] = (float) dot(row r of W, x + t*ldx) for r in [0, W->rows) and
  * t in [0, T).  Rows are split over OpenMP threads; every output value is

@@ -244,8 +244,8 @@ static uint64_t dq_bf16(const uint8_t *p, float *w, uint64_t n) {
     return i;
 }
 
-static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, uint64_t off, float *w,
-                          uint64_t m) {
+static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow,
+                                 uint64_t off, float *w, uint64_t m) {
     const uint8_t *p = row + off / t->blck * t->bytes;
     const uint64_t nb = m / t->blck;
     uint64_t done = 0;
@@ -261,7 +261,7 @@ static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, uin
     }
     /* The rest (a tail, a special scale, another type) the portable way;
      * done is a whole number of blocks. */
-    if (done < m) dequant_portable(t, row, off + done, w + done, m - done);
+    if (done < m) dequant_portable(t, row, srow, off + done, w + done, m - done);
 }
 
 /* ---- One token: dequantization fused with the multiply-adds ------------

@@ -4,7 +4,8 @@
  *
  *   KERN_LANES_ADD(l, a, b, n)           l[i % 16] += a[i] * b[i]
  *   KERN_ROWS_FMA(acc, nr, w, x, m)      acc[j][i % 16] += w[j*CHUNK + i] * x[i]
- *   KERN_DEQUANT(t, row, off, w, m)      elements [off, off+m) of a row as f32
+ *   KERN_DEQUANT(t, row, srow, off, w, m) elements [off, off+m) of a row as f32
+ *                                        (srow: a block-scaled row's scales)
  *   KERN_FUSED(t, rows, nr, x, n, acc)   whole rows against one token, the
  *                                        dequantization fused with the
  *                                        multiply-adds; 0 when it declines
@@ -56,6 +57,12 @@ static inline void prefetch_ahead(const uint8_t *row, uint64_t pos, uint64_t chu
 #endif
 }
 
+/* The scales of row r of W, a block-scaled type's (NULL for the others,
+ * whose scales are in their blocks). */
+static inline const uint8_t *scale_row(const ds4_mat *W, const ds4_type_info *t, uint64_t r) {
+    return t->scale_rows ? W->scale + r / t->scale_rows * W->scale_stride : NULL;
+}
+
 static double kern_dot_f32(const float *a, const float *b, uint64_t n) {
     double l[L] = {0};
     KERN_LANES_ADD(l, a, b, n);
@@ -69,7 +76,9 @@ static double kern_dot_f32(const float *a, const float *b, uint64_t n) {
 static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                          const float *x, uint64_t ldx, int t0, int nt, double (*acc)[RB][L]) {
     const uint64_t n = W->cols;
-    if (nt == 1) {
+    /* The fused kernels know the GGUF blocks only; a block-scaled type goes
+     * through KERN_DEQUANT. */
+    if (nt == 1 && !t->scale_rows) {
         const uint8_t *rows[RB];
         for (int j = 0; j < nr; j++) rows[j] = W->data + (r0 + (uint64_t)j) * W->row_bytes;
         if (KERN_FUSED(t, rows, nr, x + (uint64_t)t0 * ldx, n, acc[0])) return;
@@ -82,7 +91,7 @@ static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, 
         for (int j = 0; j < nr; j++) {
             const uint8_t *row = W->data + (r0 + (uint64_t)j) * W->row_bytes;
             prefetch_ahead(row, off / t->blck * t->bytes, chunk_bytes, W->row_bytes);
-            KERN_DEQUANT(t, row, off, w + (uint64_t)j * CHUNK, m);
+            KERN_DEQUANT(t, row, scale_row(W, t, r0 + (uint64_t)j), off, w + (uint64_t)j * CHUNK, m);
         }
         for (int k = 0; k < nt; k++)
             KERN_ROWS_FMA(acc[k], nr, w, x + (uint64_t)(t0 + k) * ldx + off, m);
@@ -113,7 +122,7 @@ static void blocked_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, i
             for (int j = 0; j < nb; j++) {
                 const uint8_t *row = W->data + (r0 + (uint64_t)(j0 + j)) * W->row_bytes;
                 prefetch_ahead(row, off / t->blck * t->bytes, chunk_bytes, W->row_bytes);
-                KERN_DEQUANT(t, row, off, w, m);
+                KERN_DEQUANT(t, row, scale_row(W, t, r0 + (uint64_t)(j0 + j)), off, w, m);
                 widen(wd + (uint64_t)j * CHUNK, w, m);
             }
             KERN_MMA(acc + j0, nb, nt, wd, xd, m);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "quant/blockfp.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
 
@@ -62,11 +63,17 @@ static inline void rows_fma_portable(double (*restrict acc)[L], int nr, const fl
     for (int j = 0; j < nr; j++) lanes_add_portable(acc[j], w + (uint64_t)j * CHUNK, x, m);
 }
 
-/* Elements [off, off+m) of a row as f32 (formats.h values); off is a
- * multiple of CHUNK and m a whole number of blocks. */
-static inline void dequant_portable(const ds4_type_info *t, const uint8_t *row, uint64_t off,
-                                    float *w, uint64_t m) {
-    ds4_formats_dequant_row(t->id, row + off / t->blck * t->bytes, w, m);
+/* Elements [off, off+m) of a row as f32 (formats.h values; blockfp.h's
+ * for a block-scaled type, whose scales are srow); off is a multiple of
+ * CHUNK and m a whole number of blocks. */
+static inline void dequant_portable(const ds4_type_info *t, const uint8_t *row,
+                                    const uint8_t *srow, uint64_t off, float *w, uint64_t m) {
+    if (t->id == DS4_TYPE_FP8_B128)
+        ds4_blockfp_fp8_span(row, srow, off, w, m);
+    else if (t->id == DS4_TYPE_FP4_B32)
+        ds4_blockfp_fp4_span(row, srow, off, w, m);
+    else
+        ds4_formats_dequant_row(t->id, row + off / t->blck * t->bytes, w, m);
 }
 
 /* acc[r][k][i % 16] += wd[r*BCHUNK + i] * xd[k*BCHUNK + i] for rows r < nr,

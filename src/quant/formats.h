@@ -22,7 +22,14 @@ enum ds4_type {
     DS4_TYPE_Q4_K = 12,
     DS4_TYPE_IQ2_XXS = 16,
     DS4_TYPE_I32 = 26,
-    DS4_TYPE_BF16 = 30
+    DS4_TYPE_BF16 = 30,
+    /* ds4ref's own ids, never in a GGUF file (its reader refuses them): the
+     * official checkpoint's block-scaled weights (blockfp.h), whose E8M0
+     * scales live in a tensor of their own, beside the matrix (ds4_mat's
+     * scale).  FP8: one byte an element, a scale per 128x128 block; FP4:
+     * two elements a byte, a scale per 32 elements of a row. */
+    DS4_TYPE_FP8_B128 = 1000,
+    DS4_TYPE_FP4_B32 = 1001
 };
 
 typedef struct ds4_type_info {
@@ -31,6 +38,11 @@ typedef struct ds4_type_info {
     uint32_t blck;      /* elements per block */
     uint32_t bytes;     /* bytes per block */
     int is_float;       /* dequantizes to f32 values (all but I32) */
+    /* A block-scaled type's scales: one per scale_cols elements of a row,
+     * shared by scale_rows consecutive rows; 0 for the GGUF types, whose
+     * scales are inside their blocks. */
+    uint32_t scale_rows;
+    uint32_t scale_cols;
 } ds4_type_info;
 
 /* NULL for ids ds4ref does not support (the GGUF reader turns that into an
@@ -51,7 +63,8 @@ uint16_t ds4_formats_f32_to_bf16(float f);
 
 /* Dequantize n elements (a multiple of the block size) of `type` starting at
  * src into dst.  I32 values are converted to float (exact below 2^24).
- * Returns -1 only for an unknown type or bad n. */
+ * Returns -1 for an unknown type, a block-scaled one (its scales are
+ * elsewhere: blockfp.h) or bad n. */
 int ds4_formats_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n);
 
 /* IQ2_XXS tables (ggml's iq2xxs_grid and ksigns_iq2xs), exposed for tests and

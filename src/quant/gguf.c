@@ -407,18 +407,19 @@ static int apply_alignment(parser *p, gguf_file *g) {
 static void supported_types(char *out, size_t cap) {
     size_t o = 0;
     out[0] = '\0';
-    for (uint32_t id = 0; id < 64 && o < cap; id++) {
+    for (uint32_t id = 0; id < 64 && o < cap; id++) {   /* ggml's ids, not ds4ref's own */
         const ds4_type_info *t = ds4_types_info(id);
         if (t) o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? ", " : "", t->name);
     }
 }
 
 static int check_type(parser *p, uint64_t at, gguf_tensor *t) {
-    if (ds4_types_info(t->type)) return 0;
+    const ds4_type_info *ti = ds4_types_info(t->type);
+    if (ti && !ti->scale_cols) return 0;   /* the block-scaled ids are ds4ref's, not ggml's */
     char names[200];
     supported_types(names, sizeof(names));
     return bad(p, "type", at, "unsupported tensor type: expected one of %s, got %" PRIu32 " (%s)",
-               names, t->type, ds4_types_name(t->type));
+               names, t->type, ti ? "unknown" : ds4_types_name(t->type));
 }
 
 static int read_dims(parser *p, gguf_tensor *t) {

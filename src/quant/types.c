@@ -1,18 +1,21 @@
 /* The table of tensor types ds4ref supports.  Ids and block geometry are
- * ggml's; a GGUF tensor of any other type is rejected by the reader. */
+ * ggml's, but for the two block-scaled types of the official checkpoint;
+ * a GGUF tensor of any other type is rejected by the reader. */
 #include "quant/formats.h"
 
 #include <stdio.h>
 
 static const ds4_type_info type_table[] = {
-    {DS4_TYPE_F32, "f32", 1, 4, 1},
-    {DS4_TYPE_F16, "f16", 1, 2, 1},
-    {DS4_TYPE_Q8_0, "q8_0", 32, 34, 1},
-    {DS4_TYPE_Q2_K, "q2_K", 256, 84, 1},
-    {DS4_TYPE_Q4_K, "q4_K", 256, 144, 1},
-    {DS4_TYPE_IQ2_XXS, "iq2_xxs", 256, 66, 1},
-    {DS4_TYPE_I32, "i32", 1, 4, 0},
-    {DS4_TYPE_BF16, "bf16", 1, 2, 1},
+    {DS4_TYPE_F32, "f32", 1, 4, 1, 0, 0},
+    {DS4_TYPE_F16, "f16", 1, 2, 1, 0, 0},
+    {DS4_TYPE_Q8_0, "q8_0", 32, 34, 1, 0, 0},
+    {DS4_TYPE_Q2_K, "q2_K", 256, 84, 1, 0, 0},
+    {DS4_TYPE_Q4_K, "q4_K", 256, 144, 1, 0, 0},
+    {DS4_TYPE_IQ2_XXS, "iq2_xxs", 256, 66, 1, 0, 0},
+    {DS4_TYPE_I32, "i32", 1, 4, 0, 0, 0},
+    {DS4_TYPE_BF16, "bf16", 1, 2, 1, 0, 0},
+    {DS4_TYPE_FP8_B128, "fp8_e4m3_b128", 1, 1, 1, 128, 128},
+    {DS4_TYPE_FP4_B32, "fp4_e2m1_b32", 2, 1, 1, 1, 32},
 };
 
 const ds4_type_info *ds4_types_info(uint32_t type) {
