@@ -18,7 +18,7 @@ work=${1:-build/mutants}
 case "$work" in /*) ;; *) work="$root/$work" ;; esac
 list=$root/tests/mutants.txt
 tree=$work/tree
-tests=(test_ops test_oracle test_mtp test_rope test_qat test_dot test_formats test_model test_blockfp)
+tests=(test_ops test_oracle test_mtp test_rope test_qat test_dot test_formats test_model test_blockfp test_hfbind)
 jobs=$(nproc 2>/dev/null || echo 2)
 test_timeout=300
 unset MAKEFLAGS MFLAGS MAKELEVEL

@@ -239,7 +239,7 @@ static void mcase_init(mcase *c, uint32_t type, uint64_t cols, uint64_t rows, in
     c->data = malloc(rb * rows);
     assert_non_null(c->data);
     for (uint64_t r = 0; r < rows; r++) fill_row(type, c->data + r * rb, cols);
-    c->W = (ds4_mat){type, cols, rows, rb, c->data, 0, NULL, 0};
+    c->W = (ds4_mat){type, cols, rows, rb, c->data, 0, NULL, 0, NULL, 0};
     c->ldx = cols + 5;   /* padded strides catch index mix-ups */
     c->maxT = maxT;
     c->x = malloc(sizeof(float) * c->ldx * (uint64_t)maxT);
@@ -324,10 +324,10 @@ static void test_matmul_invalid(void **state) {
     (void)state;
     uint8_t data[34 * 4] = {0};
     float x[64] = {0}, y[4];
-    ds4_mat bad_type = {2, 32, 4, 34, data, 0, NULL, 0};
+    ds4_mat bad_type = {2, 32, 4, 34, data, 0, NULL, 0, NULL, 0};
     ds4_dot_matmul(&bad_type, x, 32, 1, y, 4);
     for (int r = 0; r < 4; r++) assert_true(isnan(y[r]));
-    ds4_mat bad_cols = {DS4_TYPE_Q8_0, 48, 2, 34, data, 0, NULL, 0};
+    ds4_mat bad_cols = {DS4_TYPE_Q8_0, 48, 2, 34, data, 0, NULL, 0, NULL, 0};
     y[0] = y[1] = 0;
     ds4_dot_matmul_rows(&bad_cols, 0, 2, x, 48, 1, y, 2);
     assert_true(isnan(y[0]) && isnan(y[1]));
@@ -342,7 +342,7 @@ static void test_mat_expert(void **state) {
     uint8_t *data = malloc(rb * ROWS * E);
     assert_non_null(data);
     fill_row(DS4_TYPE_Q8_0, data, (uint64_t)COLS * ROWS * E);
-    const ds4_mat all = {DS4_TYPE_Q8_0, COLS, ROWS, rb, data, 0, NULL, 0};
+    const ds4_mat all = {DS4_TYPE_Q8_0, COLS, ROWS, rb, data, 0, NULL, 0, NULL, 0};
     float x[COLS], y[ROWS];
     for (int i = 0; i < COLS; i++) x[i] = rnd_unit();
     for (uint64_t e = 0; e < E; e++) {
@@ -503,7 +503,7 @@ static void test_variants_match_portable(void **state) {
             assert_non_null(x);
             for (uint64_t r = 0; r < rows; r++) fill_row(type, data + r * rb, cols);
             for (uint64_t i = 0; i < cols * 17; i++) x[i] = rnd_wide();
-            const ds4_mat W = {type, cols, rows, rb, data, 0, NULL, 0};
+            const ds4_mat W = {type, cols, rows, rb, data, 0, NULL, 0, NULL, 0};
             for (int q = 0; q < 6; q++) check_variants_vs_portable(&W, x, cols, Ts[q]);
             /* Special scales: row 3's first block and row 7's last block. */
             const ds4_type_info *t = ds4_types_info(type);

@@ -159,3 +159,32 @@ int32_t *tu_random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
     }
     return t;
 }
+
+/* config.json of the release's layout for configuration g (hfconfig.h's
+ * keys), into text. */
+void tu_hf_config(const ds4_config *g, char *text, size_t cap) {
+    int n = snprintf(text, cap,
+        "{\"num_hidden_layers\": %u, \"hidden_size\": %u, \"vocab_size\": %u,"
+        " \"num_attention_heads\": %u, \"num_key_value_heads\": 1, \"head_dim\": %u,"
+        " \"qk_rope_head_dim\": %u, \"q_lora_rank\": %u, \"o_lora_rank\": %u, \"o_groups\": %u,"
+        " \"n_routed_experts\": %u, \"num_experts_per_tok\": %u, \"moe_intermediate_size\": %u,"
+        " \"n_shared_experts\": 1, \"num_hash_layers\": %u, \"sliding_window\": %u,"
+        " \"index_n_heads\": %u, \"index_head_dim\": %u, \"index_topk\": %u, \"hc_mult\": %u,"
+        " \"hc_sinkhorn_iters\": %u, \"max_position_embeddings\": %u, \"rms_norm_eps\": %.9g,"
+        " \"hc_eps\": %.9g, \"routed_scaling_factor\": %.9g, \"rope_theta\": %.9g,"
+        " \"compress_rope_theta\": %.9g, \"swiglu_limit\": %.9g, \"num_nextn_predict_layers\": 1,",
+        g->n_layer, g->n_embd, g->n_vocab, g->n_head, g->head_dim, g->n_rot, g->q_lora, g->o_lora,
+        g->o_groups, g->n_expert, g->n_expert_used, g->n_ff, g->n_hash_layer, g->swa, g->idx_head,
+        g->idx_dim, g->idx_topk, g->n_hc, g->sinkhorn_iter, g->context_length, g->rms_eps,
+        g->hc_eps, g->expert_scale, g->rope_base, g->compress_rope_base, g->clamp_exp[0]);
+    if (g->yarn)
+        n += snprintf(text + n, cap - (size_t)n,
+                      " \"rope_scaling\": {\"type\": \"yarn\", \"factor\": %.9g,"
+                      " \"original_max_position_embeddings\": %u, \"beta_fast\": %.9g,"
+                      " \"beta_slow\": %.9g},", g->yarn_factor, g->yarn_orig_ctx,
+                      g->yarn_beta_fast, g->yarn_beta_slow);
+    n += snprintf(text + n, cap - (size_t)n, " \"compress_ratios\": [");
+    for (uint32_t l = 0; l < g->n_layer; l++)
+        n += snprintf(text + n, cap - (size_t)n, "%u, ", g->ratio[l]);
+    snprintf(text + n, cap - (size_t)n, "0]}");
+}

@@ -47,6 +47,10 @@ typedef struct tu_model {
 tu_model *tu_model_new(const char *config, uint64_t seed, bool mtp, ds4err *err);
 void tu_model_free(tu_model *t);
 
+/* The config.json of the release's layout (model/hfconfig.h) that reads
+ * back as configuration g, into text (8 KiB is enough for a tiny model). */
+void tu_hf_config(const ds4_config *g, char *text, size_t cap);
+
 /* Says why the test that calls it next skips: "skipping: <reason>" on
  * standard output, where cmocka writes its own lines, so tests/run_tests.sh
  * pairs the reason with the test's "[  SKIPPED ]" line in its closing

@@ -2,6 +2,8 @@
  * layout table (layout.c) and validated before any forward pass can run. */
 #include "model/model.h"
 
+#include "ckpt/checkpoint.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,8 +553,16 @@ fail:
     return -1;
 }
 
+/* The arrays of a checkpoint's experts, one tensor each (ds4_mat.parts). */
+static void free_parts(ds4_layer *L) {
+    free((void *)L->gate_exps.parts);
+    free((void *)L->up_exps.parts);
+    free((void *)L->down_exps.parts);
+}
+
 void ds4_model_close(ds4_model *m) {
     if (m->mtp) {
+        free_parts(&m->mtp->block);
         free_vecs(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp);
         free_vecs(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block);
         ds4_reslimit_sigbus_unwatch(m->mtp->file.map);
@@ -561,8 +571,10 @@ void ds4_model_close(ds4_model *m) {
         m->mtp = NULL;
     }
     if (m->layers) {
-        for (uint32_t l = 0; l < m->cfg.n_layer; l++)
+        for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
             free_vecs(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l]);
+            free_parts(&m->layers[l]);
+        }
         free(m->layers);
         m->layers = NULL;
     }
@@ -574,4 +586,9 @@ void ds4_model_close(ds4_model *m) {
     ds4_model_config_free(&m->cfg);
     ds4_reslimit_sigbus_unwatch(m->file.map);
     ds4_gguf_close(&m->file);
+    if (m->ckpt) {
+        ds4_checkpoint_close(m->ckpt);
+        free(m->ckpt);
+        m->ckpt = NULL;
+    }
 }

@@ -147,6 +147,10 @@ typedef struct ds4_model {
     ds4_mat output_hc_fn;                   /* [n_hc*n_embd, n_hc] */
     ds4_vec output_hc_base, output_hc_scale;/* [n_hc], [1] */
     ds4_layer *layers;                      /* [n_layer] */
+    /* A model read from the official checkpoint (hfbind.h) rather than a
+     * GGUF: its files, whose mappings the matrices point into, and the
+     * arrays of its experts' tensors (ds4_mat.parts).  NULL otherwise. */
+    struct ds4_ckpt *ckpt;
     ds4_mtp *mtp;                           /* NULL unless an MTP file was loaded */
     /* The tokenizer, when the file has tokenizer.ggml.* keys (has_tok). */
     bool has_tok;

@@ -170,7 +170,8 @@ static const ds4_type_info *mat_type(const ds4_mat *W) {
 /* An invalid type or width has no defined value; NaN makes the mistake loud
  * instead of looking like a plausible number. */
 double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
-    const ds4_mat W = {type, n, 1, ds4_types_row_bytes(type, n), row, 0, NULL, 0};
+    const ds4_mat W = {.type = type, .cols = n, .rows = 1, .row_bytes = ds4_types_row_bytes(type, n),
+                       .data = row};
     const ds4_type_info *t = mat_type(&W);
     if (!t) return NAN;
     /* An empty row may come as NULL pointers, and NULL + 0 is undefined. */
@@ -180,6 +181,13 @@ double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
 
 ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert) {
     ds4_mat m = *stacked;
+    if (stacked->parts) {
+        m.parts = NULL;
+        m.n_parts = 0;
+        m.data = stacked->parts[expert];
+        if (stacked->scale) m.scale = stacked->parts[stacked->n_parts + expert];
+        return m;
+    }
     m.data = stacked->data + expert * stacked->rows * stacked->row_bytes;
     const ds4_type_info *t = ds4_types_info(stacked->type);
     if (m.scale && t && t->scale_rows) {
@@ -193,8 +201,9 @@ ds4_mat ds4_dot_scaled(uint32_t type, uint64_t cols, uint64_t rows, const uint8_
                        const uint8_t *scale, uint8_t act) {
     const ds4_type_info *t = ds4_types_info(type);
     const uint64_t per = t && t->scale_cols ? t->scale_cols : 1;
-    const ds4_mat m = {type, cols, rows, ds4_types_row_bytes(type, cols), data, act,
-                       scale, (cols + per - 1) / per};
+    const ds4_mat m = {.type = type, .cols = cols, .rows = rows,
+                       .row_bytes = ds4_types_row_bytes(type, cols), .data = data, .act = act,
+                       .scale = scale, .scale_stride = (cols + per - 1) / per};
     return m;
 }
 

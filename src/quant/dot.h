@@ -55,8 +55,15 @@ typedef struct ds4_mat {
      * types; a block-scaled matrix without them is invalid. */
     const uint8_t *scale;
     uint64_t scale_stride;
+    /* Experts stored one tensor each (the official checkpoint), rather
+     * than stacked: expert e's weights at parts[e] and, for a block-scaled
+     * type, its scales at parts[n_parts + e].  NULL for a stacked or plain
+     * matrix. */
+    const uint8_t *const *parts;
+    uint64_t n_parts;
 } ds4_mat;
 
+/* Expert `expert` of a tensor of experts, stacked or one tensor each. */
 ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert);
 
 /* A block-scaled matrix of `rows` x `cols` (blockfp.h): the weights at

@@ -1,0 +1,534 @@
+/* Tests of src/model/hfbind.c: a model from the official checkpoint's
+ * layout.
+ *
+ * The checkpoints are written here from the tiny synthetic GGUF model by a
+ * writer with its own transcription of the release's names (inference/
+ * model.py's state_dict: "layers.N.attn.wq_a.weight", one tensor an expert,
+ * tid2eid as I64), not hfbind.c's table.  The evidence:
+ *   - every tensor F32, holding the GGUF's dequantized values: the same
+ *     logits and MTP logits as the GGUF, bit for bit (the canonical order
+ *     makes a quantized row and its f32 values give the same bits), so
+ *     every name lands in the field the GGUF's does;
+ *   - the release's formats (FP8 Linears with 128x128 scales, FP4 experts
+ *     with scales per 32, BF16 norms), quantized here: the same logits as
+ *     an F32 checkpoint of their dequantized values;
+ *   - broken checkpoints, refused with the tensor and what was expected. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "forward/engine.h"
+#include "forward/forward.h"
+#include "forward/kvstate.h"
+#include "model/hfbind.h"
+#include "quant/blockfp.h"
+#include "quant/formats.h"
+#include "testutil.h"
+
+/* ---- The writer ---- */
+
+/* GGUF names to the release's, a block's and the MTP head's. */
+static const char *const renames[][2] = {
+    {"token_embd.weight", "embed.weight"}, {"output_norm.weight", "norm.weight"},
+    {"output.weight", "head.weight"}, {"output_hc_fn.weight", "hc_head_fn"},
+    {"output_hc_base.weight", "hc_head_base"}, {"output_hc_scale.weight", "hc_head_scale"},
+    {"hc_head_fn.weight", "hc_head_fn"}, {"hc_head_base.weight", "hc_head_base"},
+    {"hc_head_scale.weight", "hc_head_scale"},
+    {"hc_attn_fn.weight", "hc_attn_fn"}, {"hc_attn_scale.weight", "hc_attn_scale"},
+    {"hc_attn_base.weight", "hc_attn_base"}, {"hc_ffn_fn.weight", "hc_ffn_fn"},
+    {"hc_ffn_scale.weight", "hc_ffn_scale"}, {"hc_ffn_base.weight", "hc_ffn_base"},
+    {"attn_q_a.weight", "attn.wq_a.weight"}, {"attn_q_a_norm.weight", "attn.q_norm.weight"},
+    {"attn_q_b.weight", "attn.wq_b.weight"}, {"attn_kv.weight", "attn.wkv.weight"},
+    {"attn_kv_a_norm.weight", "attn.kv_norm.weight"}, {"attn_sinks.weight", "attn.attn_sink"},
+    {"attn_output_a.weight", "attn.wo_a.weight"}, {"attn_output_b.weight", "attn.wo_b.weight"},
+    {"attn_compressor_ape.weight", "attn.compressor.ape"},
+    {"attn_compressor_kv.weight", "attn.compressor.wkv.weight"},
+    {"attn_compressor_gate.weight", "attn.compressor.wgate.weight"},
+    {"attn_compressor_norm.weight", "attn.compressor.norm.weight"},
+    {"indexer.attn_q_b.weight", "attn.indexer.wq_b.weight"},
+    {"indexer_attn_q_b.weight", "attn.indexer.wq_b.weight"},
+    {"indexer.proj.weight", "attn.indexer.weights_proj.weight"},
+    {"indexer_proj.weight", "attn.indexer.weights_proj.weight"},
+    {"indexer_compressor_ape.weight", "attn.indexer.compressor.ape"},
+    {"indexer_compressor_kv.weight", "attn.indexer.compressor.wkv.weight"},
+    {"indexer_compressor_gate.weight", "attn.indexer.compressor.wgate.weight"},
+    {"indexer_compressor_norm.weight", "attn.indexer.compressor.norm.weight"},
+    {"ffn_gate_inp.weight", "ffn.gate.weight"}, {"exp_probs_b.bias", "ffn.gate.bias"},
+    {"ffn_gate_tid2eid.weight", "ffn.gate.tid2eid"},
+    {"ffn_gate_exps.weight", "ffn.experts.%u.w1.weight"},
+    {"ffn_up_exps.weight", "ffn.experts.%u.w3.weight"},
+    {"ffn_down_exps.weight", "ffn.experts.%u.w2.weight"},
+    {"ffn_gate_shexp.weight", "ffn.shared_experts.w1.weight"},
+    {"ffn_up_shexp.weight", "ffn.shared_experts.w3.weight"},
+    {"ffn_down_shexp.weight", "ffn.shared_experts.w2.weight"},
+};
+
+/* "blk.3.attn_q_a.weight" -> "layers.3.attn.wq_a.weight"; names model.py
+ * keeps ("attn_norm.weight", "e_proj.weight") stay. */
+static void release_name(const char *gguf, char *out, size_t cap) {
+    char prefix[32] = "";
+    const char *rest = gguf;
+    unsigned l;
+    int used;
+    if (sscanf(gguf, "blk.%u.%n", &l, &used) == 1) {
+        snprintf(prefix, sizeof(prefix), "layers.%u.", l);
+        rest = gguf + used;
+    } else if (!strncmp(gguf, "mtp.0.", 6)) {
+        strcpy(prefix, "mtp.0.");
+        rest = gguf + 6;
+    }
+    for (size_t i = 0; i < sizeof(renames) / sizeof(renames[0]); i++)
+        if (!strcmp(rest, renames[i][0])) {
+            snprintf(out, cap, "%s%s", prefix, renames[i][1]);
+            return;
+        }
+    snprintf(out, cap, "%s%s", prefix, rest);
+}
+
+/* The release's FP8 Linears. */
+static bool is_linear(const char *name) {
+    static const char *const ends[] = {"wq_a.weight", "wq_b.weight", "wkv.weight", "wo_a.weight",
+                                       "wo_b.weight", "shared_experts.w1.weight",
+                                       "shared_experts.w2.weight", "shared_experts.w3.weight",
+                                       "e_proj.weight", "h_proj.weight"};
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        const size_t k = strlen(ends[i]);
+        /* the compressors' wkv are BF16 in the release */
+        if (n >= k && !strcmp(name + n - k, ends[i]) && !strstr(name, "compressor.")) return true;
+    }
+    return false;
+}
+
+enum mode { ALL_F32, RELEASE, RELEASE_TWIN };
+
+/* One tensor to write. */
+typedef struct out_t {
+    char name[128];
+    const char *dtype;
+    uint32_t n_dims;
+    uint64_t shape[3];
+    uint8_t *bytes;
+    uint64_t n;
+} out_t;
+
+typedef struct writer {
+    out_t *t;
+    size_t n, cap;
+    /* Edits for the refusal tests: a tensor left out, a scale made NaN,
+     * one expert stored as BF16. */
+    const char *drop, *nan_scale, *bf16;
+} writer;
+
+static out_t *add(writer *w, const char *name, const char *dtype, uint32_t n_dims,
+                  const uint64_t *shape, uint64_t nbytes) {
+    if (w->drop && !strcmp(name, w->drop)) return NULL;
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 256;
+        w->t = realloc(w->t, sizeof(out_t) * w->cap);
+        assert_non_null(w->t);
+    }
+    out_t *o = &w->t[w->n++];
+    snprintf(o->name, sizeof(o->name), "%s", name);
+    o->dtype = dtype;
+    o->n_dims = n_dims;
+    memcpy(o->shape, shape, sizeof(uint64_t) * n_dims);
+    o->n = nbytes;
+    o->bytes = calloc(1, nbytes ? nbytes : 1);
+    assert_non_null(o->bytes);
+    return o;
+}
+
+static void writer_free(writer *w) {
+    for (size_t i = 0; i < w->n; i++) free(w->t[i].bytes);
+    free(w->t);
+}
+
+/* The E4M3 or E2M1 code nearest to v, ties to the even code: the
+ * positive codes' values increase with the code, so a bisection finds the
+ * neighbours of |v| and the sign bit comes last. */
+static uint8_t nearest(double v, int fp4) {
+    const int top = fp4 ? 7 : 126;
+    const double a = fabs(v);
+    int lo = 0, hi = top;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        const double q = fp4 ? ds4_blockfp_e2m1((uint8_t)mid) : ds4_blockfp_e4m3((uint8_t)mid);
+        if (q <= a) lo = mid;
+        else hi = mid;
+    }
+    const double ql = fp4 ? ds4_blockfp_e2m1((uint8_t)lo) : ds4_blockfp_e4m3((uint8_t)lo);
+    const double qh = fp4 ? ds4_blockfp_e2m1((uint8_t)hi) : ds4_blockfp_e4m3((uint8_t)hi);
+    int c = a - ql < qh - a ? lo : a - ql > qh - a ? hi : (lo & 1 ? hi : lo);
+    if (a >= qh) c = hi;
+    const int sign = v < 0 ? (fp4 ? 8 : 0x80) : 0;
+    return (uint8_t)(c | sign);
+}
+
+/* The power-of-two scale byte that brings amax within the format's max. */
+static uint8_t scale_for(double amax, double max) {
+    int e = 0;
+    while (e > -100 && amax / ldexp(1, e) <= max / 2) e--;
+    while (amax / ldexp(1, e) > max) e++;
+    return (uint8_t)(127 + e);
+}
+
+/* rows x cols of f32 values v as FP8 (128x128 blocks) or FP4 (32 a row)
+ * with their scales; v receives the dequantized values. */
+static void quantize(writer *w, const char *name, float *v, uint64_t rows, uint64_t cols, int fp4) {
+    uint64_t ss[2];
+    ds4_blockfp_scale_shape(fp4, rows, cols, ss);
+    char sname[160];
+    snprintf(sname, sizeof(sname), "%.*s.scale", (int)(strlen(name) - 7), name);
+    const uint64_t wshape[2] = {rows, fp4 ? cols / 2 : cols};
+    const size_t oi = w->n;
+    out_t *o = add(w, name, fp4 ? "I8" : "F8_E4M3", 2, wshape, wshape[0] * wshape[1]);
+    const size_t si = w->n;
+    out_t *s = add(w, sname, "F8_E8M0", 2, ss, ss[0] * ss[1]);
+    /* the second add may have moved the first */
+    if (o) o = &w->t[oi];
+    if (s) s = &w->t[si];
+    const uint64_t br = fp4 ? 1 : 128, bc = fp4 ? 32 : 128;
+    const double max = fp4 ? 6 : 448;
+    for (uint64_t i = 0; i < ss[0]; i++)
+        for (uint64_t j = 0; j < ss[1]; j++) {
+            double amax = 1e-30;
+            for (uint64_t r = i * br; r < rows && r < (i + 1) * br; r++)
+                for (uint64_t c = j * bc; c < cols && c < (j + 1) * bc; c++)
+                    amax = fmax(amax, fabs(v[r * cols + c]));
+            const uint8_t sb = scale_for(amax, max);
+            if (s) s->bytes[i * ss[1] + j] = sb;
+            if (s && w->nan_scale && !strcmp(sname, w->nan_scale) && i == 0 && j == 0)
+                s->bytes[0] = 255;
+            const double sc = ldexp(1, (int)sb - 127);
+            for (uint64_t r = i * br; r < rows && r < (i + 1) * br; r++)
+                for (uint64_t c = j * bc; c < cols && c < (j + 1) * bc; c++) {
+                    const uint8_t code = nearest(v[r * cols + c] / sc, fp4);
+                    const double q = fp4 ? ds4_blockfp_e2m1(code) : ds4_blockfp_e4m3(code);
+                    v[r * cols + c] = (float)(q * sc);
+                    if (!o) continue;
+                    if (!fp4) o->bytes[r * cols + c] = code;
+                    else o->bytes[r * (cols / 2) + c / 2] |= (uint8_t)(c & 1 ? code << 4 : code);
+                }
+        }
+}
+
+static void put_f32(writer *w, const char *name, uint32_t n_dims, const uint64_t *shape,
+                    const float *v, uint64_t n) {
+    out_t *o = add(w, name, "F32", n_dims, shape, 4 * n);
+    if (o) memcpy(o->bytes, v, 4 * n);
+}
+
+static void put_bf16(writer *w, const char *name, uint32_t n_dims, const uint64_t *shape,
+                     const float *v, uint64_t n) {
+    out_t *o = add(w, name, "BF16", n_dims, shape, 2 * n);
+    for (uint64_t i = 0; o && i < n; i++) {
+        const uint16_t h = ds4_formats_f32_to_bf16(v[i]);
+        memcpy(o->bytes + 2 * i, &h, 2);
+    }
+}
+
+/* Values of a tensor w->bf16 names: BF16 in the release's formats, their
+ * BF16 roundings as F32 in the twin; F32 otherwise. */
+static void put_values(writer *w, enum mode mode, const char *name, uint32_t n_dims,
+                       const uint64_t *shape, float *v, uint64_t n) {
+    if (mode == ALL_F32 || !w->bf16 || strcmp(name, w->bf16)) {
+        put_f32(w, name, n_dims, shape, v, n);
+    } else if (mode == RELEASE) {
+        put_bf16(w, name, n_dims, shape, v, n);
+    } else {
+        for (uint64_t i = 0; i < n; i++) v[i] = ds4_formats_bf16_to_f32(ds4_formats_f32_to_bf16(v[i]));
+        put_f32(w, name, n_dims, shape, v, n);
+    }
+}
+
+/* A matrix (or one expert) of rows x cols values: F32 in ALL_F32; in the
+ * release's formats otherwise, the twin writing their values as F32. */
+static void put_matrix(writer *w, enum mode mode, const char *name, float *v, uint64_t rows,
+                       uint64_t cols, bool expert) {
+    const uint64_t shape[2] = {rows, cols};
+    const bool plain = w->bf16 && !strcmp(name, w->bf16);
+    if (mode != ALL_F32 && !plain && (expert || is_linear(name))) {
+        if (mode == RELEASE) {
+            quantize(w, name, v, rows, cols, expert);
+            return;
+        }
+        writer scratch = {0};   /* the twin keeps the values only */
+        quantize(&scratch, name, v, rows, cols, expert);
+        writer_free(&scratch);
+    }
+    put_values(w, mode, name, 2, shape, v, rows * cols);
+}
+
+static void add_tensor(writer *w, enum mode mode, const gguf_tensor *t) {
+    char name[128];
+    release_name(t->name, name, sizeof(name));
+    if (t->type == DS4_TYPE_I32) {   /* tid2eid, widened as the release */
+        const uint64_t shape[2] = {t->ne[1], t->ne[0]};
+        out_t *o = add(w, name, "I64", 2, shape, 8 * t->n_elem);
+        for (uint64_t i = 0; o && i < t->n_elem; i++) {
+            int32_t v32;
+            memcpy(&v32, t->data + 4 * i, 4);
+            const int64_t v = v32;
+            memcpy(o->bytes + 8 * i, &v, 8);
+        }
+        return;
+    }
+    float *v = malloc(sizeof(float) * t->n_elem);
+    assert_non_null(v);
+    assert_int_equal(ds4_formats_dequant_row(t->type, t->data, v, t->n_elem), 0);
+    if (t->n_dims == 3) {
+        const uint64_t per = t->ne[0] * t->ne[1];
+        for (uint64_t e = 0; e < t->ne[2]; e++) {
+            char en[128];
+            snprintf(en, sizeof(en), name, (unsigned)e);
+            put_matrix(w, mode, en, v + e * per, t->ne[1], t->ne[0], true);
+        }
+    } else if (t->n_dims == 2) {
+        put_matrix(w, mode, name, v, t->ne[1], t->ne[0], false);
+    } else {
+        const uint64_t shape[1] = {t->ne[0]};
+        put_values(w, mode, name, 1, shape, v, t->n_elem);
+    }
+    free(v);
+}
+
+static void write_all(const writer *w, const char *dir, const ds4_config *c) {
+    ds4_buf h = {0};
+    uint64_t off = 0;
+    ds4_buf_putc(&h, '{');
+    for (size_t i = 0; i < w->n; i++) {
+        const out_t *o = &w->t[i];
+        ds4_buf_printf(&h, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "", o->name, o->dtype);
+        for (uint32_t d = 0; d < o->n_dims; d++)
+            ds4_buf_printf(&h, "%s%llu", d ? "," : "", (unsigned long long)o->shape[d]);
+        ds4_buf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                       (unsigned long long)(off + o->n));
+        off += o->n;
+    }
+    ds4_buf_putc(&h, '}');
+    while (h.len % 8) ds4_buf_putc(&h, ' ');
+    char *path = tu_path(dir, "model.safetensors");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    const uint64_t n = h.len;
+    fwrite(&n, 8, 1, f);
+    fwrite(h.p, 1, h.len, f);
+    for (size_t i = 0; i < w->n; i++) fwrite(w->t[i].bytes, 1, w->t[i].n, f);
+    assert_int_equal(fclose(f), 0);
+    free(path);
+    ds4_buf_free(&h);
+    char text[8192];
+    tu_hf_config(c, text, sizeof(text));
+    path = tu_path(dir, "config.json");
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    free(path);
+}
+
+/* Model t (its MTP file too) as a checkpoint folder in mode, with w's edits. */
+static char *write_checkpoint(const tu_model *t, enum mode mode, writer w) {
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    for (uint64_t i = 0; i < t->m.file.n_tensors; i++) add_tensor(&w, mode, &t->m.file.tensors[i]);
+    for (uint64_t i = 0; t->m.mtp && i < t->m.mtp->file.n_tensors; i++)
+        add_tensor(&w, mode, &t->m.mtp->file.tensors[i]);
+    write_all(&w, dir, &t->m.cfg);
+    writer_free(&w);
+    return dir;
+}
+
+static void remove_checkpoint(char *dir) {
+    char *p = tu_path(dir, "model.safetensors");
+    remove(p);
+    free(p);
+    p = tu_path(dir, "config.json");
+    remove(p);
+    free(p);
+    tu_rmdir(dir);
+}
+
+/* ---- Running them ---- */
+
+/* Under valgrind (make test's pass) the binding is what is checked: fewer
+ * tokens, fewer cases. */
+static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
+
+static uint32_t n_tok(void) { return under_valgrind() ? 6 : 40; }
+
+/* The logits of every token of `tok` (one pass) and, with MTP, the MTP
+ * head's logits of each final state with the next token. */
+static float *run(const ds4_model *m, const int32_t *tok, bool qat, float **mtp_logits) {
+    const uint32_t n = n_tok();
+    const uint32_t V = m->cfg.n_vocab, H = m->cfg.n_hc * m->cfg.n_embd;
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = qat};
+    if (ds4_engine_init(&e, m, &o, n, &err)) fail_msg("%s", err.msg);
+    ds4_kv kv;
+    assert_int_equal(ds4_kv_init(&kv, &m->cfg, m->cfg.ratio, m->cfg.n_layer, 1024, n, 0, &err), 0);
+    float *logits = malloc(sizeof(float) * n * V), *h = malloc(sizeof(float) * n * H);
+    assert_true(logits && h);
+    ds4_fwd_seq q = {.kv = &kv, .tokens = tok, .n = n, .logits = logits, .hc_out = h};
+    if (ds4_forward(&e, &q, 1, &err)) fail_msg("%s", err.msg);
+    if (mtp_logits && m->mtp) {
+        ds4_kv mk;
+        uint32_t zero = 0;
+        assert_int_equal(ds4_kv_init(&mk, &m->cfg, &zero, 1, 1024, n, 0, &err), 0);
+        *mtp_logits = malloc(sizeof(float) * (n - 1) * V);
+        assert_non_null(*mtp_logits);
+        ds4_mtp_seq ms = {.kv = &mk, .h = h, .tokens = tok + 1, .n = n - 1, .logits = *mtp_logits};
+        if (ds4_forward_mtp(&e, &ms, 1, &err)) fail_msg("%s", err.msg);
+        ds4_kv_free(&mk);
+    }
+    ds4_kv_free(&kv);
+    ds4_engine_free(&e);
+    free(h);
+    return logits;
+}
+
+/* The checkpoint is one model.safetensors with config.json beside it. */
+static int open_in(ds4_model *m, const char *dir, ds4err *err) {
+    char *p = tu_path(dir, "model.safetensors");
+    const int rc = ds4_hfbind_open(m, p, err);
+    free(p);
+    return rc;
+}
+
+static void open_ok(ds4_model *m, const char *dir) {
+    ds4err err = {0};
+    if (open_in(m, dir, &err)) fail_msg("%s", err.msg);
+}
+
+/* Every tensor F32: the GGUF's logits and MTP logits, bit for bit, QAT on
+ * and off. */
+static void test_f32_same_as_gguf(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 3, true, &err);
+    if (!t) fail_msg("%s", err.msg);
+    char *dir = write_checkpoint(t, ALL_F32, (writer){0});
+    ds4_model m;
+    open_ok(&m, dir);
+    assert_non_null(m.mtp);
+    assert_int_equal(m.layers[0].gate_exps.n_parts, t->m.cfg.n_expert);
+    assert_int_equal(m.layers[0].q_a.type, DS4_TYPE_F32);
+    const uint32_t n = n_tok();
+    int32_t *tok = tu_random_tokens(n, t->m.cfg.n_vocab, 5);
+    const size_t V = t->m.cfg.n_vocab;
+    for (int qat = 0; qat <= 1; qat++) {
+        float *mg = NULL, *mc = NULL;
+        float *g = run(&t->m, tok, qat, &mg), *c = run(&m, tok, qat, &mc);
+        assert_memory_equal(g, c, sizeof(float) * n * V);
+        assert_memory_equal(mg, mc, sizeof(float) * (n - 1) * V);
+        free(g), free(c), free(mg), free(mc);
+    }
+    free(tok);
+    ds4_model_close(&m);
+    remove_checkpoint(dir);
+    tu_model_free(t);
+}
+
+/* The release's formats: FP8 Linears, FP4 experts, a BF16 norm and a BF16
+ * expert: the same logits as the F32 checkpoint of their values. */
+static void test_release_formats_same_as_twin(void **state) {
+    (void)state;
+    if (under_valgrind()) {
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 4, true, &err);
+    if (!t) fail_msg("%s", err.msg);
+    /* The norms, router and compressors are BF16 in the release; one of
+     * each kind, BF16 here and its values as F32 in the twin, shows BF16
+     * vectors and matrices bind. */
+    char *rel = write_checkpoint(t, RELEASE, (writer){.bf16 = "layers.2.attn_norm.weight"});
+    char *twin = write_checkpoint(t, RELEASE_TWIN, (writer){.bf16 = "layers.2.attn_norm.weight"});
+    ds4_model a, b;
+    open_ok(&a, rel);
+    open_ok(&b, twin);
+    assert_int_equal(a.layers[2].q_a.type, DS4_TYPE_FP8_B128);
+    assert_int_equal(a.layers[2].idx_q_b.type, DS4_TYPE_FP8_B128);
+    assert_int_equal(a.layers[2].comp_kv.type, DS4_TYPE_F32);
+    assert_int_equal(a.layers[1].down_exps.type, DS4_TYPE_FP4_B32);
+    assert_int_equal(a.mtp->e_proj.type, DS4_TYPE_FP8_B128);
+    assert_int_equal(b.layers[1].down_exps.type, DS4_TYPE_F32);
+    assert_int_equal(a.layers[2].attn_norm.n, t->m.cfg.n_embd);
+    const uint32_t n = n_tok();
+    int32_t *tok = tu_random_tokens(n, t->m.cfg.n_vocab, 6);
+    const size_t V = t->m.cfg.n_vocab;
+    for (int qat = 0; qat <= 1; qat++) {
+        float *ma = NULL, *mb = NULL;
+        float *la = run(&a, tok, qat, &ma), *lb = run(&b, tok, qat, &mb);
+        assert_memory_equal(la, lb, sizeof(float) * n * V);
+        assert_memory_equal(ma, mb, sizeof(float) * (n - 1) * V);
+        /* and they are another model than the GGUF's */
+        float *g = run(&t->m, tok, qat, NULL);
+        assert_memory_not_equal(g, la, sizeof(float) * n * V);
+        free(la), free(lb), free(ma), free(mb), free(g);
+    }
+    free(tok);
+    ds4_model_close(&a);
+    ds4_model_close(&b);
+    remove_checkpoint(rel);
+    remove_checkpoint(twin);
+    tu_model_free(t);
+}
+
+/* Broken checkpoints: each refused, the message naming the tensor and what
+ * was expected. */
+static void test_refusals(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 5, true, &err);
+    if (!t) fail_msg("%s", err.msg);
+    static const struct {
+        writer w;
+        const char *expect;
+    } cases[] = {
+        {{.drop = "layers.2.attn.indexer.wq_b.weight"},
+         "required tensor is missing: layers.2.attn.indexer.wq_b.weight (expected F8_E4M3"},
+        {{.drop = "layers.1.attn.wq_a.scale"},
+         "required tensor is missing: layers.1.attn.wq_a.scale (expected F8_E8M0 [1, 2])"},
+        {{.drop = "mtp.0.ffn.experts.7.w2.weight"},
+         "required tensor is missing: mtp.0.ffn.experts.7.w2.weight"},
+        {{.drop = "layers.0.ffn.gate.tid2eid"}, "required tensor is missing: layers.0.ffn.gate.tid2eid"},
+        {{.nan_scale = "layers.3.ffn.experts.0.w1.scale"},
+         "tensor layers.3.ffn.experts.0.w1.scale: scale [0, 0] is NaN (byte 255)"},
+        {{.nan_scale = "layers.0.attn.wo_b.scale"}, "tensor layers.0.attn.wo_b.scale: scale [0, 0] is NaN"},
+        {{.bf16 = "layers.2.ffn.experts.3.w3.weight"},
+         "tensor layers.2.ffn.experts.3.w3.weight is bf16, but expert 0's is fp4_e2m1_b32"},
+    };
+    const size_t n_cases = under_valgrind() ? 3 : sizeof(cases) / sizeof(cases[0]);
+    for (size_t i = 0; i < n_cases; i++) {
+        char *dir = write_checkpoint(t, RELEASE, cases[i].w);
+        ds4_model m;
+        memset(&err, 0, sizeof(err));
+        if (open_in(&m, dir, &err) == 0) fail_msg("case %zu: opened", i);
+        if (!strstr(err.msg, cases[i].expect))
+            fail_msg("case %zu: got \"%s\", expected \"%s\"", i, err.msg, cases[i].expect);
+        if (!strstr(err.msg, dir)) fail_msg("case %zu: \"%s\" does not name %s", i, err.msg, dir);
+        remove_checkpoint(dir);
+    }
+    tu_model_free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f32_same_as_gguf),
+        cmocka_unit_test(test_release_formats_same_as_twin),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
