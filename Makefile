@@ -42,7 +42,7 @@ LIBS      = $(BUILD)/libds4check.a $(BUILD)/libds4ref.a
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(patsubst tests/%.c,$(BUILD)/%,$(TEST_SRC))
-TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c tests/script_drafter.c tests/chat_msgs.c))
+TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malformed.c tests/greedy.c tests/official.c tests/refquant.c tests/script_drafter.c tests/chat_msgs.c tests/xzvocab.c))
 
 # The installed programs, each named here: programs/NAME.c is ds4ref-NAME
 # (programs/ds4ref.c is ds4ref), and bench/bench.c is ds4ref-bench.

@@ -13,7 +13,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ds4ref-mkmodel --config NAME [--seed N] [--types f32|ds4]\n"
-            "                      [--vocab-from tokenizer.json[.xz]] [--no-mtp] -o FILE\n"
+            "                      [--vocab-from tokenizer.json] [--no-mtp] -o FILE\n"
             "\n"
             "Writes a complete DeepSeek V4 Flash GGUF with random weights to FILE and\n"
             "the matching MTP head to FILE with -mtp.gguf in place of .gguf.\n"

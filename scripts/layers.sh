@@ -6,6 +6,8 @@
 #   scripts/layers.sh --edges FILE    check one "from to" edge list (the
 #                                   test that the check can fail uses it)
 #   scripts/layers.sh --programs DIR  check the includes of DIR's programs
+#   scripts/layers.sh --calls FILE    check one "object symbol" list of the
+#                                   model library's outside calls (likewise)
 #
 # The layers, lowest first (all under src/):
 #   libds4ref:   0 base/  1 quant/  2 text/  3 ckpt/  4 model/  5 format/
@@ -24,6 +26,10 @@
 # (tsort finds them), within a layer as well as across layers, and a file
 # that includes itself.  Prints the
 # two graphs' sizes and exits 0 when both are clean, 1 otherwise.
+#
+# And libds4ref (layers 0-9) is the model: it starts no process, opens no
+# socket and makes no temporary folder (those are the checking layer's), so
+# none of its objects may call the C library's functions that do.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -50,6 +56,20 @@ rank() {
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# check_calls FILE: "object symbol" lines; a call that starts a process,
+# opens a socket or makes a temporary folder is an error.
+forbidden_calls=" fork vfork execv execve execvp execvpe execl execlp execle posix_spawn posix_spawnp popen system socket connect bind listen accept mkdtemp "
+check_calls() {
+    local obj sym
+    while read -r obj sym; do
+        case "$forbidden_calls" in
+            *" $sym "*)
+                echo "layers: $obj calls $sym: libds4ref starts no process, opens no socket and makes no temporary folder"
+                fail=1 ;;
+        esac
+    done < "$1"
+}
 
 # check_graph NAME EDGES: upward edges and cycles of a "from to" edge list.
 check_graph() {
@@ -103,6 +123,11 @@ if [ "${1:-}" = --programs ]; then
     exit $fail
 fi
 
+if [ "${1:-}" = --calls ]; then
+    check_calls "$2"
+    exit $fail
+fi
+
 if [ "${1:-}" = --edges ]; then
     check_graph edges "$2"
     [ $fail -eq 0 ] && echo "layers: OK"
@@ -146,6 +171,16 @@ for o in $objs; do
 done
 sort -u "$tmp/calls" -o "$tmp/calls"
 check_graph objects "$tmp/calls"
+
+# ---- the model library calls no process, socket or temporary-folder function
+nm_calls() {
+    for o in $objs; do
+        [ "$(rank "${o%.o}.c")" -le 9 ] || continue
+        nm -u "$build/$o" | awk -v o="${o%.o}.c" '{ print o, $NF }'
+    done
+}
+nm_calls > "$tmp/libcalls"
+check_calls "$tmp/libcalls"
 
 # ---- programs: the public headers and their own helpers only
 check_programs programs

@@ -89,7 +89,7 @@ done
 # The library's layering (docs/ARCHITECTURE.md), and proof that the check
 # catches the faults it looks for.
 run "layers: includes and calls go downward, no cycles" scripts/layers.sh "$build"
-run "layers: a cycle, a self-include and an upward edge are reported" bash -c '
+run "layers: a cycle, a self-include, an upward edge and a process started by libds4ref are reported" bash -c '
     e=$(mktemp); trap "rm -f $e" EXIT
     printf "%s\n" "src/text/json.c src/decode/session.h" "src/forward/a.c src/forward/b.c" \
         "src/forward/b.c src/forward/a.c" "src/api/api.c src/conform/conform.h" > "$e"
@@ -103,7 +103,11 @@ run "layers: a cycle, a self-include and an upward edge are reported" bash -c '
     d=$(mktemp -d); trap "rm -rf $e $d" EXIT
     printf "#include \"ds4ref.h\"\n#include \"decode/session.h\"\n" > "$d/p.c"
     out=$(scripts/layers.sh --programs "$d") && exit 1
-    grep -q "p.c includes \"decode/session.h\": programs use the public headers only" <<< "$out"'
+    grep -q "p.c includes \"decode/session.h\": programs use the public headers only" <<< "$out" || exit 1
+    printf "%s\n" "src/text/hf_vocab.c posix_spawnp" "src/base/file.c mkstemp" "src/api/api.c socket" > "$e"
+    out=$(scripts/layers.sh --calls "$e") && exit 1
+    grep -q "hf_vocab.c calls posix_spawnp: libds4ref starts no process" <<< "$out" &&
+    grep -q "api.c calls socket" <<< "$out" && [ "$(grep -c calls <<< "$out")" = 2 ]'
 # Symbol names (docs/ARCHITECTURE.md, Names): every global symbol of the two
 # archives carries its library's prefix and its file's; and the check fails
 # on a symbol without them (gguf_open, ggml's name) or in the wrong file.

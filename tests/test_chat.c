@@ -31,6 +31,7 @@
 #include "text/chat.h"
 #include "text/json.h"
 #include "testutil.h"
+#include "xzvocab.h"
 
 #define BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
 #define EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
@@ -789,7 +790,7 @@ static int v4like_setup(void **state) {
     }
     v4like *o = calloc(1, sizeof(*o));
     ds4err err = {0};
-    if (!o || ds4_hf_vocab_from_json(&o->v, SHARED_TOKENIZER, &err)) {
+    if (!o || xz_hf_vocab(&o->v, SHARED_TOKENIZER, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         free(o);
         return -1;

@@ -27,6 +27,7 @@
 #include "text/pretok.h"
 #include "text/tokenizer.h"
 #include "testutil.h"
+#include "xzvocab.h"
 
 #define SHARED_TOKENIZER "../shared/tokenizer/deepseek_v3_tokenizer.json.xz"
 #define SHARED_PEER "../shared/tokenizer/peer_tokenize.jsonl"
@@ -507,7 +508,7 @@ static int official_setup(void **state) {
     }
     official *o = calloc(1, sizeof(*o));
     ds4err err = {0};
-    if (!o || ds4_hf_vocab_from_json(&o->v, SHARED_TOKENIZER, &err) ||
+    if (!o || xz_hf_vocab(&o->v, SHARED_TOKENIZER, &err) ||
         ds4_tok_init(&o->t, o->v.tokens, o->v.n_tokens, o->v.types, o->v.merges, o->v.n_merges, &err)) {
         fprintf(stderr, "loading %s: %s\n", SHARED_TOKENIZER, err.msg);
         free(o);
@@ -751,7 +752,7 @@ static void test_hf_json_reader(void **state) {
         " \"merges\": [\"a b\", [\"ab\", \"c\"]]}}");
     ds4_vocab v;
     ds4err err = {0};
-    if (ds4_hf_vocab_from_json(&v, path, &err)) fail_msg("%s", err.msg);
+    if (xz_hf_vocab(&v, path, &err)) fail_msg("%s", err.msg);
     unlink(path);
     static const char *const want[] = {"a", "b", "ab", "c", "abc", "<s>", "[PAD6]", "<u>"};
     static const int32_t types[] = {3, 1, 1, 1, 1, 3, 5, 4};
@@ -777,7 +778,7 @@ static void expect_reader_error(const char *json, const char *needle) {
     const char *path = write_temp(json);
     ds4_vocab v;
     ds4err err = {0};
-    assert_int_equal(ds4_hf_vocab_from_json(&v, path, &err), -1);
+    assert_int_equal(xz_hf_vocab(&v, path, &err), -1);
     unlink(path);
     if (!strstr(err.msg, needle)) fail_msg("error \"%s\" lacks \"%s\"", err.msg, needle);
     assert_null(v.tokens);
@@ -806,9 +807,9 @@ static void test_hf_json_errors(void **state) {
 
     ds4_vocab v;
     ds4err err = {0};
-    assert_int_equal(ds4_hf_vocab_from_json(&v, "/nonexistent/tokenizer.json", &err), -1);
+    assert_int_equal(xz_hf_vocab(&v, "/nonexistent/tokenizer.json", &err), -1);
     assert_int_equal(err.code, DS4_E_IO);
-    assert_int_equal(ds4_hf_vocab_from_json(&v, "/nonexistent/tokenizer.json.xz", &err), -1);
+    assert_int_equal(xz_hf_vocab(&v, "/nonexistent/tokenizer.json.xz", &err), -1);
     assert_int_equal(err.code, DS4_E_IO);
     assert_non_null(strstr(err.msg, "/nonexistent/tokenizer.json.xz"));
 }

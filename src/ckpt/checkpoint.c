@@ -167,7 +167,12 @@ static int read_config(ds4_ckpt *c, ds4err *err) {
     if (!rc) rc = ds4_json_parse(buf, len, path, &c->config, err);
     if (!rc && ds4_json_root(c->config)->type != DS4_JSON_OBJECT)
         rc = ds4_err_set(err, DS4_E_FORMAT, "%s: not a JSON object", path);
-    free(buf);
+    if (!rc) {
+        c->config_text = buf;   /* kept: a model's identity covers its bytes */
+        c->config_len = len;
+    } else {
+        free(buf);
+    }
     free(path);
     return rc;
 }
@@ -287,6 +292,7 @@ void ds4_checkpoint_close(ds4_ckpt *c) {
     free(c->shard_names);
     free(c->tensors);
     if (c->config) ds4_json_free(c->config);
+    free(c->config_text);
     free(c->dir);
     memset(c, 0, sizeof(*c));
 }

@@ -43,6 +43,8 @@ typedef struct ds4_ckpt_entry {
 typedef struct ds4_ckpt {
     char *dir;                   /* the folder the files are in */
     ds4_json_doc *config;        /* config.json */
+    char *config_text;           /* its bytes, config_len of them */
+    size_t config_len;
     size_t n_shards;
     char **shard_names;          /* sorted */
     ds4_st_file *shards;

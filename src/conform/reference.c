@@ -58,7 +58,7 @@ int ds4chk_reference_init(ds4_cf_ref *r, ds4_engine *e, const ds4_tokenizer *tok
     if (cache_dir && ds4_file_make_dirs(cache_dir, err)) return -1;
     /* The model's identity names the cache entries and goes into every
      * reference golden's header: every tensor byte is read, once a run. */
-    if (ds4_modelid_of(&e->m->file, &r->id, err)) return -1;
+    if (ds4_modelid_of_model(e->m, false, &r->id, err)) return -1;
     ds4_hex(r->id.metadata_sha256, 32, r->model_key);
     ds4_hex(r->id.tensor_data_sha256, 32, r->model_key + 64);
     ds4_session_opts so = {.ctx = ctx, .chunk = 0, .rollback = 0};

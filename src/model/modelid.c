@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "base/sha256.h"
+#include "ckpt/checkpoint.h"
+#include "model/model.h"
 
 static const char *base_name(const char *path) {
     if (!path) return "";
@@ -36,55 +38,115 @@ static int by_size_desc(const void *pa, const void *pb) {
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-int ds4_modelid_of(const gguf_file *g, ds4_modelid *id, ds4err *err) {
+/* The tensors to hash: names, bytes and sizes, n of them. */
+typedef struct tensor_list {
+    uint64_t n;
+    const char *(*name)(const void *src, uint64_t i);
+    const uint8_t *(*data)(const void *src, uint64_t i);
+    uint64_t (*nbytes)(const void *src, uint64_t i);
+    const void *src;
+} tensor_list;
+
+/* id's file name, size, tensors[] and tensor digest from the list; the
+ * caller fills metadata_sha256. */
+static int hash_tensors(const tensor_list *l, const char *name, uint64_t size, ds4_modelid *id,
+                        ds4err *err) {
     memset(id, 0, sizeof(*id));
-    const char *name = base_name(g->path);
-    if (g->data_off > g->size)
-        return ds4_err_set(err, DS4_E_INTERNAL, "%s: data offset %" PRIu64 " past end of file",
-                          name, g->data_off);
-    if (g->n_tensors > SIZE_MAX / sizeof(ds4_tensor_hash))
+    if (l->n > SIZE_MAX / sizeof(ds4_tensor_hash))
         return ds4_err_set(err, DS4_E_NOMEM, "%s: too many tensors", name);
     id->file = strdup(name);
-    id->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(ds4_tensor_hash));
-    job *order = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof(job));
+    id->tensors = calloc(l->n ? l->n : 1, sizeof(ds4_tensor_hash));
+    job *order = malloc((l->n ? l->n : 1) * sizeof(job));
     if (!id->file || !id->tensors || !order) {
         free(order);
         ds4_modelid_free(id);
         return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", name);
     }
-    id->size = g->size;
-    id->n_tensors = g->n_tensors;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        order[i].nbytes = g->tensors[i].nbytes;
+    id->size = size;
+    id->n_tensors = l->n;
+    for (uint64_t i = 0; i < l->n; i++) {
+        order[i].nbytes = l->nbytes(l->src, i);
         order[i].index = i;
-        id->tensors[i].name = strdup(g->tensors[i].name);
+        id->tensors[i].name = strdup(l->name(l->src, i));
         if (!id->tensors[i].name) {
             free(order);
             ds4_modelid_free(id);
             return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", name);
         }
     }
-    qsort(order, g->n_tensors, sizeof(job), by_size_desc);
+    qsort(order, l->n, sizeof(job), by_size_desc);
 
-    /* Each tensor is hashed by one thread; the results land in directory
+    /* Each tensor is hashed by one thread; the results land in list
      * order, so the combined digest does not depend on the schedule. */
-    int64_t n = (int64_t)g->n_tensors;
+    int64_t n = (int64_t)l->n;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t k = 0; k < n; k++) {
-        const gguf_tensor *t = &g->tensors[order[k].index];
+        const uint64_t i = order[k].index;
         ds4_sha256 h;
         ds4_sha256_init(&h);
-        ds4_sha256_update(&h, t->data, (size_t)t->nbytes);
-        ds4_sha256_final(&h, id->tensors[order[k].index].sha256);
+        ds4_sha256_update(&h, l->data(l->src, i), (size_t)order[k].nbytes);
+        ds4_sha256_final(&h, id->tensors[i].sha256);
     }
     free(order);
+    ds4_modelid_combine(id->tensors, id->n_tensors, id->tensor_data_sha256);
+    return 0;
+}
 
+static const char *gguf_name(const void *g, uint64_t i) {
+    return ((const gguf_file *)g)->tensors[i].name;
+}
+static const uint8_t *gguf_data(const void *g, uint64_t i) {
+    return ((const gguf_file *)g)->tensors[i].data;
+}
+static uint64_t gguf_nbytes(const void *g, uint64_t i) {
+    return ((const gguf_file *)g)->tensors[i].nbytes;
+}
+
+int ds4_modelid_of(const gguf_file *g, ds4_modelid *id, ds4err *err) {
+    const char *name = base_name(g->path);
+    memset(id, 0, sizeof(*id));
+    if (g->data_off > g->size)
+        return ds4_err_set(err, DS4_E_INTERNAL, "%s: data offset %" PRIu64 " past end of file",
+                          name, g->data_off);
+    const tensor_list l = {g->n_tensors, gguf_name, gguf_data, gguf_nbytes, g};
+    if (hash_tensors(&l, name, g->size, id, err)) return -1;
     ds4_sha256 h;
     ds4_sha256_init(&h);
     ds4_sha256_update(&h, g->map, (size_t)g->data_off);
     ds4_sha256_final(&h, id->metadata_sha256);
-    ds4_modelid_combine(id->tensors, id->n_tensors, id->tensor_data_sha256);
     return 0;
+}
+
+static const char *ckpt_name(const void *c, uint64_t i) {
+    return ((const ds4_ckpt *)c)->tensors[i].t->name;
+}
+static const uint8_t *ckpt_data(const void *c, uint64_t i) {
+    return ((const ds4_ckpt *)c)->tensors[i].t->data;
+}
+static uint64_t ckpt_nbytes(const void *c, uint64_t i) {
+    const ds4_st_tensor *t = ((const ds4_ckpt *)c)->tensors[i].t;
+    return t->end - t->begin;
+}
+
+int ds4_modelid_of_ckpt(const ds4_ckpt *c, const char *path, ds4_modelid *id, ds4err *err) {
+    uint64_t size = c->config_len;
+    for (size_t s = 0; s < c->n_shards; s++) size += c->shards[s].size;
+    const tensor_list l = {c->n_tensors, ckpt_name, ckpt_data, ckpt_nbytes, c};
+    if (hash_tensors(&l, base_name(path), size, id, err)) return -1;
+    ds4_sha256 h;
+    ds4_sha256_init(&h);
+    ds4_sha256_update(&h, c->config_text, c->config_len);
+    for (size_t s = 0; s < c->n_shards; s++) {
+        ds4_sha256_update(&h, c->shard_names[s], strlen(c->shard_names[s]) + 1);
+        ds4_sha256_update(&h, c->shards[s].map, (size_t)(8 + c->shards[s].header_len));
+    }
+    ds4_sha256_final(&h, id->metadata_sha256);
+    return 0;
+}
+
+int ds4_modelid_of_model(const ds4_model *m, bool mtp, ds4_modelid *id, ds4err *err) {
+    if (m->ckpt) return ds4_modelid_of_ckpt(m->ckpt, m->file.path, id, err);
+    return ds4_modelid_of(mtp ? &m->mtp->file : &m->file, id, err);
 }
 
 int ds4_modelid_copy(ds4_modelid *dst, const ds4_modelid *src, ds4err *err) {

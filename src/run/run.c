@@ -133,9 +133,9 @@ typedef struct run_ids {
 static int ids_read(const ds4_model *m, const ds4_modelid *known, run_ids *ids, ds4err *err) {
     memset(ids, 0, sizeof(*ids));
     ids->model = known ? known : &ids->own;
-    if (!known && ds4_modelid_of(&m->file, &ids->own, err)) return -1;
+    if (!known && ds4_modelid_of_model(m, false, &ids->own, err)) return -1;
     ids->has_mtp = m->mtp != NULL;
-    return ids->has_mtp ? ds4_modelid_of(&m->mtp->file, &ids->mtp, err) : 0;
+    return ids->has_mtp ? ds4_modelid_of_model(m, true, &ids->mtp, err) : 0;
 }
 
 static void ids_free(run_ids *ids) {

@@ -1,18 +1,15 @@
 /* Reading a Hugging Face tokenizer.json into the GGUF vocabulary layout
  * (ds4_vocab, see tokenizer.h).  Used by the synthetic model generator to
  * embed the real DeepSeek vocabulary, and by tests to build the official
- * tokenizer without a GGUF. */
+ * tokenizer without a GGUF.  Plain JSON only: the library starts no
+ * process, so a compressed file is the caller's to decompress. */
 #include "base/file.h"
 #include "text/json.h"
 #include "text/tokenizer.h"
 
-#include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 /* Ids above this are refused: real vocabularies have a few hundred thousand
  * tokens, and the id sets the size of the arrays we allocate. */
@@ -20,57 +17,6 @@
 
 /* tokenizer.json files are a few MB; anything past this is not one. */
 #define MAX_FILE ((size_t)1 << 30)
-
-/* `xz -dc -- path` through a pipe.  posix_spawnp, not popen: no shell, so
- * the path needs no quoting.  xz's own complaint (stderr) goes into the error
- * message instead of the terminal: library code prints nothing. */
-static int read_xz(const char *path, char **out, size_t *len, ds4err *err) {
-    extern char **environ;
-    int fds[2], efds[2];
-    if (pipe(fds)) return ds4_err_set(err, DS4_E_IO, "%s: pipe: %s", path, strerror(errno));
-    if (pipe(efds)) {
-        close(fds[0]);
-        close(fds[1]);
-        return ds4_err_set(err, DS4_E_IO, "%s: pipe: %s", path, strerror(errno));
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, efds[1], STDERR_FILENO);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    posix_spawn_file_actions_addclose(&fa, efds[0]);
-    posix_spawn_file_actions_addclose(&fa, efds[1]);
-    char *argv[] = {"xz", "-dc", "--", (char *)path, NULL};
-    pid_t pid;
-    int e = posix_spawnp(&pid, "xz", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    close(efds[1]);
-    if (e) {
-        close(fds[0]);
-        close(efds[0]);
-        return ds4_err_set(err, DS4_E_IO, "%s: cannot run xz to decompress it: %s (install xz-utils)",
-                          path, strerror(e));
-    }
-    /* stdout first, to its end; xz writes at most a line to stderr, which
-     * the pipe holds meanwhile. */
-    int rc = ds4_file_read_fd(fds[0], path, MAX_FILE, out, len, err);
-    close(fds[0]);
-    char msg[256];
-    ssize_t mlen;
-    while ((mlen = read(efds[0], msg, sizeof(msg) - 1)) < 0 && errno == EINTR) {}
-    close(efds[0]);
-    msg[mlen > 0 ? mlen : 0] = '\0';
-    msg[strcspn(msg, "\n")] = '\0';
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
-        rc = ds4_err_set(err, DS4_E_IO, "%s: xz -dc failed (%s %d): %s", path,
-                        WIFEXITED(status) ? "exit status" : "signal",
-                        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), msg);
-    return rc;
-}
 
 /* A JSON integer in [0, MAX_VOCAB), or -1. */
 static int64_t json_id(const ds4_json *v) {
@@ -235,27 +181,30 @@ done:
     return rc;
 }
 
-int ds4_hf_vocab_from_json(ds4_vocab *v, const char *path, ds4err *err) {
+int ds4_hf_vocab_from_text(ds4_vocab *v, const char *text, size_t len, const char *name,
+                           ds4err *err) {
     memset(v, 0, sizeof(*v));
-    char *raw = NULL;
-    size_t raw_len = 0;
-    size_t plen = strlen(path);
-    int rc = plen > 3 && strcmp(path + plen - 3, ".xz") == 0
-                 ? read_xz(path, &raw, &raw_len, err)
-                 : ds4_file_read(path, MAX_FILE, &raw, &raw_len, err);
     ds4_json_doc *doc = NULL;
-    if (rc == 0) rc = ds4_json_parse(raw, raw_len, path, &doc, err);
-    free(raw);
-    if (rc) return -1;
+    if (ds4_json_parse(text, len, name, &doc, err)) return -1;
     builder b = {0};
-    b.path = path;
-    rc = build(&b, ds4_json_root(doc), v, err);
+    b.path = name;
+    int rc = build(&b, ds4_json_root(doc), v, err);
     free(b.tok_off);
     free(b.tok_len);
     free(b.types);
     ds4_buf_free(&b.store);
     ds4_json_free(doc);
     if (rc) ds4_hf_vocab_free(v);
+    return rc;
+}
+
+int ds4_hf_vocab_from_json(ds4_vocab *v, const char *path, ds4err *err) {
+    memset(v, 0, sizeof(*v));
+    char *raw = NULL;
+    size_t raw_len = 0;
+    if (ds4_file_read(path, MAX_FILE, &raw, &raw_len, err)) return -1;
+    int rc = ds4_hf_vocab_from_text(v, raw, raw_len, path, err);
+    free(raw);
     return rc;
 }
 

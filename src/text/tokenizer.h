@@ -153,12 +153,14 @@ typedef struct ds4_vocab {
     char *store;
 } ds4_vocab;
 
-/* Read model.vocab, model.merges and added_tokens of a tokenizer.json (a
- * path ending in ".xz" is read through `xz -dc`).  The vocabulary size is the
+/* Read model.vocab, model.merges and added_tokens of a tokenizer.json (plain
+ * JSON: the file's bytes, or `text` of `len` bytes labelled `name`).  The vocabulary size is the
  * highest id + 1; ids without a string become "[PAD<id>]" of type UNUSED, as
  * llama.cpp's converter writes them.  Types: model.vocab entries NORMAL, added
  * tokens CONTROL when "special" is true, else USER_DEFINED. */
 int ds4_hf_vocab_from_json(ds4_vocab *v, const char *path, ds4err *err);
+int ds4_hf_vocab_from_text(ds4_vocab *v, const char *text, size_t len, const char *name,
+                           ds4err *err);
 void ds4_hf_vocab_free(ds4_vocab *v);
 
 #endif

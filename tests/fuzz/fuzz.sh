@@ -35,7 +35,7 @@ build() {
         "$out/tests/malformed.o"
     for t in "${targets[@]}"; do
         # shellcheck disable=SC2086
-        $cc $cflags -fsanitize=fuzzer "tests/fuzz/fuzz_$t.c" tests/fuzz/fuzzutil.c tests/chat_msgs.c \
+        $cc $cflags -fsanitize=fuzzer "tests/fuzz/fuzz_$t.c" tests/fuzz/fuzzutil.c tests/chat_msgs.c tests/xzvocab.c \
             "$out/libds4check.a" "$out/libds4ref.a" -lpcre2-8 -lm -o "$out/fuzz_$t"
     done
     # shellcheck disable=SC2086

@@ -23,6 +23,7 @@
 
 #include "chat_msgs.h"
 #include "fuzzutil.h"
+#include "../xzvocab.h"
 #include "model/model.h"
 #include "quant/gguf.h"
 #include "text/chat.h"
@@ -43,7 +44,7 @@ static void setup(void) {
     if (!path && access(shared, R_OK) == 0) path = shared;
     ds4err err = {0};
     if (path) {
-        fz_check(!ds4_hf_vocab_from_json(&vocab, path, &err), err.msg);
+        fz_check(!xz_hf_vocab(&vocab, path, &err), err.msg);
         fz_check(!ds4_tok_init(&own_tok, vocab.tokens, vocab.n_tokens, vocab.types, vocab.merges,
                                vocab.n_merges, &err), err.msg);
         tok = &own_tok;
