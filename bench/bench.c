@@ -454,7 +454,7 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
         uint8_t *data = malloc(rb * rows);
         if (!data) return -1;
         fill_blocks(types[ti], data, cols * rows);
-        ds4_mat W = {types[ti], cols, rows, rb, data, 0, NULL, 0, NULL, 0};
+        ds4_mat W = {.type = types[ti], .cols = cols, .rows = rows, .row_bytes = rb, .data = data};
         for (int k = 0; k < 2; k++) {
             int T = Ts[k], reps = 0;
             ds4_dot_matmul(&W, x, cols, T, y, rows);   /* warm up: pages, caches, threads */

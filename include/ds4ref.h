@@ -91,11 +91,20 @@ int ds4ref_report_sigbus(const char *program, ds4ref_error *err);
 typedef struct ds4ref_model ds4ref_model;
 
 typedef struct ds4ref_model_options {
-    const char *path;          /* base model GGUF */
-    const char *mtp_path;      /* MTP head GGUF, or NULL */
-    /* 1: official FP8 KV / FP4 indexer simulation (default).  A model whose
-     * key_length - rope.dimension_count is not a multiple of the FP8 blocks
-     * of 64 runs with 0 only (DS4REF_E_UNSUPPORTED otherwise). */
+    /* The base model: a GGUF, or the official checkpoint in its published
+     * layout (a folder with config.json, model.safetensors.index.json and
+     * the shards, or one .safetensors file with config.json beside it;
+     * docs/FORMATS.md section 5). */
+    const char *path;
+    /* MTP head GGUF, or NULL.  A checkpoint holds its MTP layer: NULL, or
+     * the checkpoint's own path to use it. */
+    const char *mtp_path;
+    /* 1: official FP8 KV / FP4 indexer simulation (default); for a
+     * checkpoint also the official linears' FP8 activations and BF16
+     * outputs.  A model whose key_length - rope.dimension_count is not a
+     * multiple of the FP8 blocks of 64, or a checkpoint with an FP8 or FP4
+     * product whose input is not whole blocks of 128, runs with 0 only
+     * (DS4REF_E_UNSUPPORTED otherwise). */
     int qat;
     uint32_t max_batch;        /* most tokens of one forward pass (default 256) */
     /* A numerics profile (docs/NUMERICS.md): another engine's intended
@@ -103,7 +112,8 @@ typedef struct ds4ref_model_options {
      * default); "ggml-act" (ggml's CPU conversion of every product's input
      * for the weight's type), "ds4-act" (ds4.c's), "f16-kv" (KV rows stored
      * as binary16), "ds4" (ds4-act,f16-kv), or a comma list.  Unknown
-     * names are DS4REF_E_ARG.  Goldens record it (settings.numerics). */
+     * names are DS4REF_E_ARG.  Goldens record it (settings.numerics).  A
+     * checkpoint runs "official" only. */
     const char *numerics;
 } ds4ref_model_options;
 

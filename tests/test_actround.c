@@ -142,11 +142,43 @@ static void test_profile_names(void **state) {
     assert_int_equal(ds4_numerics_parse("f16-kv,", &set, &err), 0);
 }
 
+/* The official linear()'s FP8 activations (act_quant, blocks of 128,
+ * UE8M0): hand-built blocks whose scale and grid values follow from the
+ * definition.  Block 0: amax 449, fl32(449 * fl32(1/448)) is just above 1,
+ * so s = 2^ceil(log2) = 2 and each x/s rounds on E4M3's grid: 448/2 = 224
+ * (on the grid, spacing 16 in [128, 256)); 17/2 = 8.5, a tie between 8
+ * and 9 (spacing 1 in [8, 16)), to the even code, 8; 19/2 = 9.5, a tie,
+ * to 10; 0.3/2 = 0.15, 9.6 steps of 2^-6, so 10 steps, 0.15625;
+ * 1e-3/2 = 0.256 subnormal steps of 2^-9, so 0; -449/2 = -224.5 -> -224;
+ * zeros come out +0.  Block 1: every value 1e-6, so amax is floored at
+ * 1e-4 and s = 2^ceil(log2(1e-4/448)) = 2^-22; 1e-6 / 2^-22 = 4.19...,
+ * which rounds to 4 (spacing 0.5 in [4, 8)), giving 2^-20. */
+static void test_fp8_linear_input(void **state) {
+    (void)state;
+    float x[256], y[256];
+    const float front[] = {448.0f, 17.0f, 19.0f, 0.3f, 1e-3f, -449.0f, 0.0f, -0.0f};
+    block(x, 128, front, 8);
+    for (int i = 128; i < 256; i++) x[i] = 1e-6f;
+    assert_int_equal(ds4_actround_block(DS4_ACT_FP8_B128), 128);
+    ds4_actround_row(DS4_ACT_FP8_B128, x, y, 256);
+    const float want[] = {448.0f, 16.0f, 20.0f, 0.3125f, 0.0f, -448.0f, 0.0f, 0.0f};
+    for (int i = 0; i < 8; i++)
+        if (y[i] != want[i]) fail_msg("block 0 element %d: got %a, want %a", i, y[i], want[i]);
+    assert_false(signbit(y[7]));   /* the official straight-through gives +0 */
+    for (int i = 128; i < 256; i++)
+        if (y[i] != 0x1p-20f) fail_msg("block 1 element %d: got %a, want 0x1p-20", i - 128, y[i]);
+    /* In place gives the same. */
+    ds4_actround_row(DS4_ACT_FP8_B128, x, x, 256);
+    assert_memory_equal(x, y, sizeof(y));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0_halves), cmocka_unit_test(test_q8_0_scales),
         cmocka_unit_test(test_q8_0_multiplier),
-        cmocka_unit_test(test_q8_k),        cmocka_unit_test(test_floats),
+        cmocka_unit_test(test_q8_k),
+        cmocka_unit_test(test_fp8_linear_input),
+        cmocka_unit_test(test_floats),
         cmocka_unit_test(test_profile_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

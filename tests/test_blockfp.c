@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "forward/qat.h"
+#include "quant/qat.h"
 #include "quant/blockfp.h"
 
 static double two_to(int k) {

@@ -239,7 +239,7 @@ static void mcase_init(mcase *c, uint32_t type, uint64_t cols, uint64_t rows, in
     c->data = malloc(rb * rows);
     assert_non_null(c->data);
     for (uint64_t r = 0; r < rows; r++) fill_row(type, c->data + r * rb, cols);
-    c->W = (ds4_mat){type, cols, rows, rb, c->data, 0, NULL, 0, NULL, 0};
+    c->W = (ds4_mat){.type = type, .cols = cols, .rows = rows, .row_bytes = rb, .data = c->data};
     c->ldx = cols + 5;   /* padded strides catch index mix-ups */
     c->maxT = maxT;
     c->x = malloc(sizeof(float) * c->ldx * (uint64_t)maxT);
@@ -324,10 +324,10 @@ static void test_matmul_invalid(void **state) {
     (void)state;
     uint8_t data[34 * 4] = {0};
     float x[64] = {0}, y[4];
-    ds4_mat bad_type = {2, 32, 4, 34, data, 0, NULL, 0, NULL, 0};
+    ds4_mat bad_type = {.type = 2, .cols = 32, .rows = 4, .row_bytes = 34, .data = data};
     ds4_dot_matmul(&bad_type, x, 32, 1, y, 4);
     for (int r = 0; r < 4; r++) assert_true(isnan(y[r]));
-    ds4_mat bad_cols = {DS4_TYPE_Q8_0, 48, 2, 34, data, 0, NULL, 0, NULL, 0};
+    ds4_mat bad_cols = {.type = DS4_TYPE_Q8_0, .cols = 48, .rows = 2, .row_bytes = 34, .data = data};
     y[0] = y[1] = 0;
     ds4_dot_matmul_rows(&bad_cols, 0, 2, x, 48, 1, y, 2);
     assert_true(isnan(y[0]) && isnan(y[1]));
@@ -342,7 +342,7 @@ static void test_mat_expert(void **state) {
     uint8_t *data = malloc(rb * ROWS * E);
     assert_non_null(data);
     fill_row(DS4_TYPE_Q8_0, data, (uint64_t)COLS * ROWS * E);
-    const ds4_mat all = {DS4_TYPE_Q8_0, COLS, ROWS, rb, data, 0, NULL, 0, NULL, 0};
+    const ds4_mat all = {.type = DS4_TYPE_Q8_0, .cols = COLS, .rows = ROWS, .row_bytes = rb, .data = data};
     float x[COLS], y[ROWS];
     for (int i = 0; i < COLS; i++) x[i] = rnd_unit();
     for (uint64_t e = 0; e < E; e++) {
@@ -503,7 +503,7 @@ static void test_variants_match_portable(void **state) {
             assert_non_null(x);
             for (uint64_t r = 0; r < rows; r++) fill_row(type, data + r * rb, cols);
             for (uint64_t i = 0; i < cols * 17; i++) x[i] = rnd_wide();
-            const ds4_mat W = {type, cols, rows, rb, data, 0, NULL, 0, NULL, 0};
+            const ds4_mat W = {.type = type, .cols = cols, .rows = rows, .row_bytes = rb, .data = data};
             for (int q = 0; q < 6; q++) check_variants_vs_portable(&W, x, cols, Ts[q]);
             /* Special scales: row 3's first block and row 7's last block. */
             const ds4_type_info *t = ds4_types_info(type);
@@ -704,6 +704,36 @@ static void test_mat_expert_block_scaled(void **state) {
     scase_free(&all);
 }
 
+/* Outputs rounded to BF16 (the official fp8_gemm's): each value is the
+ * canonical dot rounded to f32 and then to bfloat16, nearest even, for one
+ * token and several, in every variant. */
+static void test_matmul_bf16_out(void **state) {
+    (void)state;
+    char names[4][16];
+    const int nv = variants(names);
+    scase c;
+    scase_init(&c, DS4_TYPE_FP8_B128, 256, 40);
+    c.W.out = DS4_OUT_BF16;
+    float x[256 * 7], y[40 * 7];
+    for (int i = 0; i < 256 * 7; i++) x[i] = rnd_wide();
+    for (int v = 0; v < nv; v++) {
+        use(names[v]);
+        for (int T = 1; T <= 7; T += 6) {
+            ds4_dot_matmul(&c.W, x, 256, T, y, 40);
+            for (int t = 0; t < T; t++)
+                for (int r = 0; r < 40; r++) {
+                    const float f = (float)ref_dot(c.deq + r * 256, x + t * 256, 256);
+                    const float want = ds4_formats_bf16_to_f32(ds4_formats_f32_to_bf16(f));
+                    if (fbits(y[t * 40 + r]) != fbits(want))
+                        fail_msg("%s T=%d t=%d r=%d: got %a, want %a", names[v], T, t, r,
+                                 y[t * 40 + r], want);
+                }
+        }
+    }
+    use(names[0]);
+    scase_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fma_equals_mul_add),
@@ -718,6 +748,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_block_scaled),
         cmocka_unit_test(test_matmul_block_scaled_specials),
         cmocka_unit_test(test_mat_expert_block_scaled),
+        cmocka_unit_test(test_matmul_bf16_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,10 +25,15 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/sha256.h"
+#include "ds4ref.h"
+#include "model/modelid.h"
 #include "forward/engine.h"
 #include "forward/forward.h"
 #include "forward/kvstate.h"
 #include "model/hfbind.h"
+#include "model/numerics.h"
+#include "quant/actround.h"
 #include "quant/blockfp.h"
 #include "quant/formats.h"
 #include "testutil.h"
@@ -524,10 +529,211 @@ static void test_refusals(void **state) {
     tu_model_free(t);
 }
 
+/* Mark the twin's matrices that are FP8 or FP4 in the release (a's) with
+ * the official linears' roundings, field by field: what
+ * ds4_numerics_official_linears must do to a. */
+static void mark_like(const ds4_mat *a, ds4_mat *b, int *n) {
+    if (a->type == DS4_TYPE_FP8_B128 || a->type == DS4_TYPE_FP4_B32) {
+        b->act = a->act;
+        b->out = a->out;
+        *n += a->act == DS4_ACT_FP8_B128 && a->out == DS4_OUT_BF16;
+    }
+}
+
+static void mark_layer(const ds4_layer *a, ds4_layer *b, int *n) {
+    const ds4_mat *am[] = {&a->q_a, &a->q_b, &a->kv, &a->out_a, &a->out_b, &a->idx_q_b,
+                           &a->gate_exps, &a->up_exps, &a->down_exps, &a->sh_gate, &a->sh_up,
+                           &a->sh_down};
+    ds4_mat *bm[] = {&b->q_a, &b->q_b, &b->kv, &b->out_a, &b->out_b, &b->idx_q_b,
+                     &b->gate_exps, &b->up_exps, &b->down_exps, &b->sh_gate, &b->sh_up,
+                     &b->sh_down};
+    for (size_t i = 0; i < sizeof(am) / sizeof(am[0]); i++) mark_like(am[i], bm[i], n);
+}
+
+/* QAT on, the official numerics: every FP8 and FP4 linear but wo_a
+ * quantizes its input to FP8 and writes BF16 (each rounding has its own
+ * tests: test_actround, test_dot).  The checkpoint gives the logits of its
+ * F32 twin with the same roundings on the same matrices, and not those of
+ * the twin without them; a model whose low ranks are not whole blocks of
+ * 128 (tiny, q_lora_rank 64) is refused by name. */
+static void test_official_linears(void **state) {
+    (void)state;
+    if (under_valgrind()) {
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny-ckpt", 7, true, &err);
+    if (!t) fail_msg("%s", err.msg);
+    char *rel = write_checkpoint(t, RELEASE, (writer){0});
+    char *twin = write_checkpoint(t, RELEASE_TWIN, (writer){0});
+    ds4_model a, b;
+    open_ok(&a, rel);
+    open_ok(&b, twin);
+    const uint32_t n = n_tok();
+    const size_t V = a.cfg.n_vocab;
+    int32_t *tok = tu_random_tokens(n, a.cfg.n_vocab, 8);
+    float *plain = run(&b, tok, true, NULL);
+    if (ds4_numerics_official_linears(&a, rel, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(a.layers[2].q_b.act, DS4_ACT_FP8_B128);
+    assert_int_equal(a.layers[2].q_b.out, DS4_OUT_BF16);
+    assert_int_equal(a.layers[2].out_a.act, DS4_ACT_NONE);   /* wo_a: BF16 einsum, f32 here */
+    assert_int_equal(a.layers[2].out_a.out, DS4_OUT_NONE);
+    assert_int_equal(a.layers[2].comp_kv.act, DS4_ACT_NONE);
+    int marked = 0;
+    for (uint32_t l = 0; l < a.cfg.n_layer; l++) mark_layer(&a.layers[l], &b.layers[l], &marked);
+    mark_layer(&a.mtp->block, &b.mtp->block, &marked);
+    mark_like(&a.mtp->e_proj, &b.mtp->e_proj, &marked);
+    mark_like(&a.mtp->h_proj, &b.mtp->h_proj, &marked);
+    /* 4 layers and the MTP block: wq_a, wq_b, wkv, wo_b, 3 shared and 3
+     * routed; the ratio-4 layer's indexer wq_b; e_proj and h_proj. */
+    assert_int_equal(marked, 5 * 10 + 1 + 2);
+    float *ma = NULL, *mb = NULL;
+    float *la = run(&a, tok, true, &ma), *lb = run(&b, tok, true, &mb);
+    assert_memory_equal(la, lb, sizeof(float) * n * V);
+    assert_memory_equal(ma, mb, sizeof(float) * (n - 1) * V);
+    assert_memory_not_equal(la, plain, sizeof(float) * n * V);
+    free(la), free(lb), free(ma), free(mb), free(plain), free(tok);
+    ds4_model_close(&a);
+    ds4_model_close(&b);
+    remove_checkpoint(rel);
+    remove_checkpoint(twin);
+    tu_model_free(t);
+
+    t = tu_model_new("tiny", 7, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    rel = write_checkpoint(t, RELEASE, (writer){0});
+    open_ok(&a, rel);
+    assert_int_equal(ds4_numerics_official_linears(&a, rel, &err), -1);
+    assert_int_equal(err.code, DS4_E_UNSUPPORTED);
+    if (!strstr(err.msg, "layers.0.attn.wq_b.weight has an input of 64, not whole blocks of 128"))
+        fail_msg("%s", err.msg);
+    assert_int_equal(a.layers[0].q_a.act, DS4_ACT_NONE);   /* nothing marked */
+    ds4_model_close(&a);
+    remove_checkpoint(rel);
+    tu_model_free(t);
+}
+
+/* Through the public API: a path to a checkpoint opens it, with QAT off
+ * and on, and its MTP layer when asked for by the same path; an F32
+ * checkpoint's logits are the GGUF's; another --mtp path, a numerics
+ * profile and text (no tokenizer yet) are refused by name.  And the
+ * identity a golden records: config.json's bytes, the shard's name and
+ * header (recomputed here from the definition), every tensor. */
+static void eval_api(const char *path, const char *mtp, int qat, const int32_t *tok, uint32_t n,
+                     float *logits) {
+    ds4ref_model_options o;
+    ds4ref_model_options_init(&o);
+    o.path = path;
+    o.mtp_path = mtp;
+    o.qat = qat;
+    ds4ref_model *m;
+    ds4ref_error err;
+    if (ds4ref_model_open(&o, &m, &err)) fail_msg("%s", err.message);
+    ds4ref_session_options so = {0};
+    ds4ref_session *s;
+    if (ds4ref_session_new(m, &so, &s, &err)) fail_msg("%s", err.message);
+    if (ds4ref_session_eval(s, tok, n, logits, &err)) fail_msg("%s", err.message);
+    ds4ref_session_free(s);
+    ds4ref_model_close(m);
+}
+
+static void refused(const char *path, const char *mtp, const char *numerics, const char *expect) {
+    ds4ref_model_options o;
+    ds4ref_model_options_init(&o);
+    o.path = path;
+    o.mtp_path = mtp;
+    o.numerics = numerics;
+    ds4ref_model *m = NULL;
+    ds4ref_error err;
+    assert_int_not_equal(ds4ref_model_open(&o, &m, &err), 0);
+    assert_null(m);
+    if (!strstr(err.message, expect)) fail_msg("got \"%s\", expected \"%s\"", err.message, expect);
+}
+
+static void test_public_api(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 9, true, &err);
+    if (!t) fail_msg("%s", err.msg);
+    char *dir = write_checkpoint(t, ALL_F32, (writer){0});
+    char *st = tu_path(dir, "model.safetensors");
+    const uint32_t n = n_tok(), V = t->m.cfg.n_vocab;
+    int32_t *tok = tu_random_tokens(n, V, 10);
+    float *a = malloc(sizeof(float) * n * V), *b = malloc(sizeof(float) * n * V);
+    assert_true(a && b);
+    for (int qat = 0; qat <= 1; qat++) {
+        eval_api(t->path, t->mtp_path, qat, tok, n, a);
+        eval_api(st, qat ? st : NULL, qat, tok, n, b);
+        assert_memory_equal(a, b, sizeof(float) * n * V);
+    }
+    refused(st, t->mtp_path, NULL, "holds its MTP layer: give the MTP head as the same path");
+    refused(st, NULL, "ggml-act", "a checkpoint runs the official numerics only");
+
+    ds4_model m;
+    open_ok(&m, dir);
+    const ds4_tokenizer *tk;
+    assert_int_equal(ds4_model_tokenizer(&m, &tk, &err), -1);
+    assert_non_null(strstr(err.msg, "reading a checkpoint's tokenizer.json is not done yet"));
+    ds4_modelid id, id2;
+    if (ds4_modelid_of_model(&m, false, &id, &err)) fail_msg("%s", err.msg);
+    if (ds4_modelid_of_model(&m, true, &id2, &err)) fail_msg("%s", err.msg);
+    assert_true(ds4_modelid_same(&id, &id2));   /* the MTP layer is the checkpoint's */
+    assert_string_equal(id.file, "model.safetensors");
+    assert_int_equal(id.n_tensors, m.ckpt->n_tensors);
+    uint8_t *cfg, *shard;
+    size_t cfg_len, shard_len;
+    char *cp = tu_path(dir, "config.json");
+    assert_int_equal(tu_read_file(cp, &cfg, &cfg_len), 0);
+    assert_int_equal(tu_read_file(st, &shard, &shard_len), 0);
+    assert_int_equal(id.size, cfg_len + shard_len);
+    uint64_t hlen;
+    memcpy(&hlen, shard, 8);
+    ds4_sha256 h;
+    uint8_t want[32];
+    ds4_sha256_init(&h);
+    ds4_sha256_update(&h, cfg, cfg_len);
+    ds4_sha256_update(&h, "model.safetensors", sizeof("model.safetensors"));
+    ds4_sha256_update(&h, shard, 8 + hlen);
+    ds4_sha256_final(&h, want);
+    assert_memory_equal(id.metadata_sha256, want, 32);
+    /* One tensor's first byte changed: another model, that tensor named. */
+    ds4_model_close(&m);
+    const ds4_st_tensor *first = NULL;
+    ds4_ckpt ck;
+    assert_int_equal(ds4_checkpoint_open(&ck, st, &err), 0);
+    first = ds4_checkpoint_find(&ck, "layers.1.attn.wkv.weight");
+    assert_non_null(first);
+    const uint64_t at = 8 + hlen + first->begin;
+    ds4_checkpoint_close(&ck);
+    FILE *f = fopen(st, "r+b");
+    assert_non_null(f);
+    fseek(f, (long)at, SEEK_SET);
+    fputc(shard[at] ^ 1, f);
+    fclose(f);
+    open_ok(&m, dir);
+    ds4_modelid id3;
+    if (ds4_modelid_of_model(&m, false, &id3, &err)) fail_msg("%s", err.msg);
+    assert_false(ds4_modelid_same(&id, &id3));
+    assert_memory_equal(id.metadata_sha256, id3.metadata_sha256, 32);
+    char d[512];
+    ds4_modelid_describe_diff(&id, &id3, d, sizeof(d));
+    if (!strstr(d, "layers.1.attn.wkv.weight")) fail_msg("%s", d);
+    ds4_model_close(&m);
+    ds4_modelid_free(&id);
+    ds4_modelid_free(&id2);
+    ds4_modelid_free(&id3);
+    free(cfg), free(shard), free(cp), free(a), free(b), free(tok), free(st);
+    remove_checkpoint(dir);
+    tu_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_same_as_gguf),
         cmocka_unit_test(test_release_formats_same_as_twin),
+        cmocka_unit_test(test_official_linears),
+        cmocka_unit_test(test_public_api),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

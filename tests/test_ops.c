@@ -557,7 +557,7 @@ static double check_compressor(uint32_t r, bool indexer) {
     fill(sc, (size_t)n_pos * width, 2.0);
     fill(ape, (size_t)r * width, 0.5);
     fill(norm, dim, 1.5);
-    ds4_mat ape_m = {RQ_F32, width, r, sizeof(float) * width, (const uint8_t *)ape, 0, NULL, 0, NULL, 0};
+    ds4_mat ape_m = {.type = RQ_F32, .cols = width, .rows = r, .row_bytes = sizeof(float) * width, .data = (const uint8_t *)ape};
     ds4_vec norm_v = {norm, dim};
     ds4_comp_state cs = {.ratio = r, .width = width, .dim = dim, .hist_cap = 2 * r + 5,
                          .rows_cap = n_pos / r};
@@ -884,7 +884,7 @@ static void test_moe(void **state) {
     memcpy(router + 1 * n, router + 3 * n, sizeof(float) * n);
     memcpy(router + 6 * n, router + 3 * n, sizeof(float) * n);
     bias[1] = bias[6] = bias[3];
-    tied.gate_inp = (ds4_mat){RQ_F32, n, E, sizeof(float) * n, (const uint8_t *)router, 0, NULL, 0, NULL, 0};
+    tied.gate_inp = (ds4_mat){.type = RQ_F32, .cols = n, .rows = E, .row_bytes = sizeof(float) * n, .data = (const uint8_t *)router};
     tied.exp_bias.v = bias;
     worst = fmax(worst, check_moe(t, &tied, 5, tokens));
     printf("  moe: relative error %.3g\n", worst);
@@ -1141,7 +1141,7 @@ static void check_kernels(const char *label) {
             const kcase *k = &kcases[ci];
             uint64_t rows = rows_for[si], cols = k->cols[si], rb;
             uint8_t *data = random_weights(k->type, rows, cols, &rb);
-            ds4_mat W = {k->type, cols, rows, rb, data, 0, NULL, 0, NULL, 0};
+            ds4_mat W = {.type = k->type, .cols = cols, .rows = rows, .row_bytes = rb, .data = data};
             for (int ti = 0; ti < 3; ti++) {
                 int T = Ts[ti];
                 uint64_t ldx = cols + 3, ldy = rows + 5;

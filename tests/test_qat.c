@@ -1,4 +1,4 @@
-/* Tests of src/forward/qat.c.
+/* Tests of src/quant/qat.c.
  *
  * References:
  *   - the official vectors of vectors/official/qat_unit (outputs of
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward/qat.h"
+#include "quant/qat.h"
 #include "testutil.h"
 
 static uint32_t fbits(float f) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "api/apierr.h"
 #include "api/apimodel.h"
@@ -18,9 +19,10 @@
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "decode/speculative.h"
-#include "model/numerics.h"
 #include "forward/forward.h"
+#include "model/hfbind.h"
 #include "model/model.h"
+#include "model/numerics.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
 #include "text/chat.h"
@@ -83,19 +85,51 @@ static void tap_bridge(void *ud, const ds4_tap *t) {
     m->tap(m->tap_ud, &pub);
 }
 
+/* The official checkpoint's layout: a folder, or one .safetensors file
+ * (model/hfbind.h); anything else is a GGUF. */
+static bool is_checkpoint(const char *path) {
+    struct stat st;
+    const size_t n = strlen(path), k = strlen(".safetensors");
+    return (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) ||
+           (n > k && !strcmp(path + n - k, ".safetensors"));
+}
+
+/* A checkpoint's own rules: its MTP layer is inside it (an --mtp path, if
+ * any, must be the checkpoint's own); the numerics profiles describe
+ * engines that run ds4's GGUF; QAT on is the official linears' FP8
+ * activations as well as the KV and indexer roundings. */
+static int checkpoint_setup(ds4_model *m, const ds4ref_model_options *o, uint32_t numerics,
+                            ds4err *e) {
+    if (o->mtp_path && strcmp(o->mtp_path, o->path))
+        return ds4_err_set(e, DS4_E_ARG, "%s is a checkpoint, which holds its MTP layer: give "
+                           "the MTP head as the same path (%s), not %s", o->path, o->path,
+                           o->mtp_path);
+    if (o->mtp_path && !m->mtp)
+        return ds4_err_set(e, DS4_E_MODEL, "%s: the checkpoint has no MTP layer (mtp.0.*)",
+                           o->path);
+    if (numerics)
+        return ds4_err_set(e, DS4_E_ARG, "%s: the numerics profiles are other engines' "
+                           "roundings of ds4's GGUF types; a checkpoint runs the official "
+                           "numerics only", o->path);
+    return o->qat ? ds4_numerics_official_linears(m, o->path, e) : 0;
+}
+
 int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_error *err) {
     *out = NULL;
     if (!o || !o->path) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_model_open: no model path");
     ds4ref_model *m = calloc(1, sizeof(*m));
     if (!m) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     ds4err e = {0};
-    if (ds4_dot_check(&e) || ds4_model_open(&m->m, o->path, &e)) {
+    const bool ckpt = is_checkpoint(o->path);
+    if (ds4_dot_check(&e) ||
+        (ckpt ? ds4_hfbind_open(&m->m, o->path, &e) : ds4_model_open(&m->m, o->path, &e))) {
         free(m);
         return api_fail(err, &e);
     }
     ds4_fwd_opts fo = {.qat = o->qat != 0};
     int rc = ds4_numerics_parse(o->numerics, &fo.numerics, &e);
-    if (rc == 0 && o->mtp_path) rc = ds4_model_load_mtp(&m->m, o->mtp_path, &e);
+    if (rc == 0 && ckpt) rc = checkpoint_setup(&m->m, o, fo.numerics, &e);
+    else if (rc == 0 && o->mtp_path) rc = ds4_model_load_mtp(&m->m, o->mtp_path, &e);
     if (rc == 0) {
         ds4_numerics_apply(&m->m, fo.numerics);
         rc = ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e);

@@ -27,7 +27,7 @@
 #include "forward/compressor.h"
 #include "forward/indexer.h"
 #include "forward/norm.h"
-#include "forward/qat.h"
+#include "quant/qat.h"
 #include "model/numerics.h"
 #include "quant/actround.h"
 

@@ -17,7 +17,7 @@
 
 #include "base/detmath.h"
 #include "forward/norm.h"
-#include "forward/qat.h"
+#include "quant/qat.h"
 #include "quant/actround.h"
 #include "quant/formats.h"
 

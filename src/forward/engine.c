@@ -99,7 +99,7 @@ enum { SCRATCH_SHARE_PCT = 3 };
 
 static uint32_t pass_tokens(const ds4_model *m, uint32_t want) {
     const ds4_config *c = &m->cfg;
-    uint64_t model = m->file.size + (m->mtp ? m->mtp->file.size : 0);
+    uint64_t model = ds4_model_file_bytes(m);
     uint64_t budget = model / 100 * SCRATCH_SHARE_PCT;
     if (budget < SCRATCH_FLOOR) budget = SCRATCH_FLOOR;
     uint64_t one = scratch_bytes(c, 1), per_token = scratch_bytes(c, 2) - one;

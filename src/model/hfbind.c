@@ -86,6 +86,11 @@ static const hfname *hf_of(const char *gguf) {
     return NULL;
 }
 
+const char *ds4_hfbind_release_name(const char *gguf) {
+    const hfname *h = hf_of(gguf);
+    return h ? h->hf : NULL;
+}
+
 /* What one binding works on: the checkpoint, where the names go, the
  * config and the layer's ratio. */
 typedef struct binder {

@@ -32,6 +32,11 @@
  * was expected and what was found. */
 int ds4_hfbind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err);
 
+/* The release's name of the GGUF layout's tensor `gguf` (a name of
+ * layout.c, without "blk.N."), with "%u" for the expert where the release
+ * stores one tensor an expert; NULL for a name layout.c does not have. */
+const char *ds4_hfbind_release_name(const char *gguf);
+
 /* ds4_checkpoint_open + ds4_hfbind_model. */
 int ds4_hfbind_open(ds4_model *m, const char *path, ds4err *err);
 

@@ -478,7 +478,8 @@ static int load_tokenizer(ds4_model *m, ds4err *err) {
 
 int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *err) {
     if (!m->has_tok)
-        return ds4_err_set(err, DS4_E_MODEL, "%s has no tokenizer (tokenizer.ggml.tokens): give token ids instead of text",
+        return ds4_err_set(err, DS4_E_MODEL, m->ckpt ? "%s: reading a checkpoint's tokenizer.json is not done yet: give token ids instead of text"
+                                                     : "%s has no tokenizer (tokenizer.ggml.tokens): give token ids instead of text",
                           m->file.path);
     if (ds4_tok_require_specials(&m->tok, err)) return ds4_err_prefix(err, "%s", m->file.path);
     *out = &m->tok;
@@ -591,4 +592,10 @@ void ds4_model_close(ds4_model *m) {
         free(m->ckpt);
         m->ckpt = NULL;
     }
+}
+
+uint64_t ds4_model_file_bytes(const ds4_model *m) {
+    uint64_t n = m->file.size + (m->mtp ? m->mtp->file.size : 0);
+    for (size_t s = 0; m->ckpt && s < m->ckpt->n_shards; s++) n += m->ckpt->shards[s].size;
+    return n;
 }

@@ -188,6 +188,10 @@ int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err);
 
 void ds4_model_close(ds4_model *m);
 
+/* The bytes of the model's files: its GGUF and MTP GGUF, or its
+ * checkpoint's shards. */
+uint64_t ds4_model_file_bytes(const ds4_model *m);
+
 /* Compressor width of a layer: (ratio == 4 ? 2 : 1) * head_dim. */
 uint32_t ds4_layout_comp_width(const ds4_config *c, uint32_t ratio);
 

@@ -21,7 +21,7 @@
 #include "quant/gguf_write.h"
 #include "text/tokenizer.h"
 
-const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "tiny-spec", "fullwidth", "fulldepth",
+const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "tiny-ckpt", "tiny-spec", "fullwidth", "fulldepth",
                                          NULL};
 
 /* ---------------------------------------------------------------------------
@@ -65,6 +65,10 @@ typedef struct synth_cfg {
  * tiny-k64: tiny with heads of 64 and RoPE on 16 of them, a shape the
  * official code runs with QAT off only (its FP8 blocks of 64 do not divide
  * the 48 non-RoPE dimensions): ds4ref loads it and refuses QAT on.
+ * tiny-ckpt: tiny with q_lora_rank 128 and o_lora_rank 64, so that the
+ * input of every product the official checkpoint stores as FP8 or FP4 is
+ * whole blocks of 128, as the official FP8 activations need: the model the
+ * checkpoint tests write in the release's layout.
  * fullwidth: DeepSeek V4 Flash's real per-layer dimensions and vocabulary
  * size, with 3 layers and 16 experts: for benchmarks.
  * fulldepth: the same with all 43 layers, their ratio pattern (window-only
@@ -75,6 +79,8 @@ static const synth_cfg configs[] = {
     {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
      {0, 0, 4, 128}, NULL},
     {"tiny-k64", 4, 256, 512, 4, 64, 16, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
+     {0, 0, 4, 128}, NULL},
+    {"tiny-ckpt", 4, 256, 512, 4, 128, 64, 128, 64, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
      {0, 0, 4, 128}, NULL},
     {"tiny-spec", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
      {0, 0, 4, 128}, &(const synth_drafty){.branch = 0.02, .mtp_h = 0.1, .head = 4}},

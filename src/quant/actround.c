@@ -4,12 +4,14 @@
 #include <string.h>
 
 #include "quant/formats.h"
+#include "quant/qat.h"
 
 uint32_t ds4_actround_block(uint8_t act) {
     switch (act) {
     case DS4_ACT_Q8_0_GGML:
     case DS4_ACT_Q8_0_DS4: return 32;
     case DS4_ACT_Q8_K: return 256;
+    case DS4_ACT_FP8_B128: return 128;
     default: return 1;
     }
 }
@@ -80,6 +82,10 @@ void ds4_actround_row(uint8_t act, const float *x, float *y, uint64_t n) {
         case DS4_ACT_Q8_0_GGML: q8_0_ggml(in, y + i); break;
         case DS4_ACT_Q8_0_DS4: q8_0_ds4(in, y + i); break;
         case DS4_ACT_Q8_K: q8_k(in, y + i); break;
+        case DS4_ACT_FP8_B128:
+            ds4_qat_fp8_linear_input(in, 128);
+            memcpy(y + i, in, sizeof(float) * 128);
+            break;
         default: y[i] = in[0]; break;
         }
     }

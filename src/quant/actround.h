@@ -24,7 +24,10 @@
  *   Q8_K        blocks of 256, ggml's quantize_row_q8_K_ref (which ds4.c's
  *               ds4_quantize_row_q8_K follows): max = the first value of
  *               largest magnitude, iscale = -127/max, q = nearest-even of
- *               iscale * x capped at 127, d = 1/iscale: values d * q.
+ *               iscale * x capped at 127, d = 1/iscale: values d * q;
+ *   FP8_B128    blocks of 128, the official checkpoint's linear() input
+ *               (kernel.py act_quant with UE8M0 scales; qat.h,
+ *               ds4_qat_fp8_linear_input): values e4m3(x/s) * s.
  * Every step is the f32 operation the source does, in its order, with no
  * contraction; a value d * q is rounded to f32 once (exact for the binary16
  * scales, one rounding at 2^-24 for Q8_K's f32 scale, far below an f32
@@ -41,6 +44,7 @@ enum ds4_act {
     DS4_ACT_Q8_0_GGML,
     DS4_ACT_Q8_0_DS4,
     DS4_ACT_Q8_K,
+    DS4_ACT_FP8_B128,
 };
 
 /* The elements per block of a rounding (1 for the float formats). */

@@ -226,6 +226,12 @@ static void run_job(const ds4_dot_kern *k, const ds4_mat *W, const ds4_type_info
     const int nr = r1 - g0 < (uint64_t)group ? (int)(r1 - g0) : group;
     const int nt = t1 - t0;
     k->job(W, t, g0, nr, x, ldx, t0, nt, y, ldy);
+    if (W->out == DS4_OUT_BF16)
+        for (int tk = t0; tk < t1; tk++)
+            for (int j = 0; j < nr; j++) {
+                float *v = &y[(uint64_t)tk * ldy + g0 + (uint64_t)j];
+                *v = ds4_formats_bf16_to_f32(ds4_formats_f32_to_bf16(*v));
+            }
 }
 
 static uint64_t n_jobs(uint64_t rows, int group, int ntiles) {

@@ -38,6 +38,8 @@ double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n);
 /* A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` elements of
  * `type`, row r at data + r*row_bytes.  A 3-D expert tensor [cols, rows, E]
  * gives one view per expert (ds4_dot_expert). */
+enum ds4_dot_out { DS4_OUT_NONE = 0, DS4_OUT_BF16 };
+
 typedef struct ds4_mat {
     uint32_t type;
     uint64_t cols;       /* ne0: input width */
@@ -49,6 +51,10 @@ typedef struct ds4_mat {
      * numerics profile.  Each input row is rounded alone, so the batch
      * still never changes a value. */
     uint8_t act;
+    /* How a product rounds its outputs: DS4_OUT_NONE (0), or DS4_OUT_BF16,
+     * the official checkpoint's fp8_gemm and fp4_gemm, which write BF16:
+     * the canonical sum rounded to f32, then to bfloat16 (nearest even). */
+    uint8_t out;
     /* A block-scaled type's E8M0 scales (formats.h, DS4_TYPE_FP8_B128 and
      * DS4_TYPE_FP4_B32): scale row r / scale_rows at scale + that *
      * scale_stride, one byte per scale_cols elements.  NULL for the GGUF

@@ -20,7 +20,7 @@
  *     which we reproduce;
  *   - the Hadamard butterflies run in double in one fixed order (below) and
  *     each output is rounded to f32 once. */
-#include "forward/qat.h"
+#include "quant/qat.h"
 
 #include <float.h>
 #include <math.h>
@@ -104,6 +104,11 @@ int ds4_qat_fp8_e4m3(float *x, size_t n, ds4err *err) {
     for (size_t b = 0; b < n; b += 64)
         quant_block(x + b, 64, 1e-4f, (float)(1.0 / 448), 448.0, ds4_qat_e4m3_round);
     return 0;
+}
+
+void ds4_qat_fp8_linear_input(float *x, size_t n) {
+    for (size_t b = 0; b + 128 <= n; b += 128)
+        quant_block(x + b, 128, 1e-4f, (float)(1.0 / 448), 448.0, ds4_qat_e4m3_round);
 }
 
 int ds4_qat_fp4_e2m1(float *x, size_t n, ds4err *err) {

@@ -33,6 +33,13 @@ double ds4_qat_e2m1_round(double y);
  * x <- e4m3(clamp(x/s, ±448)) * s.  n must be a multiple of 64. */
 int ds4_qat_fp8_e4m3(float *x, size_t n, ds4err *err);
 
+/* The official linear()'s activation quantization before an FP8 or FP4
+ * product, act_quant(x, 128, "ue8m0", e8m0): the same block round trip in
+ * blocks of 128, x <- e4m3(clamp(x/s, ±448)) * s, the values fp8_gemm and
+ * fp4_gemm multiply (each an f32 exactly).  n must be a multiple of 128
+ * (the official kernel asserts it too). */
+void ds4_qat_fp8_linear_input(float *x, size_t n);
+
 /* fp4_act_quant(x, 32, inplace) in qat mode, in blocks of 32:
  * amax = max(max|x|, 6*2^-126), s = ue8m0_scale(amax, fl32(1/6)),
  * x <- e2m1(clamp(x/s, ±6)) * s.  n must be a multiple of 32. */
