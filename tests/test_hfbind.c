@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "text/json.h"
+#include "text/tokenizer.h"
 #include "base/sha256.h"
 #include "ds4ref.h"
 #include "model/modelid.h"
@@ -131,6 +133,7 @@ typedef struct writer {
     /* Edits for the refusal tests: a tensor left out, a scale made NaN,
      * one expert stored as BF16. */
     const char *drop, *nan_scale, *bf16;
+    bool tokenizer;   /* write tokenizer.json too */
 } writer;
 
 static out_t *add(writer *w, const char *name, const char *dtype, uint32_t n_dims,
@@ -150,6 +153,58 @@ static out_t *add(writer *w, const char *name, const char *dtype, uint32_t n_dim
     o->bytes = calloc(1, nbytes ? nbytes : 1);
     assert_non_null(o->bytes);
     return o;
+}
+
+/* The GGUF's vocabulary (tokenizer.ggml.*) as a Hugging Face tokenizer.json:
+ * normal tokens in model.vocab, the others in added_tokens (control ones
+ * "special"), the merges as "left right". */
+static void write_tokenizer(const gguf_file *g, const char *dir) {
+    ds4err err = {0};
+    uint64_t n_tok, n_merge;
+    assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", NULL, 0, &n_tok, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", NULL, 0, &n_merge, &err), 0);
+    gguf_str *tok = malloc(sizeof(gguf_str) * n_tok), *merge = malloc(sizeof(gguf_str) * n_merge);
+    int32_t *type = malloc(sizeof(int32_t) * n_tok);
+    assert_true(tok && merge && type);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", tok, n_tok, &n_tok, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", merge, n_merge, &n_merge, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_i32(g, "tokenizer.ggml.token_type", type, n_tok, &err), 0);
+    ds4_buf b = {0};
+    ds4_buf_puts(&b, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+    bool first = true;
+    for (uint64_t i = 0; i < n_tok; i++) {
+        if (type[i] != DS4_TOKTYPE_NORMAL) continue;
+        ds4_buf_puts(&b, first ? "" : ", ");
+        ds4_json_put_str(&b, tok[i].ptr, tok[i].len);
+        ds4_buf_printf(&b, ": %llu", (unsigned long long)i);
+        first = false;
+    }
+    ds4_buf_puts(&b, "}, \"merges\": [");
+    for (uint64_t i = 0; i < n_merge; i++) {
+        ds4_buf_puts(&b, i ? ", " : "");
+        ds4_json_put_str(&b, merge[i].ptr, merge[i].len);
+    }
+    ds4_buf_puts(&b, "]}, \"added_tokens\": [");
+    first = true;
+    for (uint64_t i = 0; i < n_tok; i++) {
+        if (type[i] == DS4_TOKTYPE_NORMAL) continue;
+        assert_true(type[i] == DS4_TOKTYPE_CONTROL || type[i] == DS4_TOKTYPE_USER_DEFINED);
+        ds4_buf_printf(&b, "%s{\"id\": %llu, \"content\": ", first ? "" : ", ",
+                       (unsigned long long)i);
+        ds4_json_put_str(&b, tok[i].ptr, tok[i].len);
+        ds4_buf_printf(&b, ", \"special\": %s}", type[i] == DS4_TOKTYPE_CONTROL ? "true" : "false");
+        first = false;
+    }
+    ds4_buf_puts(&b, "]}");
+    assert_false(b.failed);
+    char *path = tu_path(dir, "tokenizer.json");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(b.p, 1, b.len, f);
+    assert_int_equal(fclose(f), 0);
+    free(path);
+    ds4_buf_free(&b);
+    free(tok), free(merge), free(type);
 }
 
 static void writer_free(writer *w) {
@@ -349,6 +404,7 @@ static char *write_checkpoint(const tu_model *t, enum mode mode, writer w) {
     for (uint64_t i = 0; t->m.mtp && i < t->m.mtp->file.n_tensors; i++)
         add_tensor(&w, mode, &t->m.mtp->file.tensors[i]);
     write_all(&w, dir, &t->m.cfg);
+    if (w.tokenizer) write_tokenizer(&t->m.file, dir);
     writer_free(&w);
     return dir;
 }
@@ -358,6 +414,9 @@ static void remove_checkpoint(char *dir) {
     remove(p);
     free(p);
     p = tu_path(dir, "config.json");
+    remove(p);
+    free(p);
+    p = tu_path(dir, "tokenizer.json");
     remove(p);
     free(p);
     tu_rmdir(dir);
@@ -674,7 +733,7 @@ static void test_public_api(void **state) {
     open_ok(&m, dir);
     const ds4_tokenizer *tk;
     assert_int_equal(ds4_model_tokenizer(&m, &tk, &err), -1);
-    assert_non_null(strstr(err.msg, "reading a checkpoint's tokenizer.json is not done yet"));
+    assert_non_null(strstr(err.msg, "the checkpoint's folder has no tokenizer.json"));
     ds4_modelid id, id2;
     if (ds4_modelid_of_model(&m, false, &id, &err)) fail_msg("%s", err.msg);
     if (ds4_modelid_of_model(&m, true, &id2, &err)) fail_msg("%s", err.msg);
@@ -728,12 +787,54 @@ static void test_public_api(void **state) {
     tu_model_free(t);
 }
 
+/* The folder's tokenizer.json: the GGUF's vocabulary written in Hugging
+ * Face's layout gives every token the same string and the same ids for
+ * text with and without the chat's special tokens. */
+static void test_tokenizer(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 11, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    char *dir = write_checkpoint(t, ALL_F32, (writer){.tokenizer = true});
+    ds4_model m;
+    open_ok(&m, dir);
+    const ds4_tokenizer *a, *b;
+    if (ds4_model_tokenizer(&t->m, &a, &err) || ds4_model_tokenizer(&m, &b, &err))
+        fail_msg("%s", err.msg);
+    for (int32_t id = 0; id < (int32_t)t->m.cfg.n_vocab; id++) {
+        ds4_strref sa, sb;
+        if (ds4_tok_text(a, id, &sa, &err)) continue;   /* ids the GGUF has no string for */
+        assert_int_equal(ds4_tok_text(b, id, &sb, &err), 0);
+        assert_int_equal(sa.len, sb.len);
+        assert_memory_equal(sa.ptr, sb.ptr, sa.len);
+    }
+    static const char *const texts[] = {
+        "Hello, world! The capital of Italy is Rome.",
+        "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>You are a helpful assistant<\xef\xbd\x9cUser\xef\xbd\x9c>hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>",
+        "  spaces\tand\nnewlines 12345 \xc3\xa9\xe4\xb8\xad",
+    };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        for (unsigned flags = 0; flags <= DS4_TOK_ADDED; flags += DS4_TOK_ADDED) {
+            ds4_tokens x = {0}, y = {0};
+            assert_int_equal(ds4_tok_encode(a, texts[i], strlen(texts[i]), flags, &x, &err), 0);
+            assert_int_equal(ds4_tok_encode(b, texts[i], strlen(texts[i]), flags, &y, &err), 0);
+            assert_int_equal(x.n, y.n);
+            assert_memory_equal(x.ids, y.ids, sizeof(int32_t) * x.n);
+            ds4_tokens_free(&x);
+            ds4_tokens_free(&y);
+        }
+    ds4_model_close(&m);
+    remove_checkpoint(dir);
+    tu_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_same_as_gguf),
         cmocka_unit_test(test_release_formats_same_as_twin),
         cmocka_unit_test(test_official_linears),
         cmocka_unit_test(test_public_api),
+        cmocka_unit_test(test_tokenizer),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/hfconfig.h"
 #include "quant/blockfp.h"
@@ -354,6 +355,26 @@ static int bind_mtp(ds4_model *m, const binder *b, ds4err *err) {
     return bind_layer(&mb, &mtp->block, 0, false, err);
 }
 
+/* The folder's tokenizer.json, when it has one: the same vocabulary in the
+ * same layout as a GGUF's tokenizer.ggml.* (text/tokenizer.h), so the same
+ * text gives the same ids on either path. */
+static int load_tokenizer(ds4_model *m, const char *dir, ds4err *err) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    if (access(path, F_OK) != 0) return 0;
+    m->vocab = calloc(1, sizeof(*m->vocab));
+    if (!m->vocab) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    if (ds4_hf_vocab_from_json(m->vocab, path, err)) return -1;
+    if (m->vocab->n_tokens > m->cfg.n_vocab)
+        return ds4_err_set(err, DS4_E_MODEL, "%s has %u tokens, more than vocab_size %u", path,
+                           m->vocab->n_tokens, m->cfg.n_vocab);
+    if (ds4_tok_init(&m->tok, m->vocab->tokens, m->vocab->n_tokens, m->vocab->types,
+                     m->vocab->merges, m->vocab->n_merges, err))
+        return ds4_err_prefix(err, "%s", path);
+    m->has_tok = true;
+    return 0;
+}
+
 int ds4_hfbind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err) {
     memset(m, 0, sizeof(*m));
     m->ckpt = ck;
@@ -383,6 +404,7 @@ int ds4_hfbind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err) 
     }
     b.prefix = "";
     if (ds4_checkpoint_find(ck, "mtp.0.e_proj.weight") && bind_mtp(m, &b, err)) goto fail;
+    if (load_tokenizer(m, ck->dir, err)) goto fail;
     return 0;
 fail:
     ds4_model_close(m);

@@ -478,7 +478,7 @@ static int load_tokenizer(ds4_model *m, ds4err *err) {
 
 int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *err) {
     if (!m->has_tok)
-        return ds4_err_set(err, DS4_E_MODEL, m->ckpt ? "%s: reading a checkpoint's tokenizer.json is not done yet: give token ids instead of text"
+        return ds4_err_set(err, DS4_E_MODEL, m->ckpt ? "%s: the checkpoint's folder has no tokenizer.json: give token ids instead of text"
                                                      : "%s has no tokenizer (tokenizer.ggml.tokens): give token ids instead of text",
                           m->file.path);
     if (ds4_tok_require_specials(&m->tok, err)) return ds4_err_prefix(err, "%s", m->file.path);
@@ -582,6 +582,11 @@ void ds4_model_close(ds4_model *m) {
     free_vecs(ds4_layout_global, ds4_layout_n_global, m);
     if (m->has_tok) ds4_tok_free(&m->tok);
     m->has_tok = false;
+    if (m->vocab) {
+        ds4_hf_vocab_free(m->vocab);
+        free(m->vocab);
+        m->vocab = NULL;
+    }
     free(m->tok_strs);
     m->tok_strs = NULL;
     ds4_model_config_free(&m->cfg);

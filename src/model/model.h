@@ -151,6 +151,7 @@ typedef struct ds4_model {
      * GGUF: its files, whose mappings the matrices point into, and the
      * arrays of its experts' tensors (ds4_mat.parts).  NULL otherwise. */
     struct ds4_ckpt *ckpt;
+    ds4_vocab *vocab;                       /* its tokenizer.json, which tok borrows */
     ds4_mtp *mtp;                           /* NULL unless an MTP file was loaded */
     /* The tokenizer, when the file has tokenizer.ggml.* keys (has_tok). */
     bool has_tok;
