@@ -359,11 +359,12 @@ void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud);
  * give byte-identical files on every machine. */
 typedef struct ds4ref_synth_options {
     const char *config;        /* "tiny" (default), "tiny-k64" (QAT off only),
+                                  "tiny-ckpt" (whole FP8 activation blocks),
                                   "tiny-spec" (its MTP head drafts what it decodes),
                                   "fullwidth" or "fulldepth" */
     int f32;                   /* 1: every float tensor F32; 0: ds4's quant mix (default) */
     uint64_t seed;             /* default 1 */
-    const char *vocab_from;    /* NULL, or a Hugging Face tokenizer.json[.xz] to embed */
+    const char *vocab_from;    /* NULL, or a Hugging Face tokenizer.json to embed */
 } ds4ref_synth_options;
 
 void ds4ref_synth_options_init(ds4ref_synth_options *o);
@@ -410,6 +411,20 @@ int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_
  * logits, bit for bit, as the original.  Errors: DS4REF_E_IO,
  * DS4REF_E_FORMAT, DS4REF_E_NOMEM (the twin is built in memory). */
 int ds4ref_gguf_twin(const char *path, const char *out_path, ds4ref_error *err);
+
+/* The model of a DS4 GGUF (with its MTP GGUF, or NULL) written as a
+ * checkpoint in the official layout into the folder dir (made if missing):
+ * config.json, model.safetensors.index.json, two shards and, when the GGUF
+ * has a vocabulary, tokenizer.json (docs/FORMATS.md section 5).  f32_twin
+ * 0: each tensor stored as the release stores it (FP8 Linears and FP4
+ * experts with their E8M0 scales, BF16 norms, embeddings, head, router and
+ * compressors), the model's values rounded to those formats; 1: every float
+ * tensor F32, holding exactly the values the formats give (the unquantized
+ * twin: the same logits with QAT off).  Errors: DS4REF_E_IO, DS4REF_E_FORMAT,
+ * DS4REF_E_MODEL, DS4REF_E_UNSUPPORTED (a value too large for an E8M0
+ * scale, experts clamped unlike config.json's one swiglu_limit). */
+int ds4ref_gguf_to_checkpoint(const char *path, const char *mtp_path, const char *dir,
+                              int f32_twin, ds4ref_error *err);
 
 /* ------------------------------------------------------------------ files */
 

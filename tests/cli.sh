@@ -282,6 +282,31 @@ check "... its tensors are F32 (and I32)" bash -c \
 ./ds4ref -m "$tmp/twin.gguf" -p "Hello there" -n 16 --ignore-eos --golden-out "$tmp/twin.jsonl" > /dev/null 2>&1
 check "... and a golden on it has the model's logprobs, bit for bit" quiet ./ds4ref-diff \
     "$tmp/c.jsonl" "$tmp/twin.jsonl" --min-top1 1 --max-dlogprob 0
+# The official checkpoint's layout: ds4ref-mkmodel --format hf writes one
+# in the release's formats and its F32 twin; with QAT off the two give the
+# same steps (the header's model identity aside); with QAT on speculative
+# decoding from the checkpoint's own MTP layer gives plain decoding's steps.
+ck=(-p "The capital of Italy is" -n 8 --ignore-eos)
+check "mkmodel --format hf (release, then --types f32)" bash -c \
+    './ds4ref-mkmodel --config tiny-ckpt --format hf -o "$1/ck" && ./ds4ref-mkmodel --config tiny-ckpt --format hf --types f32 -o "$1/ckf"' _ "$tmp"
+check "... a folder with config.json, the index, two shards and tokenizer.json" test -s "$tmp/ck/model-00002-of-00002.safetensors" -a -s "$tmp/ck/model.safetensors.index.json" -a -s "$tmp/ck/tokenizer.json"
+./ds4ref -m "$tmp/ck" "${ck[@]}" --qat off --golden-out "$tmp/ck.jsonl" > /dev/null 2>&1
+./ds4ref -m "$tmp/ckf" "${ck[@]}" --qat off --golden-out "$tmp/ckf.jsonl" > /dev/null 2>&1
+check "... QAT off: the checkpoint and its twin give the same steps" \
+    cmp <(tail -n +2 "$tmp/ck.jsonl") <(tail -n +2 "$tmp/ckf.jsonl")
+check "... which are 8 steps" test "$(wc -l < "$tmp/ck.jsonl")" -ge 9
+./ds4ref -m "$tmp/ck" "${ck[@]}" --golden-out "$tmp/ckq.jsonl" > /dev/null 2>&1
+./ds4ref -m "$tmp/ck" --mtp "$tmp/ck" --mtp-draft 3 "${ck[@]}" --golden-out "$tmp/cks.jsonl" > /dev/null 2>&1
+check "... QAT on: drafts of 3 from its MTP layer give plain decoding's steps" \
+    cmp <(tail -n +2 "$tmp/ckq.jsonl") <(tail -n +2 "$tmp/cks.jsonl")
+check "... and not QAT off's" bash -c '! cmp -s <(tail -n +2 "$1") <(tail -n +2 "$2")' _ "$tmp/ckq.jsonl" "$tmp/ck.jsonl"
+check "a checkpoint with a numerics profile -> 2" status_is 2 ./ds4ref -m "$tmp/ck" --numerics ggml-act "${ck[@]}"
+check "... saying why" grep -q "a checkpoint runs the official numerics only" "$tmp/stderr"
+check "a checkpoint with another --mtp -> 2" status_is 2 ./ds4ref -m "$tmp/ck" --mtp "$tmp/k64-mtp.gguf" "${ck[@]}"
+check "... saying so" grep -q "holds its MTP layer" "$tmp/stderr"
+quiet ./ds4ref-mkmodel --config tiny --format hf -o "$tmp/ckt"
+check "tiny as a checkpoint with QAT on -> 8" status_is 8 ./ds4ref -m "$tmp/ckt" -p x -n 1
+check "... naming its input of 64" grep -q "layers.0.attn.wq_b.weight has an input of 64, not whole blocks of 128" "$tmp/stderr"
 # ds4ref-llama without llama.cpp (make peers runs it with): clear errors.
 printf '1 2 3\n' > "$tmp/rows.txt"
 llama_args=(-m $model --batch-tokens "$tmp/rows.txt" -n 2 --chunk 2 -c 64 --out "$tmp/l.json")

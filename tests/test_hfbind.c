@@ -34,6 +34,7 @@
 #include "forward/forward.h"
 #include "forward/kvstate.h"
 #include "model/hfbind.h"
+#include "model/hfwrite.h"
 #include "model/numerics.h"
 #include "quant/actround.h"
 #include "quant/blockfp.h"
@@ -828,6 +829,72 @@ static void test_tokenizer(void **state) {
     tu_model_free(t);
 }
 
+/* The library's writer (ds4ref-mkmodel --format hf): its release folder
+ * (two shards and their index, FP8, FP4, BF16, tokenizer.json) binds, gives
+ * the logits of its F32 twin with QAT off, tokenizes as the GGUF does, and
+ * each FP8 weight it wrote is its twin's value exactly. */
+static void test_library_writer(void **state) {
+    (void)state;
+    if (under_valgrind()) {
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny-ckpt", 12, true, &err);
+    if (!t) fail_msg("%s", err.msg);
+    char *rel = tu_tmpdir(), *twin = tu_tmpdir();
+    if (ds4_hfwrite(&t->m, rel, DS4_HFWRITE_RELEASE, 2, &err) ||
+        ds4_hfwrite(&t->m, twin, DS4_HFWRITE_F32_TWIN, 2, &err))
+        fail_msg("%s", err.msg);
+    ds4_model a, b;
+    if (ds4_hfbind_open(&a, rel, &err) || ds4_hfbind_open(&b, twin, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(a.ckpt->n_shards, 2);
+    assert_int_equal(a.layers[2].q_b.type, DS4_TYPE_FP8_B128);
+    assert_int_equal(a.layers[3].up_exps.type, DS4_TYPE_FP4_B32);
+    assert_int_equal(b.layers[3].up_exps.type, DS4_TYPE_F32);
+    assert_non_null(a.mtp);
+    const uint32_t n = n_tok(), V = a.cfg.n_vocab;
+    int32_t *tok = tu_random_tokens(n, V, 13);
+    float *ma = NULL, *mb = NULL;
+    float *la = run(&a, tok, false, &ma), *lb = run(&b, tok, false, &mb);
+    assert_memory_equal(la, lb, sizeof(float) * n * V);
+    assert_memory_equal(ma, mb, sizeof(float) * (n - 1) * V);
+    /* wq_b of layer 1, row by row: blockfp's dequantization of what was
+     * written equals the twin's F32. */
+    const ds4_mat *q = &a.layers[1].q_b, *f = &b.layers[1].q_b;
+    float *row = malloc(sizeof(float) * q->cols);
+    for (uint64_t r = 0; r < q->rows; r++) {
+        uint64_t bad;
+        assert_int_equal(ds4_blockfp_fp8_row(q->data, q->scale, q->cols, r, row, &bad), 0);
+        assert_memory_equal(row, f->data + r * f->row_bytes, sizeof(float) * q->cols);
+    }
+    const ds4_tokenizer *ta, *tg;
+    if (ds4_model_tokenizer(&a, &ta, &err) || ds4_model_tokenizer(&t->m, &tg, &err)) fail_msg("%s", err.msg);
+    const char *text = "<\xef\xbd\x9cUser\xef\xbd\x9c>Hello, world!<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
+    ds4_tokens x = {0}, y = {0};
+    assert_int_equal(ds4_tok_encode(ta, text, strlen(text), DS4_TOK_ADDED, &x, &err), 0);
+    assert_int_equal(ds4_tok_encode(tg, text, strlen(text), DS4_TOK_ADDED, &y, &err), 0);
+    assert_int_equal(x.n, y.n);
+    assert_memory_equal(x.ids, y.ids, sizeof(int32_t) * x.n);
+    ds4_tokens_free(&x), ds4_tokens_free(&y);
+    free(row), free(la), free(lb), free(ma), free(mb), free(tok);
+    ds4_model_close(&a);
+    ds4_model_close(&b);
+    static const char *const files[] = {"config.json", "model.safetensors.index.json", "tokenizer.json",
+                                        "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors"};
+    for (int k = 0; k < 2; k++) {
+        char *d = k ? twin : rel;
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+            char *p = tu_path(d, files[i]);
+            remove(p);
+            free(p);
+        }
+        tu_rmdir(d);
+    }
+    tu_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_same_as_gguf),
@@ -835,6 +902,7 @@ int main(void) {
         cmocka_unit_test(test_official_linears),
         cmocka_unit_test(test_public_api),
         cmocka_unit_test(test_tokenizer),
+        cmocka_unit_test(test_library_writer),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

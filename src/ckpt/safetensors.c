@@ -341,3 +341,47 @@ const char *ds4_safetensors_meta(const ds4_st_file *f, const char *key) {
         if (!strcmp(f->meta_keys[i], key)) return f->meta_values[i];
     return NULL;
 }
+
+/* ---- Writing ---- */
+
+static uint64_t out_bytes(const ds4_st_out *t) {
+    uint64_t n = ds4_safetensors_dtype_size(t->dtype);
+    for (uint32_t d = 0; d < t->n_dims; d++) n *= t->shape[d];
+    return n;
+}
+
+int ds4_safetensors_write(const char *path, const ds4_st_out *t, size_t n, ds4err *err) {
+    ds4_buf h = {0};
+    uint64_t off = 0;
+    ds4_buf_putc(&h, '{');
+    for (size_t i = 0; i < n; i++) {
+        ds4_buf_puts(&h, i ? "," : "");
+        ds4_json_put_str(&h, t[i].name, strlen(t[i].name));
+        ds4_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", ds4_safetensors_dtype_name(t[i].dtype));
+        for (uint32_t d = 0; d < t[i].n_dims; d++)
+            ds4_buf_printf(&h, "%s%" PRIu64, d ? "," : "", t[i].shape[d]);
+        const uint64_t nb = out_bytes(&t[i]);
+        ds4_buf_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + nb);
+        off += nb;
+    }
+    ds4_buf_putc(&h, '}');
+    while (h.len % 8) ds4_buf_putc(&h, ' ');
+    if (h.failed) {
+        ds4_buf_free(&h);
+        return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
+    }
+    uint8_t len[8];
+    for (int k = 0; k < 8; k++) len[k] = (uint8_t)((uint64_t)h.len >> (8 * k));
+    ds4_afile f;
+    int rc = ds4_file_atomic_open(&f, path, err);
+    if (!rc) rc = ds4_file_atomic_write(&f, len, 8, err);
+    if (!rc) rc = ds4_file_atomic_write(&f, h.p, h.len, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = ds4_file_atomic_write(&f, t[i].data, (size_t)out_bytes(&t[i]), err);
+        if (!rc) rc = ds4_file_atomic_flush(&f, err);
+    }
+    if (!rc) rc = ds4_file_atomic_commit(&f, err);
+    else ds4_file_atomic_abort(&f);
+    ds4_buf_free(&h);
+    return rc;
+}

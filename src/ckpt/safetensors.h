@@ -89,6 +89,22 @@ const ds4_st_tensor *ds4_safetensors_find(const ds4_st_file *f, const char *name
 const char *ds4_safetensors_meta(const ds4_st_file *f, const char *key);
 
 /* "F32", "F8_E4M3", ...; the element size in bytes. */
+/* One tensor to write: its bytes are the elements of shape, of dtype,
+ * little-endian, row-major. */
+typedef struct ds4_st_out {
+    const char *name;
+    ds4_st_dtype dtype;
+    uint32_t n_dims;
+    uint64_t shape[DS4_ST_MAX_DIMS];
+    const void *data;
+} ds4_st_out;
+
+/* Write tensors t[0..n) to path, in that order, as the format's writer
+ * lays them out: the header's length, the header (names in the given
+ * order, no "__metadata__") padded with spaces to a multiple of 8, the
+ * data.  Atomic (base/file.h): on failure nothing is left at path. */
+int ds4_safetensors_write(const char *path, const ds4_st_out *t, size_t n, ds4err *err);
+
 const char *ds4_safetensors_dtype_name(ds4_st_dtype t);
 size_t ds4_safetensors_dtype_size(ds4_st_dtype t);
 

@@ -24,61 +24,62 @@ enum store {
 typedef struct hfname {
     const char *gguf, *hf;
     uint8_t store;
+    uint8_t form;    /* how the release stores it (enum ds4_hf_form) */
 } hfname;
 
 static const hfname names[] = {
     /* global */
-    {"token_embd.weight", "embed.weight", PLAIN},
-    {"output_norm.weight", "norm.weight", PLAIN},
-    {"output.weight", "head.weight", PLAIN},
-    {"output_hc_fn.weight", "hc_head_fn", PLAIN},
-    {"output_hc_base.weight", "hc_head_base", PLAIN},
-    {"output_hc_scale.weight", "hc_head_scale", PLAIN},
+    {"token_embd.weight", "embed.weight", PLAIN, DS4_HF_BF16},
+    {"output_norm.weight", "norm.weight", PLAIN, DS4_HF_BF16},
+    {"output.weight", "head.weight", PLAIN, DS4_HF_BF16},
+    {"output_hc_fn.weight", "hc_head_fn", PLAIN, DS4_HF_F32},
+    {"output_hc_base.weight", "hc_head_base", PLAIN, DS4_HF_F32},
+    {"output_hc_scale.weight", "hc_head_scale", PLAIN, DS4_HF_F32},
     /* a block */
-    {"hc_attn_fn.weight", "hc_attn_fn", PLAIN},
-    {"hc_attn_scale.weight", "hc_attn_scale", PLAIN},
-    {"hc_attn_base.weight", "hc_attn_base", PLAIN},
-    {"attn_norm.weight", "attn_norm.weight", PLAIN},
-    {"attn_q_a.weight", "attn.wq_a.weight", LINEAR},
-    {"attn_q_a_norm.weight", "attn.q_norm.weight", PLAIN},
-    {"attn_q_b.weight", "attn.wq_b.weight", LINEAR},
-    {"attn_kv.weight", "attn.wkv.weight", LINEAR},
-    {"attn_kv_a_norm.weight", "attn.kv_norm.weight", PLAIN},
-    {"attn_sinks.weight", "attn.attn_sink", PLAIN},
-    {"attn_output_a.weight", "attn.wo_a.weight", LINEAR},
-    {"attn_output_b.weight", "attn.wo_b.weight", LINEAR},
-    {"attn_compressor_ape.weight", "attn.compressor.ape", PLAIN},
-    {"attn_compressor_kv.weight", "attn.compressor.wkv.weight", PLAIN},
-    {"attn_compressor_gate.weight", "attn.compressor.wgate.weight", PLAIN},
-    {"attn_compressor_norm.weight", "attn.compressor.norm.weight", PLAIN},
-    {"indexer.attn_q_b.weight", "attn.indexer.wq_b.weight", LINEAR},
-    {"indexer.proj.weight", "attn.indexer.weights_proj.weight", PLAIN},
-    {"indexer_compressor_ape.weight", "attn.indexer.compressor.ape", PLAIN},
-    {"indexer_compressor_kv.weight", "attn.indexer.compressor.wkv.weight", PLAIN},
-    {"indexer_compressor_gate.weight", "attn.indexer.compressor.wgate.weight", PLAIN},
-    {"indexer_compressor_norm.weight", "attn.indexer.compressor.norm.weight", PLAIN},
-    {"hc_ffn_fn.weight", "hc_ffn_fn", PLAIN},
-    {"hc_ffn_scale.weight", "hc_ffn_scale", PLAIN},
-    {"hc_ffn_base.weight", "hc_ffn_base", PLAIN},
-    {"ffn_norm.weight", "ffn_norm.weight", PLAIN},
-    {"ffn_gate_inp.weight", "ffn.gate.weight", PLAIN},
-    {"exp_probs_b.bias", "ffn.gate.bias", PLAIN},
-    {"ffn_gate_tid2eid.weight", "ffn.gate.tid2eid", PLAIN},
-    {"ffn_gate_exps.weight", "ffn.experts.%u.w1.weight", EXPERTS},
-    {"ffn_up_exps.weight", "ffn.experts.%u.w3.weight", EXPERTS},
-    {"ffn_down_exps.weight", "ffn.experts.%u.w2.weight", EXPERTS},
-    {"ffn_gate_shexp.weight", "ffn.shared_experts.w1.weight", LINEAR},
-    {"ffn_up_shexp.weight", "ffn.shared_experts.w3.weight", LINEAR},
-    {"ffn_down_shexp.weight", "ffn.shared_experts.w2.weight", LINEAR},
+    {"hc_attn_fn.weight", "hc_attn_fn", PLAIN, DS4_HF_F32},
+    {"hc_attn_scale.weight", "hc_attn_scale", PLAIN, DS4_HF_F32},
+    {"hc_attn_base.weight", "hc_attn_base", PLAIN, DS4_HF_F32},
+    {"attn_norm.weight", "attn_norm.weight", PLAIN, DS4_HF_BF16},
+    {"attn_q_a.weight", "attn.wq_a.weight", LINEAR, DS4_HF_FP8},
+    {"attn_q_a_norm.weight", "attn.q_norm.weight", PLAIN, DS4_HF_BF16},
+    {"attn_q_b.weight", "attn.wq_b.weight", LINEAR, DS4_HF_FP8},
+    {"attn_kv.weight", "attn.wkv.weight", LINEAR, DS4_HF_FP8},
+    {"attn_kv_a_norm.weight", "attn.kv_norm.weight", PLAIN, DS4_HF_BF16},
+    {"attn_sinks.weight", "attn.attn_sink", PLAIN, DS4_HF_F32},
+    {"attn_output_a.weight", "attn.wo_a.weight", LINEAR, DS4_HF_FP8},
+    {"attn_output_b.weight", "attn.wo_b.weight", LINEAR, DS4_HF_FP8},
+    {"attn_compressor_ape.weight", "attn.compressor.ape", PLAIN, DS4_HF_F32},
+    {"attn_compressor_kv.weight", "attn.compressor.wkv.weight", PLAIN, DS4_HF_BF16},
+    {"attn_compressor_gate.weight", "attn.compressor.wgate.weight", PLAIN, DS4_HF_BF16},
+    {"attn_compressor_norm.weight", "attn.compressor.norm.weight", PLAIN, DS4_HF_BF16},
+    {"indexer.attn_q_b.weight", "attn.indexer.wq_b.weight", LINEAR, DS4_HF_FP8},
+    {"indexer.proj.weight", "attn.indexer.weights_proj.weight", PLAIN, DS4_HF_BF16},
+    {"indexer_compressor_ape.weight", "attn.indexer.compressor.ape", PLAIN, DS4_HF_F32},
+    {"indexer_compressor_kv.weight", "attn.indexer.compressor.wkv.weight", PLAIN, DS4_HF_BF16},
+    {"indexer_compressor_gate.weight", "attn.indexer.compressor.wgate.weight", PLAIN, DS4_HF_BF16},
+    {"indexer_compressor_norm.weight", "attn.indexer.compressor.norm.weight", PLAIN, DS4_HF_BF16},
+    {"hc_ffn_fn.weight", "hc_ffn_fn", PLAIN, DS4_HF_F32},
+    {"hc_ffn_scale.weight", "hc_ffn_scale", PLAIN, DS4_HF_F32},
+    {"hc_ffn_base.weight", "hc_ffn_base", PLAIN, DS4_HF_F32},
+    {"ffn_norm.weight", "ffn_norm.weight", PLAIN, DS4_HF_BF16},
+    {"ffn_gate_inp.weight", "ffn.gate.weight", PLAIN, DS4_HF_BF16},
+    {"exp_probs_b.bias", "ffn.gate.bias", PLAIN, DS4_HF_F32},
+    {"ffn_gate_tid2eid.weight", "ffn.gate.tid2eid", PLAIN, DS4_HF_I64},
+    {"ffn_gate_exps.weight", "ffn.experts.%u.w1.weight", EXPERTS, DS4_HF_FP4},
+    {"ffn_up_exps.weight", "ffn.experts.%u.w3.weight", EXPERTS, DS4_HF_FP4},
+    {"ffn_down_exps.weight", "ffn.experts.%u.w2.weight", EXPERTS, DS4_HF_FP4},
+    {"ffn_gate_shexp.weight", "ffn.shared_experts.w1.weight", LINEAR, DS4_HF_FP8},
+    {"ffn_up_shexp.weight", "ffn.shared_experts.w3.weight", LINEAR, DS4_HF_FP8},
+    {"ffn_down_shexp.weight", "ffn.shared_experts.w2.weight", LINEAR, DS4_HF_FP8},
     /* the MTP head's own */
-    {"e_proj.weight", "e_proj.weight", LINEAR},
-    {"h_proj.weight", "h_proj.weight", LINEAR},
-    {"enorm.weight", "enorm.weight", PLAIN},
-    {"hnorm.weight", "hnorm.weight", PLAIN},
-    {"norm.weight", "norm.weight", PLAIN},
-    {"hc_head_fn.weight", "hc_head_fn", PLAIN},
-    {"hc_head_base.weight", "hc_head_base", PLAIN},
-    {"hc_head_scale.weight", "hc_head_scale", PLAIN},
+    {"e_proj.weight", "e_proj.weight", LINEAR, DS4_HF_FP8},
+    {"h_proj.weight", "h_proj.weight", LINEAR, DS4_HF_FP8},
+    {"enorm.weight", "enorm.weight", PLAIN, DS4_HF_BF16},
+    {"hnorm.weight", "hnorm.weight", PLAIN, DS4_HF_BF16},
+    {"norm.weight", "norm.weight", PLAIN, DS4_HF_BF16},
+    {"hc_head_fn.weight", "hc_head_fn", PLAIN, DS4_HF_F32},
+    {"hc_head_base.weight", "hc_head_base", PLAIN, DS4_HF_F32},
+    {"hc_head_scale.weight", "hc_head_scale", PLAIN, DS4_HF_F32},
 };
 
 static const hfname *hf_of(const char *gguf) {
@@ -90,6 +91,11 @@ static const hfname *hf_of(const char *gguf) {
 const char *ds4_hfbind_release_name(const char *gguf) {
     const hfname *h = hf_of(gguf);
     return h ? h->hf : NULL;
+}
+
+int ds4_hfbind_release_form(const char *gguf) {
+    const hfname *h = hf_of(gguf);
+    return h ? h->form : -1;
 }
 
 /* What one binding works on: the checkpoint, where the names go, the

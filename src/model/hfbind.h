@@ -37,6 +37,12 @@ int ds4_hfbind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err);
  * stores one tensor an expert; NULL for a name layout.c does not have. */
 const char *ds4_hfbind_release_name(const char *gguf);
 
+/* How the release stores that tensor (its safetensors dtype): F32, BF16,
+ * FP8 (F8_E4M3 with .scale), FP4 (I8 with .scale) or I64; -1 for a name
+ * layout.c does not have. */
+enum ds4_hf_form { DS4_HF_F32, DS4_HF_BF16, DS4_HF_FP8, DS4_HF_FP4, DS4_HF_I64 };
+int ds4_hfbind_release_form(const char *gguf);
+
 /* ds4_checkpoint_open + ds4_hfbind_model. */
 int ds4_hfbind_open(ds4_model *m, const char *path, ds4err *err);
 

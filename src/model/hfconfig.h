@@ -23,4 +23,13 @@
  * failure *c holds nothing to free. */
 int ds4_hfconfig_load(ds4_config *c, const ds4_json *root, const char *path, ds4err *err);
 
+/* config.json for configuration c, in the release's keys (what
+ * ds4_hfconfig_load reads back as c), with num_nextn_predict_layers 1 and
+ * the MTP layer's ratio 0 when `mtp`; `quantized` adds the release's
+ * quantization_config and expert_dtype (FP8 linears, FP4 experts).  Floats
+ * are written with 9 significant digits, which read back as the same f32.
+ * DS4_E_UNSUPPORTED when the experts' clamps differ between layers or
+ * between routed and shared experts (config.json has one swiglu_limit). */
+int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *out, ds4err *err);
+
 #endif
