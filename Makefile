@@ -238,7 +238,7 @@ portability-short:
 # runs fuzz-smoke.
 SAN_CC ?= clang
 FUZZ_SECONDS ?= 3600
-FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_SMOKE_SECONDS ?= 10
 asan: SAN_FLAGS = -fsanitize=address -fno-omit-frame-pointer
 ubsan: SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 sanitize: SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

@@ -65,7 +65,6 @@ matrix_full() {
 # for byte but runs ds4_test (every thread: about three minutes at -O0) on
 # that one only; make portability runs them all.
 matrix_short() {
-    echo "clang-O3-native clang -O3 native"
     echo "gcc-O0-generic gcc -O0 generic"
     echo "aarch64-gcc-O2-generic aarch64-gcc -O2 generic"
 }
