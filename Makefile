@@ -234,7 +234,8 @@ portability-short:
 # runs: one pass instead of two), then `make test` on it.  Each builds in
 # $(BUILD)/asan, $(BUILD)/ubsan or $(BUILD)/sanitize, a mirror whose sources
 # are links to these, with its own objects, binaries and models: nothing of
-# the default build is touched.  Fuzzing: tests/fuzz/fuzz.sh (libFuzzer); CI
+# the default build is touched.  Its conform run has the default build's
+# programs as backends (tests/conform.sh), so that build comes first.  Fuzzing: tests/fuzz/fuzz.sh (libFuzzer); CI
 # runs fuzz-smoke.
 SAN_CC ?= clang
 FUZZ_SECONDS ?= 3600
@@ -243,12 +244,13 @@ asan: SAN_FLAGS = -fsanitize=address -fno-omit-frame-pointer
 ubsan: SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 sanitize: SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 .PHONY: asan ubsan sanitize fuzz fuzz-smoke
-asan ubsan sanitize:
+asan ubsan sanitize: all
 	@mkdir -p $(BUILD)/$@
 	@for f in Makefile README.md ds4ref.pc.in ds4check.pc.in .ci docs examples include src programs bench scripts tests vectors; do \
 	    if [ -e $$f ]; then ln -sfn $(CURDIR)/$$f $(BUILD)/$@/$$f; fi; done
 	@if [ -e ../shared ]; then ln -sfn $(abspath ../shared) $(BUILD)/shared; fi
-	DS4REF_SANITIZER=$@ $(MAKE) -C $(BUILD)/$@ CC=$(SAN_CC) OPT=-O1 BUILD=build BINDIR=. \
+	DS4REF_SANITIZER=$@ DS4REF_PLAIN_BUILD=$(abspath $(BUILD)) DS4REF_PLAIN_BIN=$(abspath $(BINDIR)) \
+	    $(MAKE) -C $(BUILD)/$@ CC=$(SAN_CC) OPT=-O2 BUILD=build BINDIR=. \
 	    EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)" test
 fuzz:
 	FUZZ_BUILD=$(BUILD)/fuzz tests/fuzz/fuzz.sh long $(FUZZ_SECONDS)

@@ -12,7 +12,8 @@
 # says which tests kill each one.  --first-kill runs the tests one at a
 # time, fastest first, and stops at the first that fails: the same verdict
 # (killed or survived) for a fraction of the time, its table marking the
-# tests it did not need to run with "-".
+# tests it did not need to run with "-".  An entry's optional "first: TEST"
+# line names the test that kills it, tried before the others.
 #
 # The scratch tree is WORK_DIR/tree; its build directory is kept between
 # runs, so only what a mutation touches is recompiled.  Tests run with one
@@ -37,10 +38,11 @@ test_timeout=300
 unset MAKEFLAGS MFLAGS MAKELEVEL
 
 # ---- the list ----
-titles=() files=() froms=() tos=()
+titles=() files=() froms=() tos=() firsts=()
 while IFS= read -r line || [ -n "$line" ]; do
     case "$line" in
-        '== '*) titles+=("${line#== }") ;;
+        '== '*) titles+=("${line#== }"); firsts+=("") ;;
+        'first: '*) firsts[${#titles[@]} - 1]=${line#first: } ;;
         'file: '*) files+=("${line#file: }") ;;
         'from: '*) froms+=("${line#from: }") ;;
         'to: '*) tos+=("${line#to: }") ;;
@@ -55,10 +57,15 @@ if [ "$n" -eq 0 ] || [ ${#files[@]} -ne "$n" ] || [ ${#froms[@]} -ne "$n" ] || [
 fi
 
 # Every entry must apply to the sources as they are now, before anything is
-# built: exactly one occurrence of the original text.
+# built: exactly one occurrence of the original text; its first: names one
+# of the tests.
 bad=0
 for ((i = 0; i < n; i++)); do
     f=${files[i]} from=${froms[i]}
+    if [ -n "${firsts[i]}" ] && [[ " ${tests[*]} " != *" ${firsts[i]} "* ]]; then
+        echo "mutation $((i + 1)): first: ${firsts[i]} is not one of the tests (${titles[i]})" >&2
+        bad=1
+    fi
     if [ ! -f "$f" ]; then
         echo "mutation $((i + 1)) no longer applies: $f does not exist (${titles[i]})" >&2
         bad=1
@@ -115,13 +122,17 @@ run_tests() {
     done
 }
 
-# run_until_kill LABEL: the tests in order, one at a time with every core,
-# until one fails; results[] as run_tests', "-" for those not run.
+# run_until_kill LABEL [FIRST]: the tests one at a time with every core,
+# test FIRST first (the one the entry names as its killer), then the others
+# in order, until one fails; results[] as run_tests', "-" for those not run.
 run_until_kill() {
-    local label=$1 k rc
+    local label=$1 first=${2:-} k rc order=()
     results=()
-    for ((k = 0; k < ${#tests[@]}; k++)); do results+=(-); done
     for ((k = 0; k < ${#tests[@]}; k++)); do
+        results+=(-)
+        if [ "${tests[k]}" = "$first" ]; then order=("$k" "${order[@]}"); else order+=("$k"); fi
+    done
+    for k in "${order[@]}"; do
         (cd "$tree" && OMP_NUM_THREADS=$jobs timeout "$test_timeout" "build/${tests[k]}") \
             > "$work/logs/$label-${tests[k]}.log" 2>&1
         rc=$?
@@ -159,7 +170,7 @@ for ((i = 0; i < n; i++)); do
         cp -p "$work/original" "$f" && touch "$f" && rm -f "$tree/.mutated"
         exit 1
     fi
-    if [ $first_kill -eq 1 ]; then run_until_kill "$((i + 1))"; else run_tests "$((i + 1))"; fi
+    if [ $first_kill -eq 1 ]; then run_until_kill "$((i + 1))" "${firsts[i]}"; else run_tests "$((i + 1))"; fi
     # The restored file is newer than the mutant's objects: the next build
     # recompiles it.
     cp -p "$work/original" "$f" && touch "$f" && rm -f "$tree/.mutated"

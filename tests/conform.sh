@@ -44,11 +44,37 @@ all_pass() {   # all_pass JSON: every cell passed (none n/a, tie or not exercise
     [ "$(cells "$1" | wc -l)" -gt 0 ] && ! cells "$1" | awk '$5 != "pass" { print "  " $0; bad = 1 } END { exit !bad }'
 }
 
+# preset_with NAME PROGRAM: preset NAME's template (--backend-help) with
+# {ds4ref} replaced by PROGRAM.
+preset_with() {
+    ./ds4ref-conform --backend-help |
+        awk -v name="  $1:" 'found { sub(/^ +/, ""); print; exit } index($0, name) == 1 { found = 1 }' |
+        sed "s|{ds4ref}|'$2'|"
+}
+
+# The backends' programs.  In a sanitizer build the code under test is
+# ds4ref-conform and the references it computes; the backends it runs are
+# the plain build's programs (DS4REF_PLAIN_BUILD and DS4REF_PLAIN_BIN, set
+# by make sanitize), the same numbers in a fifth of the time.  The first
+# check runs the sanitized test backend and the narrow self-check the
+# sanitized ds4ref, so both still run under the sanitizer.
+backend_args="-m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} \
+--draft {draft} --top-k {top_k} -c {ctx} --out {out}"
+sanitized_backend="$build/conform-backend $backend_args"
+backend=$sanitized_backend
+self=ds4ref self_f32=ds4ref-f32 self_bin=$PWD/ds4ref
+if [ -n "${DS4REF_SANITIZER:-}" ] && [ -x "${DS4REF_PLAIN_BUILD:-}/conform-backend" ] &&
+    [ -x "${DS4REF_PLAIN_BIN:-}/ds4ref" ]; then
+    backend="$DS4REF_PLAIN_BUILD/conform-backend $backend_args"
+    self_bin=$DS4REF_PLAIN_BIN/ds4ref
+    self=$(preset_with ds4ref "$self_bin")
+    self_f32=$(preset_with ds4ref-f32 "$self_bin")
+    echo "(a $DS4REF_SANITIZER build: the backends are the plain build's programs but in two checks)"
+fi
+
 # Two short prompts of the corpus keep the bug matrix quick.
 mkdir -p "$tmp/prompts"
 cp vectors/conform/chat.txt vectors/conform/code.txt "$tmp/prompts/"
-backend="$build/conform-backend -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} \
---draft {draft} --top-k {top_k} -c {ctx} --out {out}"
 # The plain tiny model: its context moves the logits a lot, so a state that
 # holds a wrong token shows in the logprobs within a few steps.  The test
 # backend drafts from its own greedy continuation, so the MTP head is not
@@ -73,7 +99,7 @@ if [ -n "${DS4REF_SANITIZER:-}" ]; then
 fi
 bug_args=(-m models/tiny.gguf --mtp models/tiny-mtp.gguf --prompts "$tmp/prompts" --matrix "$bug_matrix")
 
-check "the test backend without a bug: exit status 0" status_is 0 conform --jobs 2 --backend "$backend" \
+check "the test backend without a bug: exit status 0" status_is 0 conform --jobs 2 --backend "$sanitized_backend" \
     "${bug_args[@]}" --json "$tmp/clean.json"
 check "... every cell passes" all_pass "$tmp/clean.json"
 # Exact mode (in the sanitizer build, the exact self-check below runs it).
@@ -167,7 +193,7 @@ else
         --prompts "$tmp/prompts" --matrix "draft=0,3 chunk=7 batch=1,2" --json "$tmp/self.json"
     check "self-check (narrow): every cell passes" all_pass "$tmp/self.json"
 fi
-check "self-check in exact mode: exit status 0" status_is 0 conform --jobs 2 --backend ds4ref --exact \
+check "self-check in exact mode: exit status 0" status_is 0 conform --jobs 2 --backend "$self" --exact \
     --prompts "$tmp/prompts" --matrix "${small:-draft=0,2,4 chunk=1,whole batch=1,2}" \
     --json "$tmp/self-exact.json"
 check "self-check in exact mode: every cell passes" all_pass "$tmp/self-exact.json"
@@ -179,7 +205,7 @@ mkdir -p "$tmp/bin"
 cat > "$tmp/bin/ds4" <<EOF
 #!/bin/sh
 echo "\$@" >> "$tmp/ds4.args"
-exec "$PWD/ds4ref" --chunk "\$DS4_METAL_PREFILL_CHUNK" "\$@"
+exec "$self_bin" --chunk "\$DS4_METAL_PREFILL_CHUNK" "\$@"
 EOF
 chmod +x "$tmp/bin/ds4"
 check "ds4 preset: exit status 0" status_is 0 env PATH="$tmp/bin:$PATH" ./ds4ref-conform -q \
@@ -196,7 +222,7 @@ check "ds4 preset: no --mtp without drafts" grep -q -- '^-m [^ ]*/tiny-spec.gguf
 
 # The cache: a second run computes no reference; a damaged entry is
 # computed again.
-narrow=(--backend ds4ref --prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
+narrow=(--backend "$self" --prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
 ./ds4ref-conform -q --cache "$tmp/cache" "${narrow[@]}" > "$tmp/c1.txt" 2> /dev/null
 ./ds4ref-conform -q --cache "$tmp/cache" "${narrow[@]}" > "$tmp/c2.txt" 2> /dev/null
 check "cache: the first run computes both references" grep -q 'references: 2 computed, 0 from the cache' "$tmp/c1.txt"
@@ -207,7 +233,7 @@ check "cache: a damaged entry is computed again" grep -q 'references: 1 computed
 
 # The unquantized twins: ds4ref on {model_f32} and {mtp_f32} gives the
 # models' own numbers, so the twin preset passes in exact mode.
-check "ds4ref-f32 (the twins) passes in exact mode" status_is 0 conform --jobs 2 --backend ds4ref-f32 --exact \
+check "ds4ref-f32 (the twins) passes in exact mode" status_is 0 conform --jobs 2 --backend "$self_f32" --exact \
     --prompts "$tmp/prompts" --matrix "${small:-draft=0,2 chunk=7,whole batch=1,2}" --json "$tmp/f32.json"
 check "... every cell" all_pass "$tmp/f32.json"
 
@@ -234,7 +260,7 @@ check "one that hangs is stopped after 10 x --timeout of wall time" status_is 13
 check "... said so" grep -q 'ran past the 0.2 s timeout' "$tmp/out.txt"
 # An output that names another model than the reference's is a setup error.
 check "a backend run on another model -> 2" status_is 2 conform "${one[@]}" \
-    --backend '{ds4ref} -m models/tiny.gguf --batch-tokens {batch_tokens} -n {n} --golden-out {out}'
+    --backend "'$self_bin' -m models/tiny.gguf --batch-tokens {batch_tokens} -n {n} --golden-out {out}"
 check "... saying so" grep -q 'the backend ran another model (tiny.gguf, the reference tiny-spec.gguf)' "$tmp/stderr"
 check "an unknown placeholder -> 2" status_is 2 conform --backend 'x {model} {nope} {out} {tokens_file}'
 check "... named" grep -q 'unknown placeholder {nope}' "$tmp/stderr"
@@ -265,7 +291,7 @@ check "... and so is the backend" bash -c '! pgrep -f "sleep 3[0]; echo" > /dev/
 unset TMPDIR
 
 # The progress line, on a pseudo-terminal: one per cell, erased at the end.
-script -q -c "./ds4ref-conform --no-cache --backend ds4ref --prompts $tmp/prompts --matrix 'draft=0 chunk=whole batch=1,2' 2>&1 >/dev/null" /dev/null < /dev/null > "$tmp/tty.txt"
+script -q -c "./ds4ref-conform --no-cache --backend \"$self\" --prompts $tmp/prompts --matrix 'draft=0 chunk=whole batch=1,2' 2>&1 >/dev/null" /dev/null < /dev/null > "$tmp/tty.txt"
 check "progress on a terminal: [k/N] and the cell" grep -aq '\[4/4\] draft=0 chunk=whole batch=2 code' "$tmp/tty.txt"
 check "progress on a terminal: erased at the end" bash -c 'tail -c 8 "$1" | grep -aq $'"'"'\r\033\[K'"'" _ "$tmp/tty.txt"
 
