@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "model/hfconfig.h"
 #include "testutil.h"
 
@@ -110,6 +111,33 @@ static void test_same_as_gguf(void **state) {
     tu_model_free(t);
 }
 
+/* The library's writer: what it writes reads back as the model's
+ * configuration, and its float fields are JSON floats as in the release
+ * ("swiglu_limit": 10.0): transformers' DeepseekV4Config refuses an
+ * integer there. */
+static void test_writer(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny-ckpt", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    const ds4_config *g = &t->m.cfg;
+    ds4_buf b = {0};
+    if (ds4_hfconfig_write(g, false, true, &b, &err)) fail_msg("%s", err.msg);
+    static const char *const floats[] = {
+        "\"swiglu_limit\": 10.0,", "\"rope_theta\": 10000.0,", "\"compress_rope_theta\": 160000.0,",
+        "\"routed_scaling_factor\": 1.5,", "\"factor\": 16.0,", "\"beta_fast\": 32.0,",
+        "\"beta_slow\": 1.0}", "\"rms_norm_eps\": 9.99999997e-07,"};
+    for (size_t i = 0; i < sizeof(floats) / sizeof(floats[0]); i++)
+        if (!strstr(b.p, floats[i])) fail_msg("no %s in\n%s", floats[i], b.p);
+    ds4_config c;
+    if (load_text(&c, b.p, &err)) fail_msg("%s\n%s", err.msg, b.p);
+    assert_memory_equal(&c, g, offsetof(ds4_config, ratio));
+    assert_memory_equal(c.ratio, g->ratio, sizeof(uint32_t) * g->n_layer);
+    ds4_model_config_free(&c);
+    ds4_buf_free(&b);
+    tu_model_free(t);
+}
+
 typedef struct edit {
     const char *from, *to;     /* the release's text with one substring replaced */
     const char *expect;
@@ -165,6 +193,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_same_as_gguf),
+        cmocka_unit_test(test_writer),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -181,6 +181,15 @@ int ds4_hfconfig_load(ds4_config *c, const ds4_json *root, const char *path, ds4
     return 0;
 }
 
+/* v as a JSON number that reads back as a float, not an integer ("10.0",
+ * not "10"): transformers' DeepseekV4Config refuses an integer in its
+ * float fields (swiglu_limit), and the release writes 10.0 there. */
+static const char *float_text(double v, char out[32]) {
+    snprintf(out, 32, "%.9g", v);
+    if (!strpbrk(out, ".eEni")) strcat(out, ".0");
+    return out;
+}
+
 int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b, ds4err *err) {
     const float limit = c->clamp_exp[0];
     for (uint32_t l = 0; l < c->n_layer + (mtp ? 1 : 0); l++)
@@ -189,6 +198,7 @@ int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b
                                "config.json has one swiglu_limit for every expert, and this model "
                                "clamps layer %u's routed experts at %g and its shared expert at %g, "
                                "not %g", l, c->clamp_exp[l], c->clamp_shexp[l], limit);
+    char t[6][32];
     ds4_buf_printf(b,
         "{\n  \"architectures\": [\"DeepseekV4ForCausalLM\"],\n  \"model_type\": \"deepseek_v4\",\n"
         "  \"num_hidden_layers\": %u,\n  \"hidden_size\": %u,\n  \"vocab_size\": %u,\n"
@@ -198,21 +208,23 @@ int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b
         "  \"moe_intermediate_size\": %u,\n  \"n_shared_experts\": 1,\n  \"num_hash_layers\": %u,\n"
         "  \"sliding_window\": %u,\n  \"index_n_heads\": %u,\n  \"index_head_dim\": %u,\n"
         "  \"index_topk\": %u,\n  \"hc_mult\": %u,\n  \"hc_sinkhorn_iters\": %u,\n"
-        "  \"hc_eps\": %.9g,\n  \"max_position_embeddings\": %u,\n  \"rms_norm_eps\": %.9g,\n"
-        "  \"routed_scaling_factor\": %.9g,\n  \"rope_theta\": %.9g,\n"
-        "  \"compress_rope_theta\": %.9g,\n  \"swiglu_limit\": %.9g,\n"
+        "  \"hc_eps\": %s,\n  \"max_position_embeddings\": %u,\n  \"rms_norm_eps\": %s,\n"
+        "  \"routed_scaling_factor\": %s,\n  \"rope_theta\": %s,\n"
+        "  \"compress_rope_theta\": %s,\n  \"swiglu_limit\": %s,\n"
         "  \"scoring_func\": \"sqrtsoftplus\",\n  \"topk_method\": \"noaux_tc\",\n"
         "  \"norm_topk_prob\": true,\n  \"hidden_act\": \"silu\",\n"
         "  \"tie_word_embeddings\": false,\n  \"num_nextn_predict_layers\": %u,\n",
         c->n_layer, c->n_embd, c->n_vocab, c->n_head, c->head_dim, c->n_rot, c->q_lora, c->o_lora,
         c->o_groups, c->n_expert, c->n_expert_used, c->n_ff, c->n_hash_layer, c->swa, c->idx_head,
-        c->idx_dim, c->idx_topk, c->n_hc, c->sinkhorn_iter, c->hc_eps, c->context_length,
-        c->rms_eps, c->expert_scale, c->rope_base, c->compress_rope_base, limit, mtp ? 1u : 0u);
+        c->idx_dim, c->idx_topk, c->n_hc, c->sinkhorn_iter, float_text(c->hc_eps, t[0]),
+        c->context_length, float_text(c->rms_eps, t[1]), float_text(c->expert_scale, t[2]),
+        float_text(c->rope_base, t[3]), float_text(c->compress_rope_base, t[4]),
+        float_text(limit, t[5]), mtp ? 1u : 0u);
     if (c->yarn)
-        ds4_buf_printf(b, "  \"rope_scaling\": {\"type\": \"yarn\", \"factor\": %.9g, "
-                       "\"original_max_position_embeddings\": %u, \"beta_fast\": %.9g, "
-                       "\"beta_slow\": %.9g},\n", c->yarn_factor, c->yarn_orig_ctx,
-                       c->yarn_beta_fast, c->yarn_beta_slow);
+        ds4_buf_printf(b, "  \"rope_scaling\": {\"type\": \"yarn\", \"factor\": %s, "
+                       "\"original_max_position_embeddings\": %u, \"beta_fast\": %s, "
+                       "\"beta_slow\": %s},\n", float_text(c->yarn_factor, t[0]), c->yarn_orig_ctx,
+                       float_text(c->yarn_beta_fast, t[1]), float_text(c->yarn_beta_slow, t[2]));
     if (quantized)
         ds4_buf_puts(b, "  \"expert_dtype\": \"fp4\",\n  \"quantization_config\": "
                         "{\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", "
