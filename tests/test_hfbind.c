@@ -508,7 +508,7 @@ static void test_f32_same_as_gguf(void **state) {
 
 /* Mark the twin's matrices that are FP8 or FP4 in the release (a's) with
  * the official linears' roundings, field by field: what
- * ds4_numerics_official_linears must do to a. */
+ * ds4_numerics_apply must do to a with QAT on. */
 static void mark_like(const ds4_mat *a, ds4_mat *b, int *n) {
     if (a->type == DS4_TYPE_FP8_B128 || a->type == DS4_TYPE_FP4_B32) {
         b->act = a->act;
@@ -574,7 +574,8 @@ static void test_release_formats_same_as_twin(void **state) {
         if (qat) plain = lb;
         else free(lb);
     }
-    if (ds4_numerics_official_linears(&a, rel, &err)) fail_msg("%s", err.msg);
+    if (ds4_numerics_check_official(&a, rel, &err)) fail_msg("%s", err.msg);
+    ds4_numerics_apply(&a, 0, true);
     assert_int_equal(a.layers[2].q_b.act, DS4_ACT_FP8_B128);
     assert_int_equal(a.layers[2].q_b.out, DS4_OUT_BF16);
     assert_int_equal(a.layers[2].out_a.act, DS4_ACT_NONE);   /* wo_a: BF16 einsum, f32 here */
@@ -673,11 +674,10 @@ static void test_refusals(void **state) {
     write_bytes(st, orig, len);
     ds4_model m;
     open_ok(&m, dir);
-    assert_int_equal(ds4_numerics_official_linears(&m, dir, &err), -1);
+    assert_int_equal(ds4_numerics_check_official(&m, dir, &err), -1);
     assert_int_equal(err.code, DS4_E_UNSUPPORTED);
     if (!strstr(err.msg, "layers.0.attn.wq_b.weight has an input of 64, not whole blocks of 128"))
         fail_msg("%s", err.msg);
-    assert_int_equal(m.layers[0].q_a.act, DS4_ACT_NONE);   /* nothing marked */
     ds4_model_close(&m);
     free(orig), free(b), free(st);
     remove_checkpoint(dir);
@@ -885,6 +885,16 @@ static void test_library_writer(void **state) {
         assert_int_equal(ds4_blockfp_fp8_row(q->data, q->scale, q->cols, r, row, &bad), 0);
         assert_memory_equal(row, f->data + r * f->row_bytes, sizeof(float) * q->cols);
     }
+    /* Through the public API, QAT on is the official linears as well as
+     * the KV and indexer roundings: the profile it applies keeps them. */
+    float *api = malloc(sizeof(float) * n * V);
+    assert_non_null(api);
+    eval_api(rel, NULL, 1, tok, n, api);
+    if (ds4_numerics_check_official(&a, rel, &err)) fail_msg("%s", err.msg);
+    ds4_numerics_apply(&a, 0, true);
+    float *own = run(&a, tok, true, NULL);
+    assert_memory_equal(api, own, sizeof(float) * n * V);
+    free(api), free(own);
     const ds4_tokenizer *ta, *tg;
     if (ds4_model_tokenizer(&a, &ta, &err) || ds4_model_tokenizer(&t->m, &tg, &err)) fail_msg("%s", err.msg);
     const char *text = "<\xef\xbd\x9cUser\xef\xbd\x9c>Hello, world!<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";

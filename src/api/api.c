@@ -97,7 +97,8 @@ static bool is_checkpoint(const char *path) {
 /* A checkpoint's own rules: its MTP layer is inside it (an --mtp path, if
  * any, must be the checkpoint's own); the numerics profiles describe
  * engines that run ds4's GGUF; QAT on is the official linears' FP8
- * activations as well as the KV and indexer roundings. */
+ * activations (which every linear must be able to take) as well as the KV
+ * and indexer roundings. */
 static int checkpoint_setup(ds4_model *m, const ds4ref_model_options *o, uint32_t numerics,
                             ds4err *e) {
     if (o->mtp_path && strcmp(o->mtp_path, o->path))
@@ -111,7 +112,7 @@ static int checkpoint_setup(ds4_model *m, const ds4ref_model_options *o, uint32_
         return ds4_err_set(e, DS4_E_ARG, "%s: the numerics profiles are other engines' "
                            "roundings of ds4's GGUF types; a checkpoint runs the official "
                            "numerics only", o->path);
-    return o->qat ? ds4_numerics_official_linears(m, o->path, e) : 0;
+    return o->qat ? ds4_numerics_check_official(m, o->path, e) : 0;
 }
 
 int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_error *err) {
@@ -131,7 +132,7 @@ int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_
     if (rc == 0 && ckpt) rc = checkpoint_setup(&m->m, o, fo.numerics, &e);
     else if (rc == 0 && o->mtp_path) rc = ds4_model_load_mtp(&m->m, o->mtp_path, &e);
     if (rc == 0) {
-        ds4_numerics_apply(&m->m, fo.numerics);
+        ds4_numerics_apply(&m->m, fo.numerics, fo.qat);
         rc = ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e);
     }
     if (rc) {

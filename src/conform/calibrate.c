@@ -32,7 +32,7 @@ static void candidates(ds4_cf_calib *c) {
 static void use(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_candidate *k) {
     ref->e->opts.qat = k->qat;
     ref->e->opts.numerics = k->numerics;
-    ds4_numerics_apply(m, k->numerics);
+    ds4_numerics_apply(m, k->numerics, k->qat);
 }
 
 /* Candidate k's floor over the rows: each teacher-forced from the prompt
@@ -67,7 +67,8 @@ int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows,
     candidates(c);
     if (!n) return 0;
     ds4err no_qat = {0};
-    bool qat_ok = ds4_model_config_check_qat(&m->cfg, m->file.path, &no_qat) == 0;
+    bool qat_ok = ds4_model_config_check_qat(&m->cfg, m->file.path, &no_qat) == 0 &&
+                  ds4_numerics_check_official(m, m->file.path, &no_qat) == 0;
     for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++) {
         /* A model whose KV rows the FP8 simulation cannot block (heads of 64
          * with RoPE on 16) runs without it only: those candidates stay NAN. */
@@ -75,7 +76,7 @@ int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows,
         use(ref, m, &c->cand[i]);
         if (measure(ref, rows, n, greedy, &c->cand[i], err)) {
             ref->e->opts = was;
-            ds4_numerics_apply(m, was.numerics);
+            ds4_numerics_apply(m, was.numerics, was.qat);
             return -1;
         }
         /* Strictly smaller: a tie keeps the earlier, plainer candidate.  A
@@ -85,7 +86,7 @@ int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows,
     }
     if (isnan(c->cand[c->best].floor)) {
         ref->e->opts = was;
-        ds4_numerics_apply(m, was.numerics);
+        ds4_numerics_apply(m, was.numerics, was.qat);
         return 0;
     }
     use(ref, m, &c->cand[c->best]);

@@ -67,24 +67,6 @@ static uint8_t act_for(uint32_t set, uint32_t type) {
     }
 }
 
-static void apply_specs(const ds4_tensor_spec *specs, uint32_t n, void *base, uint32_t set) {
-    for (uint32_t i = 0; i < n; i++) {
-        if (specs[i].tclass != DS4_TC_MAT) continue;
-        ds4_mat *m = (ds4_mat *)((char *)base + specs[i].offset);
-        if (m->data) m->act = act_for(set, m->type);
-    }
-}
-
-void ds4_numerics_apply(ds4_model *m, uint32_t set) {
-    apply_specs(ds4_layout_global, ds4_layout_n_global, m, set);
-    for (uint32_t l = 0; l < m->cfg.n_layer; l++)
-        apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l], set);
-    if (m->mtp) {
-        apply_specs(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp, set);
-        apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block, set);
-    }
-}
-
 /* Does spec s of the struct at base hold an FP8 or FP4 linear of the
  * official numerics (wo_a aside)? */
 static ds4_mat *official_linear(const ds4_tensor_spec *s, void *base) {
@@ -94,45 +76,59 @@ static ds4_mat *official_linear(const ds4_tensor_spec *s, void *base) {
     return m;
 }
 
-/* Check (mark = false) or mark every official linear of specs at base;
- * `where` names the block in messages. */
-static int linears(const ds4_tensor_spec *specs, uint32_t n, void *base, bool mark,
-                   const char *path, const char *where, ds4err *err) {
+static void apply_specs(const ds4_tensor_spec *specs, uint32_t n, void *base, uint32_t set,
+                        bool qat) {
     for (uint32_t i = 0; i < n; i++) {
-        ds4_mat *m = official_linear(&specs[i], base);
-        if (!m) continue;
-        if (m->cols % 128) {
-            /* The release's name, expert 0 for the experts' tensors. */
-            char name[160];
-            const char *rn = ds4_hfbind_release_name(specs[i].name);
-            snprintf(name, sizeof(name), rn ? rn : specs[i].name, 0u);
-            return ds4_err_set(err, DS4_E_UNSUPPORTED,
-                               "%s: %s%s has an input of %llu, not whole blocks of 128: the "
-                               "official FP8 activations (QAT on) cannot quantize it; run it "
-                               "with --qat off", path, where, name, (unsigned long long)m->cols);
+        if (specs[i].tclass != DS4_TC_MAT) continue;
+        ds4_mat *m = (ds4_mat *)((char *)base + specs[i].offset);
+        if (!m->data) continue;
+        if (official_linear(&specs[i], base)) {
+            m->act = qat ? DS4_ACT_FP8_B128 : DS4_ACT_NONE;
+            m->out = qat ? DS4_OUT_BF16 : DS4_OUT_NONE;
+        } else {
+            m->act = act_for(set, m->type);
         }
-        if (mark) {
-            m->act = DS4_ACT_FP8_B128;
-            m->out = DS4_OUT_BF16;
-        }
+    }
+}
+
+void ds4_numerics_apply(ds4_model *m, uint32_t set, bool qat) {
+    apply_specs(ds4_layout_global, ds4_layout_n_global, m, set, qat);
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++)
+        apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l], set, qat);
+    if (m->mtp) {
+        apply_specs(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp, set, qat);
+        apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block, set, qat);
+    }
+}
+
+/* Every official linear of specs at base quantizes whole blocks of 128;
+ * `where` names the block in the message. */
+static int check_linears(const ds4_tensor_spec *specs, uint32_t n, void *base, const char *path,
+                         const char *where, ds4err *err) {
+    for (uint32_t i = 0; i < n; i++) {
+        const ds4_mat *m = official_linear(&specs[i], base);
+        if (!m || m->cols % 128 == 0) continue;
+        /* The release's name, expert 0 for the experts' tensors. */
+        char name[160];
+        const char *rn = ds4_hfbind_release_name(specs[i].name);
+        snprintf(name, sizeof(name), rn ? rn : specs[i].name, 0u);
+        return ds4_err_set(err, DS4_E_UNSUPPORTED,
+                           "%s: %s%s has an input of %llu, not whole blocks of 128: the "
+                           "official FP8 activations (QAT on) cannot quantize it; run it "
+                           "with --qat off", path, where, name, (unsigned long long)m->cols);
     }
     return 0;
 }
 
-static int all_linears(ds4_model *m, bool mark, const char *path, ds4err *err) {
+int ds4_numerics_check_official(ds4_model *m, const char *path, ds4err *err) {
     char where[32];
-    if (linears(ds4_layout_global, ds4_layout_n_global, m, mark, path, "", err)) return -1;
+    if (check_linears(ds4_layout_global, ds4_layout_n_global, m, path, "", err)) return -1;
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         snprintf(where, sizeof(where), "layers.%u.", l);
-        if (linears(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l], mark, path, where, err))
+        if (check_linears(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l], path, where, err))
             return -1;
     }
     if (!m->mtp) return 0;
-    if (linears(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp, mark, path, "mtp.0.", err)) return -1;
-    return linears(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block, mark, path, "mtp.0.", err);
-}
-
-int ds4_numerics_official_linears(ds4_model *m, const char *path, ds4err *err) {
-    if (all_linears(m, false, path, err)) return -1;
-    return all_linears(m, true, path, err);
+    if (check_linears(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp, path, "mtp.0.", err)) return -1;
+    return check_linears(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block, path, "mtp.0.", err);
 }

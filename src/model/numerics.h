@@ -46,17 +46,19 @@ int ds4_numerics_parse(const char *name, uint32_t *set, ds4err *err);
 void ds4_numerics_name(uint32_t set, char *out, size_t cap);
 
 /* Mark every matrix of the model (and its MTP head, when loaded) with the
- * input rounding the set gives its type. */
-void ds4_numerics_apply(ds4_model *m, uint32_t set);
+ * input rounding the set gives its type.  The official checkpoint's FP8
+ * and FP4 linears take the official numerics instead (kernel.py and
+ * model.py's linear()): with qat, a product whose weight is FP8 or FP4
+ * quantizes its input to FP8 in blocks of 128 (act_quant, UE8M0 scales)
+ * and writes BF16 (fp8_gemm, fp4_gemm); without it, neither.  Not wo_a
+ * (attn_output_a): model.py dequantizes it to BF16 and multiplies with
+ * einsum, which ds4ref keeps in f32 as the other activations.  The engine's
+ * qat (KV and indexer roundings) must be the same qat. */
+void ds4_numerics_apply(ds4_model *m, uint32_t set, bool qat);
 
-/* The official checkpoint's linears under QAT on (kernel.py and model.py's
- * linear()): a product whose weight is FP8 or FP4 quantizes its input to
- * FP8 in blocks of 128 (act_quant, UE8M0 scales) and writes BF16 (fp8_gemm,
- * fp4_gemm).  Not wo_a (attn_output_a): model.py dequantizes it to BF16 and
- * multiplies with einsum, which ds4ref keeps in f32 as the other
- * activations.  An inner width that is not whole blocks of 128 cannot be
- * quantized so (the official kernel asserts): DS4_E_UNSUPPORTED, naming
- * `path`, the tensor and --qat off.  Marks nothing on failure. */
-int ds4_numerics_official_linears(ds4_model *m, const char *path, ds4err *err);
+/* Can the official linears run with QAT on?  An inner width that is not
+ * whole blocks of 128 cannot be quantized so (the official kernel
+ * asserts): DS4_E_UNSUPPORTED, naming `path`, the tensor and --qat off. */
+int ds4_numerics_check_official(ds4_model *m, const char *path, ds4err *err);
 
 #endif
