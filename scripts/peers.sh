@@ -19,6 +19,10 @@
 # ds4ref's reader must see every tensor as written and dequantize the
 # weights exactly (scripts/peers_safetensors.py, with BUILD/ckpt-dump).
 #
+# transformers' DeepseekV4 on the unquantized twin of the tiny checkpoint
+# (scripts/peer_transformers.py), against the official logits and ds4ref's,
+# where a Python with torch and transformers is at hand.
+#
 # What cannot run (no npm, no pip or network, not x86-64 Linux) is skipped
 # with the reason.  Run from the repository root after make.
 # Usage: scripts/peers.sh [BUILD_DIR]
@@ -45,6 +49,31 @@ else
     mkdir -p "$tmp/ckpt"
     check "safetensors $(PYTHONPATH=$cache/pylib "$py" -c 'import safetensors; print(safetensors.__version__)'): ds4ref reads its checkpoint as written" \
         env PYTHONPATH="$cache/pylib" "$py" scripts/peers_safetensors.py "$build/ckpt-dump" "$tmp/ckpt"
+fi
+
+# Hugging Face transformers' DeepseekV4 (>= 5.8) in float64 on the
+# unquantized twin of the tiny checkpoint whose official logits ship in
+# vectors/official/ckpt: it must agree with the official model.py and with
+# ds4ref (QAT off; transformers has no QAT simulation and no MTP layer).
+# torch and transformers are not installed here (about a gigabyte with
+# torch's CUDA libraries): skipped, with what is missing, unless the
+# Python of DS4REF_TORCH_PYTHON (default python3) already has them.
+tpy=${DS4REF_TORCH_PYTHON:-python3}
+if ! missing=$("$tpy" -c '
+import importlib.util as u
+print(" ".join(m for m in ("torch", "transformers", "safetensors") if not u.find_spec(m)))' 2>&1) ||
+   [ -n "$missing" ]; then
+    echo "peers: transformers skipped: $tpy lacks ${missing:-a working interpreter} (set DS4REF_TORCH_PYTHON to a Python with torch >= 2.7, transformers >= 5.8 and safetensors)"
+else
+    ./ds4ref-mkmodel --config tiny-ckpt --format hf --types f32 -o "$tmp/twin" > /dev/null
+    toks=$build/official/ckpt/tokens.txt
+    check "transformers' DeepseekV4 loads the twin and runs (float64)" \
+        "$tpy" scripts/peer_transformers.py --ckpt "$tmp/twin" --tokens "$toks" --out "$tmp/tf"
+    check "... agrees with the official model.py (QAT off) to 1e-6, every argmax" \
+        python3 scripts/logits_agree.py "$tmp/tf.logits.f64" "$build/official/ckpt/logits_prefill.qat_off.f64" 512 1e-6
+    ./ds4ref -m "$tmp/twin" --tokens-file "$toks" --qat off -n 0 --logits-out "$tmp/ds4ref.f32" > /dev/null 2>&1
+    check "... and with ds4ref (QAT off) to 2e-6, every argmax" \
+        python3 scripts/logits_agree.py "$tmp/ds4ref.f32" "$tmp/tf.logits.f64" 512 2e-6
 fi
 
 skip_all() {
