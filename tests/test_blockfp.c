@@ -211,6 +211,12 @@ static void test_spans(void **state) {
             const double code = (b & 0x7f) == 0x7f ? NAN : e4m3_def((uint8_t)b);
             check_span_value(out[b - 130], code, 127, "fp8 at 130", b);
         }
+        /* A span that crosses the blocks: elements 100..227. */
+        ds4_blockfp_fp8_span(w, s, 100, out, 128);
+        for (int b = 100; b < 228; b++) {
+            const double code = (b & 0x7f) == 0x7f ? NAN : e4m3_def((uint8_t)b);
+            check_span_value(out[b - 100], code, b < 128 ? scale : 127, "fp8 at 100", b);
+        }
         /* FP4: the 256 bytes are 512 codes, the low nibble first; the
          * scale per 32 alternates between `scale` and 2^0. */
         uint8_t s4[16];
@@ -221,6 +227,13 @@ static void test_spans(void **state) {
             const int code = k & 1 ? w[k / 2] >> 4 : w[k / 2] & 15;
             const double v = (code & 8 ? -1 : 1) * (double)(int[]){0, 1, 2, 3, 4, 6, 8, 12}[code & 7] / 2;
             check_span_value(o4[k], v, s4[k / 32], "fp4", k);
+        }
+        /* From an odd element, across two block boundaries: 31..102. */
+        ds4_blockfp_fp4_span(w, s4, 31, o4, 72);
+        for (int k = 31; k < 103; k++) {
+            const int code = k & 1 ? w[k / 2] >> 4 : w[k / 2] & 15;
+            const double v = (code & 8 ? -1 : 1) * (double)(int[]){0, 1, 2, 3, 4, 6, 8, 12}[code & 7] / 2;
+            check_span_value(o4[k - 31], v, s4[k / 32], "fp4 at 31", k);
         }
     }
 }
