@@ -35,12 +35,15 @@
 
 #include <omp.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "base/version.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "forward/forward.h"
+#include "model/hfbind.h"
 #include "model/model.h"
+#include "model/numerics.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
 #include "../programs/models.h"
@@ -76,7 +79,7 @@ static void usage(FILE *f) {
             "\n"
             "  -m, --model FILE     GGUF model (default models/tiny.gguf, the synthetic one\n"
             "                       make builds; or a fullwidth model from ds4ref-mkmodel\n"
-            "                       --config fullwidth)\n"
+            "                       --config fullwidth), or a checkpoint's folder\n"
             "  -p, --prompt LIST    context frontiers, comma separated (default 64)\n"
             "  -n, --gen-tokens N   greedy decode tokens per frontier (default 16)\n"
             "  -c, --ctx N          allocated context (default: last frontier + gen + 1)\n"
@@ -219,12 +222,15 @@ static uint64_t mapped_rss(const char *path) {
     char line[4096];
     int in = 0;
     uint64_t total = 0;
+    const size_t rn = real ? strlen(real) : 0;
     while (real && fgets(line, sizeof(line), f)) {
         unsigned long long kb, lo, hi;
         if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2) {   /* a mapping's header line */
             size_t n = strlen(line);
             while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = 0;
-            in = n >= strlen(real) && !strcmp(line + n - strlen(real), real);
+            /* The file itself, or a file of the folder (a checkpoint's shards). */
+            const char *mp = strchr(line, '/');
+            in = mp && !strncmp(mp, real, rn) && (mp[rn] == 0 || mp[rn] == '/');
         } else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1) {
             total += kb * 1024ull;
         }
@@ -234,18 +240,33 @@ static uint64_t mapped_rss(const char *path) {
     return total;
 }
 
-/* Every page of the mapped file read once, so that page faults are not
- * timed.  Returns a sum the compiler cannot drop. */
-static uint64_t touch_pages(const gguf_file *g) {
+/* Every page of the mapped file (or of a checkpoint's shards) read once,
+ * so that page faults are not timed.  Returns a sum the compiler cannot
+ * drop. */
+static uint64_t touch(const uint8_t *map, uint64_t size) {
     uint64_t sum = 0;
-    for (uint64_t off = 0; off < g->size; off += 4096) sum += g->map[off];
+    for (uint64_t off = 0; off < size; off += 4096) sum += map[off];
+    return sum;
+}
+
+static uint64_t touch_pages(const ds4_model *m) {
+    if (!m->ckpt) return touch(m->file.map, m->file.size);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < m->ckpt->n_shards; i++)
+        sum += touch(m->ckpt->shards[i].map, m->ckpt->shards[i].size);
     return sum;
 }
 
 /* ---- weights one decode step reads --------------------------------------- */
 
+/* A matrix's bytes, with its block scales (FP8, FP4); an expert's for the
+ * experts' matrices. */
 static uint64_t mat_bytes(const ds4_mat *m) {
-    return m->data ? m->rows * m->row_bytes : 0;
+    if (!m->data && !m->parts) return 0;
+    uint64_t b = m->rows * m->row_bytes;
+    const ds4_type_info *t = ds4_types_info(m->type);
+    if (t && t->scale_rows) b += (m->rows + t->scale_rows - 1) / t->scale_rows * m->scale_stride;
+    return b;
 }
 
 static uint64_t layer_bytes(const ds4_config *c, const ds4_layer *L) {
@@ -260,7 +281,7 @@ static uint64_t layer_bytes(const ds4_config *c, const ds4_layer *L) {
     if (L->comp_ape.data) b += L->comp_ape.row_bytes;
     if (L->idx_comp_ape.data) b += L->idx_comp_ape.row_bytes;
     const ds4_mat *exps[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-    for (int i = 0; i < 3; i++) b += mat_bytes(exps[i]) / c->n_expert * c->n_expert_used;
+    for (int i = 0; i < 3; i++) b += mat_bytes(exps[i]) * c->n_expert_used;
     return b;
 }
 
@@ -348,11 +369,29 @@ static int32_t bench_token(uint64_t i, uint32_t n_vocab) {
     return (int32_t)(z % n_vocab);
 }
 
+/* A GGUF, or a checkpoint (a folder, or a .safetensors with config.json
+ * beside it) under the official numerics: with --qat on its FP8/FP4
+ * linears take FP8 inputs and write BF16, as ds4ref's own do. */
+static int open_model(const bench_cfg *cfg, ds4_model *m, ds4err *err) {
+    struct stat st;
+    const size_t n = strlen(cfg->model), k = strlen(".safetensors");
+    if (!((stat(cfg->model, &st) == 0 && S_ISDIR(st.st_mode)) ||
+          (n > k && !strcmp(cfg->model + n - k, ".safetensors"))))
+        return ds4_model_open(m, cfg->model, err);
+    if (ds4_hfbind_open(m, cfg->model, err)) return -1;
+    if (cfg->qat && ds4_numerics_check_official(m, cfg->model, err)) {
+        ds4_model_close(m);
+        return -1;
+    }
+    ds4_numerics_apply(m, 0, cfg->qat != 0);
+    return 0;
+}
+
 static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
     ds4_model m;
-    if (ds4_model_open(&m, cfg->model, err)) return -1;
+    if (open_model(cfg, &m, err)) return -1;
     const ds4_config *c = &m.cfg;
-    if (cfg->warm && touch_pages(&m.file) == UINT64_MAX) fprintf(stderr, " ");
+    if (cfg->warm && touch_pages(&m) == UINT64_MAX) fprintf(stderr, " ");
     uint32_t last = cfg->frontiers[cfg->n_frontiers - 1];
     uint32_t ctx = cfg->ctx ? cfg->ctx : last + cfg->gen + 2;
     int rc = -1;
