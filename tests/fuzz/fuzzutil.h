@@ -12,6 +12,17 @@
  * has nothing to do. */
 void fz_tiny_model(bool f32, uint8_t **buf, size_t *len);
 
+/* The release folder of the tiny-ckpt model (ds4ref-mkmodel --config
+ * tiny-ckpt --format hf: FP8 and FP4 with their scales, two shards, the
+ * index, config.json, tokenizer.json) written into a new temporary folder,
+ * whose malloc'd path it returns.  Exits the process with a message on
+ * failure. */
+char *fz_tiny_checkpoint(void);
+
+/* Remove what fz_tiny_checkpoint made: the folder's files, the folder and
+ * the temporary one around it. */
+void fz_remove_checkpoint(const char *dir);
+
 /* An invariant of the code under test: abort() (a crash libFuzzer reports,
  * with the input that caused it) with a message when it does not hold. */
 void fz_check(bool ok, const char *what);

@@ -2,8 +2,8 @@
  *
  *   seeds OUTDIR        (run from the repository root: reads vectors/)
  *
- * writes OUTDIR/gguf, OUTDIR/model, OUTDIR/tokenizer, OUTDIR/parsers and
- * OUTDIR/safetensors:
+ * writes OUTDIR/gguf, OUTDIR/model, OUTDIR/tokenizer, OUTDIR/parsers,
+ * OUTDIR/safetensors and OUTDIR/hfbind:
  *   gguf       the malformed-file catalogue (tests/malformed.c), the small
  *              valid file (v2 and v3), nested arrays up to one level too
  *              deep, the tiny model's metadata without its tensors;
@@ -18,7 +18,10 @@
  *   safetensors  the format's own test vector, headers with metadata, every
  *              type, an empty tensor and tensors out of offset order, a
  *              few refused ones (a gap, an overlap, a bad count), and
- *              shard indexes. */
+ *              shard indexes;
+ *   hfbind     the tiny checkpoint's config.json, index and first shard
+ *              header as written, and edits of each (a string, a duplicate
+ *              key, a huge number, a missing shard, a dtype, a shape). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,6 +314,58 @@ static void safetensors_seeds(void) {
            10);
 }
 
+/* ----------------------------------------------------------- hfbind */
+
+/* Input `which` (fuzz_hfbind's first byte) with text, with the first
+ * `from` in it replaced by `to` when both are given. */
+static void put_bind(const char *name, uint8_t which, const char *text, size_t n, const char *from,
+                     const char *to) {
+    const char *at = from ? memmem(text, n, from, strlen(from)) : NULL;
+    if (from && !at) fail(name, "the edit's text is not in the file");
+    const size_t cut = at ? (size_t)(at - text) : n, skip = at ? strlen(from) : 0;
+    const size_t add = at ? strlen(to) : 0, len = 1 + n - skip + add;
+    uint8_t *b = malloc(len);
+    if (!b) fail(name, "out of memory");
+    b[0] = which;
+    memcpy(b + 1, text, cut);
+    memcpy(b + 1 + cut, to ? to : "", add);
+    memcpy(b + 1 + cut + add, text + cut + skip, n - cut - skip);
+    put("hfbind", name, b, len);
+    free(b);
+}
+
+static char *read_all(const char *dir, const char *name, size_t *n) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    char *p;
+    ds4err err = {0};
+    if (ds4_file_read(path, (size_t)1 << 30, &p, n, &err)) fail(path, err.msg);
+    return p;
+}
+
+static void hfbind_seeds(void) {
+    char *dir = fz_tiny_checkpoint();
+    size_t nc, ni, ns;
+    char *cfg = read_all(dir, "config.json", &nc);
+    char *idx = read_all(dir, "model.safetensors.index.json", &ni);
+    char *shard = read_all(dir, "model-00001-of-00002.safetensors", &ns);
+    uint64_t hl = 0;
+    for (int k = 0; k < 8; k++) hl |= (uint64_t)(uint8_t)shard[k] << (8 * k);
+    const char *hdr = shard + 8;
+    put_bind("config", 0, cfg, nc, NULL, NULL);
+    put_bind("config-string-limit", 0, cfg, nc, "\"swiglu_limit\": 10.0", "\"swiglu_limit\": \"10\"");
+    put_bind("config-duplicate", 0, cfg, nc, "\"hidden_size\": 256,", "\"hidden_size\": 256, \"hidden_size\": 128,");
+    put_bind("config-huge", 0, cfg, nc, "\"num_hidden_layers\": 4", "\"num_hidden_layers\": 4e300");
+    put_bind("index", 1, idx, ni, NULL, NULL);
+    put_bind("index-missing-shard", 1, idx, ni, "model-00001-of-00002", "model-00003-of-00002");
+    put_bind("header", 2, hdr, (size_t)hl, NULL, NULL);
+    put_bind("header-dtype", 2, hdr, (size_t)hl, "\"F8_E4M3\"", "\"BF16\"   ");
+    put_bind("header-shape", 2, hdr, (size_t)hl, "[128,256]", "[128,255]");
+    free(cfg), free(idx), free(shard);
+    fz_remove_checkpoint(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: seeds OUTDIR   (run from the repository root)\n");
@@ -323,6 +378,7 @@ int main(int argc, char **argv) {
     tokenizer_seeds();
     parser_seeds();
     safetensors_seeds();
+    hfbind_seeds();
     printf("seeds: %u files in %s\n", n_written, outdir);
     return 0;
 }
