@@ -99,8 +99,12 @@ else
 fi | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
     xargs -0 cp -a --parents -t "$tree"
 
-build() { # LOG
-    make -C "$tree" -j"$jobs" BUILD=build "${tests[@]/#/build/}" > "$1" 2>&1
+build() { # LOG [TEST...]: the tests named, or every one
+    local log=$1
+    shift
+    local want=("$@")
+    [ ${#want[@]} -gt 0 ] || want=("${tests[@]}")
+    make -C "$tree" -j"$jobs" BUILD=build "${want[@]/#/build/}" > "$log" 2>&1
 }
 
 # run_tests LABEL: one result per test in results[] ("pass" or "FAIL"); the
@@ -125,6 +129,8 @@ run_tests() {
 # run_until_kill LABEL [FIRST]: the tests one at a time with every core,
 # test FIRST first (the one the entry names as its killer), then the others
 # in order, until one fails; results[] as run_tests', "-" for those not run.
+# When only FIRST was built (built_only), the others are built before they
+# run.
 run_until_kill() {
     local label=$1 first=${2:-} k rc order=()
     results=()
@@ -137,6 +143,14 @@ run_until_kill() {
             > "$work/logs/$label-${tests[k]}.log" 2>&1
         rc=$?
         if [ $rc -eq 0 ]; then results[k]=pass; else results[k]=FAIL; return; fi
+        if [ -n "$built_only" ]; then
+            built_only=
+            if ! build "$work/logs/$label-build-rest.log"; then
+                tail -20 "$work/logs/$label-build-rest.log"
+                echo "mutation $label: the other tests do not build" >&2
+                exit 1
+            fi
+        fi
     done
 }
 
@@ -164,7 +178,11 @@ for ((i = 0; i < n; i++)); do
     touch "$tree/.mutated"
     content=$(< "$f")
     printf '%s\n' "${content/"${froms[i]}"/"${tos[i]}"}" > "$f"
-    if ! build "$work/logs/$((i + 1))-build.log"; then
+    # --first-kill builds the entry's first: test alone, and the others only
+    # if that one lets the mutant live.
+    built_only=
+    [ $first_kill -eq 1 ] && built_only=${firsts[i]}
+    if ! build "$work/logs/$((i + 1))-build.log" ${built_only:+"$built_only"}; then
         tail -20 "$work/logs/$((i + 1))-build.log"
         echo "mutation $((i + 1)) does not compile (${titles[i]}): fix its to: text" >&2
         cp -p "$work/original" "$f" && touch "$f" && rm -f "$tree/.mutated"
