@@ -474,6 +474,7 @@ static void fill_blocks(uint32_t type, uint8_t *p, uint64_t n) {
         case DS4_TYPE_IQ2_XXS: k[1] = (uint8_t)((k[1] & 0x83) | 0x20); break;
         case DS4_TYPE_Q2_K: k[81] = (uint8_t)((k[81] & 0x83) | 0x20); k[83] = 0x1c; break;
         case DS4_TYPE_Q4_K: k[1] = (uint8_t)((k[1] & 0x83) | 0x20); k[3] = 0x1c; break;
+        case DS4_TYPE_FP8_B128: if ((k[0] & 0x7f) == 0x7f) k[0] ^= 1; break;   /* no NaN */
         default: break;
         }
     }
@@ -481,7 +482,8 @@ static void fill_blocks(uint32_t type, uint8_t *p, uint64_t n) {
 
 static int run_kernels(FILE *out, int header, uint64_t rows) {
     static const uint32_t types[] = {DS4_TYPE_Q8_0, DS4_TYPE_IQ2_XXS, DS4_TYPE_Q2_K,
-                                     DS4_TYPE_Q4_K, DS4_TYPE_F16, DS4_TYPE_BF16, DS4_TYPE_F32};
+                                     DS4_TYPE_Q4_K, DS4_TYPE_F16, DS4_TYPE_BF16, DS4_TYPE_F32,
+                                     DS4_TYPE_FP8_B128, DS4_TYPE_FP4_B32};
     const uint64_t cols = 4096;
     static const int Ts[] = {1, 16};
     float *x = malloc(sizeof(float) * cols * 16), *y = malloc(sizeof(float) * rows * 16);
@@ -491,9 +493,13 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         uint64_t rb = ds4_types_row_bytes(types[ti], cols);
         uint8_t *data = malloc(rb * rows);
-        if (!data) return -1;
+        /* The checkpoint's types: E8M0 scales near 2^-7, as its weights'. */
+        uint8_t *scale = malloc(rows * (cols / 32));
+        if (!data || !scale) return -1;
         fill_blocks(types[ti], data, cols * rows);
+        for (uint64_t i = 0; i < rows * (cols / 32); i++) scale[i] = (uint8_t)(118 + kr_next() % 4);
         ds4_mat W = {.type = types[ti], .cols = cols, .rows = rows, .row_bytes = rb, .data = data};
+        if (ds4_types_info(types[ti])->scale_cols) W = ds4_dot_scaled(types[ti], cols, rows, data, scale, 0);
         for (int k = 0; k < 2; k++) {
             int T = Ts[k], reps = 0;
             ds4_dot_matmul(&W, x, cols, T, y, rows);   /* warm up: pages, caches, threads */
@@ -511,6 +517,7 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
             fflush(out);
         }
         free(data);
+        free(scale);
     }
     free(x);
     free(y);

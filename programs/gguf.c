@@ -2,9 +2,12 @@
  *
  *   ds4ref-gguf info FILE             header, metadata, tensor table
  *   ds4ref-gguf dequant FILE TENSOR   the tensor as little-endian f32 on stdout
+ *   ds4ref-gguf twin FILE OUT         the unquantized twin
+ *   ds4ref-gguf checkpoint FILE [MTP] DIR   the model in the official layout
  *
  * A thin front end over the public API (ds4ref_gguf_describe,
- * ds4ref_gguf_dequant in ds4ref.h).  Errors are one line on stderr; the exit
+ * ds4ref_gguf_dequant, ds4ref_gguf_twin, ds4ref_gguf_to_checkpoint in
+ * ds4ref.h).  Errors are one line on stderr; the exit
  * status is the DS4REF_E_* code (2 for usage errors, DS4REF_EXIT_SIGBUS when
  * the file shrinks while it is read). */
 #include <stdio.h>
@@ -17,6 +20,7 @@ static const char usage[] =
     "usage: ds4ref-gguf info FILE\n"
     "       ds4ref-gguf dequant FILE TENSOR > out.f32\n"
     "       ds4ref-gguf twin FILE OUT.gguf\n"
+    "       ds4ref-gguf checkpoint FILE [MTP.gguf] DIR\n"
     "\n"
     "info     prints the header (version, alignment, data offset, counts), every\n"
     "         metadata key with its type and value (arrays: element type, length,\n"
@@ -27,6 +31,13 @@ static const char usage[] =
     "twin     writes FILE's unquantized twin: the same metadata and tensors,\n"
     "         every float tensor as F32 holding exactly its dequantized values\n"
     "         (for an engine that should run the model's values unquantized).\n"
+    "checkpoint  writes the DS4 model in FILE (and its MTP head) to the folder\n"
+    "         DIR in the official checkpoint's layout: config.json, the shard\n"
+    "         index, two shards, tokenizer.json.  Its values are rounded to the\n"
+    "         release's formats (FP8 Linears, FP4 experts, BF16 where the release\n"
+    "         has BF16), so a checkpoint of ds4's 2-bit experts is not their\n"
+    "         values; from an all-F32 GGUF it is what ds4ref-mkmodel --format hf\n"
+    "         writes.  For synthetic models of any size (the fulldepth benchmark).\n"
     "\n"
     "  -h, --help, --version\n";
 
@@ -61,8 +72,11 @@ int main(int argc, char **argv) {
         rc = ds4ref_gguf_dequant(argv[2], argv[3], stdout, &err);
     } else if (rc == 0 && argc == 4 && !strcmp(argv[1], "twin")) {
         rc = ds4ref_gguf_twin(argv[2], argv[3], &err);
+    } else if (rc == 0 && (argc == 4 || argc == 5) && !strcmp(argv[1], "checkpoint")) {
+        rc = ds4ref_gguf_to_checkpoint(argv[2], argc == 5 ? argv[3] : NULL, argv[argc - 1], 0, &err);
     } else if (rc == 0) {
-        fputs("ds4ref-gguf: expected 'info FILE', 'dequant FILE TENSOR' or 'twin FILE OUT' "
+        fputs("ds4ref-gguf: expected 'info FILE', 'dequant FILE TENSOR', 'twin FILE OUT' or "
+              "'checkpoint FILE [MTP] DIR' "
               "(see --help)\n", stderr);
         return DS4REF_E_ARG;
     }

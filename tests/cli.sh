@@ -295,6 +295,13 @@ check "... a folder with config.json, the index, two shards and tokenizer.json" 
 check "... QAT off: the checkpoint and its twin give the same steps" \
     cmp <(tail -n +2 "$tmp/ck.jsonl") <(tail -n +2 "$tmp/ckf.jsonl")
 check "... which are 8 steps" test "$(wc -l < "$tmp/ck.jsonl")" -ge 9
+# ds4ref-gguf checkpoint on the same model as an all-F32 GGUF writes the
+# very files mkmodel --format hf does (its blocks quantized in parallel).
+quiet ./ds4ref-mkmodel --config tiny-ckpt --types f32 -o "$tmp/ckg.gguf"
+check "ds4ref-gguf checkpoint FILE MTP DIR" quiet ./ds4ref-gguf checkpoint "$tmp/ckg.gguf" "$tmp/ckg-mtp.gguf" "$tmp/ckc"
+check "... the files mkmodel --format hf writes, byte for byte" bash -c \
+    'for f in config.json model.safetensors.index.json model-00001-of-00002.safetensors model-00002-of-00002.safetensors tokenizer.json; do cmp "$1/$f" "$2/$f" || exit 1; done' _ "$tmp/ck" "$tmp/ckc"
+check "ds4ref-gguf checkpoint with no folder -> 2" status_is 2 ./ds4ref-gguf checkpoint "$tmp/ckg.gguf"
 ./ds4ref -m "$tmp/ck" "${ck[@]}" --golden-out "$tmp/ckq.jsonl" > /dev/null 2>&1
 ./ds4ref -m "$tmp/ck" --mtp "$tmp/ck" --mtp-draft 3 "${ck[@]}" --golden-out "$tmp/cks.jsonl" > /dev/null 2>&1
 check "... QAT on: drafts of 3 from its MTP layer give plain decoding's steps" \

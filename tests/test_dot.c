@@ -633,9 +633,9 @@ static void test_matmul_block_scaled(void **state) {
     omp_set_num_threads(saved);
 }
 
-/* A NaN scale makes its rows' values NaN, a scale past f32's range for the
- * block's largest code an infinity, in every variant; the other rows keep
- * their values.  A block-scaled matrix without scales, or FP4 rows that
+/* A NaN scale or an FP8 NaN code makes its rows' values NaN, a scale past
+ * f32's range for the block's largest code an infinity, in every variant;
+ * the other rows keep their values.  A block-scaled matrix without scales, or FP4 rows that
  * are not whole scale blocks, is invalid: NaN, as a bad type. */
 static void test_matmul_block_scaled_specials(void **state) {
     (void)state;
@@ -648,6 +648,7 @@ static void test_matmul_block_scaled_specials(void **state) {
     scase_init(&f, DS4_TYPE_FP8_B128, 128, 130);
     memset(f.w + 128 * 128, 0x7e, 2 * 128);   /* block row 1: all 448 */
     f.scale[1] = 250;                          /* 448 * 2^123: past f32 */
+    f.w[2 * 128 + 21] = 0xff;                  /* row 2: the (negative) NaN code */
     float x[128];
     for (int i = 0; i < 128; i++) x[i] = 1.0f + (float)i / 128;
     for (int v = 0; v < nv; v++) {
@@ -659,7 +660,10 @@ static void test_matmul_block_scaled_specials(void **state) {
             if (r != 5) assert_int_equal(fbits(y[r]), fbits((float)ref_dot(c.deq + r * 64, x, 64)));
         }
         ds4_dot_matmul(&f.W, x, 128, 1, y, 130);
-        for (int r = 0; r < 130; r++) assert_int_equal(isinf(y[r]) != 0, r >= 128);
+        for (int r = 0; r < 130; r++) {
+            assert_int_equal(isinf(y[r]) != 0, r >= 128);
+            assert_int_equal(isnan(y[r]) != 0, r == 2);
+        }
     }
     use(names[0]);
     float y[6];

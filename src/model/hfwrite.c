@@ -83,6 +83,32 @@ static int scale_byte(double amax, double max, int limit) {
     return e + 127 < limit ? e + 127 : -1;
 }
 
+/* Block [i, j] of rows x cols values v (FP8: 128x128, FP4: 1x32) onto its
+ * format's grid: its codes into `codes`, its dequantized values back into
+ * v.  Returns its scale byte, or -1 when no E8M0 scale brings it in range. */
+static int quantize_block(float *v, uint64_t rows, uint64_t cols, uint64_t i, uint64_t j, int fp4,
+                          uint8_t *codes) {
+    const uint64_t br = fp4 ? 1 : 128, bc = fp4 ? 32 : 128;
+    const double max = fp4 ? 6 : 448;
+    const uint64_t r1 = (i + 1) * br < rows ? (i + 1) * br : rows;
+    const uint64_t c1 = (j + 1) * bc < cols ? (j + 1) * bc : cols;
+    double amax = 0;
+    for (uint64_t r = i * br; r < r1; r++)
+        for (uint64_t c = j * bc; c < c1; c++) amax = fmax(amax, fabs(v[r * cols + c]));
+    const int sb = scale_byte(amax, max, fp4 ? 253 : 247);
+    if (sb < 0) return -1;
+    const double s = ldexp(1, sb - 127);
+    for (uint64_t r = i * br; r < r1; r++)
+        for (uint64_t c = j * bc; c < c1; c++) {
+            double y = v[r * cols + c] / s;   /* exact: s is a power of two */
+            y = y > max ? max : y < -max ? -max : y;
+            const double q = fp4 ? ds4_qat_e2m1_round(y) : ds4_qat_e4m3_round(y);
+            codes[r * cols + c] = fp4 ? e2m1_code(q) : e4m3_code(q);
+            v[r * cols + c] = (float)(q * s);
+        }
+    return sb;
+}
+
 /* rows x cols values v as FP8 (128x128 blocks) or FP4 (32 a row), into
  * weight and scale tensors named `name` / its ".scale" (RELEASE), or as F32
  * of their dequantized values (the twin).  v receives those values. */
@@ -90,38 +116,35 @@ static int put_quantized(outs *o, const char *name, float *v, uint64_t rows, uin
                          int fp4, ds4err *err) {
     uint64_t ss[2];
     ds4_blockfp_scale_shape(fp4, rows, cols, ss);
-    const uint64_t br = fp4 ? 1 : 128, bc = fp4 ? 32 : 128;
-    const double max = fp4 ? 6 : 448;
     uint8_t *codes = calloc(1, rows * cols), *scales = calloc(1, ss[0] * ss[1]);
     if (!codes || !scales) {
         free(codes), free(scales);
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     }
+    /* Blocks are independent: each thread takes whole block rows, so the
+     * bytes are the same whatever the thread count (fulldepth's 26 billion
+     * values take minutes on one core).  A scale that cannot be is marked
+     * and the first such block, in order, reported after. */
+    int16_t *sb = malloc(sizeof(int16_t) * ss[0] * ss[1]);
+    if (!sb) {
+        free(codes), free(scales);
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    }
+#pragma omp parallel for schedule(dynamic, 1)
     for (uint64_t i = 0; i < ss[0]; i++)
-        for (uint64_t j = 0; j < ss[1]; j++) {
-            const uint64_t r1 = (i + 1) * br < rows ? (i + 1) * br : rows;
-            const uint64_t c1 = (j + 1) * bc < cols ? (j + 1) * bc : cols;
-            double amax = 0;
-            for (uint64_t r = i * br; r < r1; r++)
-                for (uint64_t c = j * bc; c < c1; c++) amax = fmax(amax, fabs(v[r * cols + c]));
-            const int sb = scale_byte(amax, max, fp4 ? 253 : 247);
-            if (sb < 0) {
-                free(codes), free(scales);
-                return ds4_err_set(err, DS4_E_UNSUPPORTED, "%s: block [%" PRIu64 ", %" PRIu64
-                                   "] has a value of %g, too large for an E8M0 scale",
-                                   name, i, j, amax);
-            }
-            scales[i * ss[1] + j] = (uint8_t)sb;
-            const double s = ldexp(1, sb - 127);
-            for (uint64_t r = i * br; r < r1; r++)
-                for (uint64_t c = j * bc; c < c1; c++) {
-                    double y = v[r * cols + c] / s;   /* exact: s is a power of two */
-                    y = y > max ? max : y < -max ? -max : y;
-                    const double q = fp4 ? ds4_qat_e2m1_round(y) : ds4_qat_e4m3_round(y);
-                    codes[r * cols + c] = fp4 ? e2m1_code(q) : e4m3_code(q);
-                    v[r * cols + c] = (float)(q * s);
-                }
+        for (uint64_t j = 0; j < ss[1]; j++)
+            sb[i * ss[1] + j] = (int16_t)quantize_block(v, rows, cols, i, j, fp4, codes);
+    for (uint64_t k = 0; k < ss[0] * ss[1]; k++) {
+        if (sb[k] >= 0) {
+            scales[k] = (uint8_t)sb[k];
+            continue;
         }
+        const uint64_t i = k / ss[1], j = k % ss[1];
+        free(codes), free(scales), free(sb);
+        return ds4_err_set(err, DS4_E_UNSUPPORTED, "%s: block [%" PRIu64 ", %" PRIu64
+                           "] has a value too large for an E8M0 scale", name, i, j);
+    }
+    free(sb);
     int rc = 0;
     if (o->types == DS4_HFWRITE_F32_TWIN) {
         const uint64_t shape[2] = {rows, cols};
@@ -174,12 +197,16 @@ static int put_plain(outs *o, const char *name, int form, float *v, uint32_t n_d
 static float *mat_values(const ds4_mat *m, ds4err *err) {
     float *v = malloc(sizeof(float) * m->rows * m->cols);
     if (!v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory"), NULL;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
     for (uint64_t r = 0; r < m->rows; r++)
-        if (ds4_formats_dequant_row(m->type, m->data + r * m->row_bytes, v + r * m->cols, m->cols)) {
-            free(v);
-            return ds4_err_set(err, DS4_E_UNSUPPORTED, "a matrix of type %s cannot be written",
-                               ds4_types_name(m->type)), NULL;
-        }
+        bad |= ds4_formats_dequant_row(m->type, m->data + r * m->row_bytes, v + r * m->cols,
+                                       m->cols) != 0;
+    if (bad) {
+        free(v);
+        return ds4_err_set(err, DS4_E_UNSUPPORTED, "a matrix of type %s cannot be written",
+                           ds4_types_name(m->type)), NULL;
+    }
     return v;
 }
 

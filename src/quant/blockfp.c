@@ -71,13 +71,6 @@ static float from_bits(uint32_t u) {
     return f;
 }
 
-/* 2^(s - 127) as an f32, exactly: the exponent field for s >= 1, the
- * subnormal 2^-127 for 0, NaN for 255. */
-static float e8m0(uint8_t s) {
-    if (s == 255) return NAN;
-    return s ? from_bits((uint32_t)s << 23) : from_bits(1u << 22);
-}
-
 /* An E4M3FN byte from its fields: a normal value's exponent rebiased from 7
  * to 127 and its 3 mantissa bits moved to the top of f32's 23; a
  * subnormal's m * 2^-9 (exact: m < 8). */
@@ -107,7 +100,7 @@ void ds4_blockfp_fp8_span(const uint8_t *w, const uint8_t *srow, uint64_t off, f
         const uint64_t k = off + i, b = k / DS4_BLOCKFP_FP8_BLOCK;
         const uint64_t left = (b + 1) * DS4_BLOCKFP_FP8_BLOCK - k;
         const uint64_t n = left < m - i ? left : m - i;
-        const float s = e8m0(srow[b]);
+        const float s = ds4_blockfp_e8m0(srow[b]);
         for (uint64_t j = 0; j < n; j++) out[i + j] = e4m3_table[w[k + j]] * s;
         i += n;
     }
@@ -121,7 +114,7 @@ void ds4_blockfp_fp4_span(const uint8_t *w, const uint8_t *srow, uint64_t off, f
         const uint64_t k = off + i, b = k / DS4_BLOCKFP_FP4_BLOCK;
         const uint64_t left = (b + 1) * DS4_BLOCKFP_FP4_BLOCK - k;
         const uint64_t n = left < m - i ? left : m - i;
-        const float s = e8m0(srow[b]);
+        const float s = ds4_blockfp_e8m0(srow[b]);
         for (uint64_t j = 0; j < n; j++) {
             const uint64_t kj = k + j;
             out[i + j] = e2m1[kj & 1 ? w[kj / 2] >> 4 : w[kj / 2] & 15] * s;

@@ -14,7 +14,9 @@
 #ifndef DS4_BLOCKFP_H
 #define DS4_BLOCKFP_H
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define DS4_BLOCKFP_FP8_BLOCK 128
 #define DS4_BLOCKFP_FP4_BLOCK 32
@@ -43,6 +45,18 @@ int ds4_blockfp_fp8_row(const uint8_t *w, const uint8_t *scale, uint64_t in, uin
  * NaN or takes it out of f32's range. */
 int ds4_blockfp_fp4_row(const uint8_t *w, const uint8_t *scale, uint64_t in, uint64_t row,
                         float *out, uint64_t *bad);
+
+/* An E8M0 scale byte's 2^(s - 127) as an f32, exactly: the exponent field
+ * for s >= 1, the subnormal 2^-127 for 0, NaN for 255.  The spans below
+ * and the kernel variants' vector paths multiply each value by it (inline:
+ * they take one for every 16 values). */
+static inline float ds4_blockfp_e8m0(uint8_t s) {
+    if (s == 255) return NAN;
+    const uint32_t u = s ? (uint32_t)s << 23 : 1u << 22;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
 
 /* The matrix kernels' dequantization (dot.h, DS4_TYPE_FP8_B128 and
  * DS4_TYPE_FP4_B32): elements [off, off+m) of one row into out, `w` the

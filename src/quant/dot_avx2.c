@@ -65,6 +65,65 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
     }
 }
 
+/* ---- The official checkpoint's weights, 8 at a time --------------------
+ *
+ * The values of blockfp.c's spans, as dot_avx512.c's dq_fp8 and dq_fp4
+ * compute them 16 at a time; FP4's sign bit is set apart because a
+ * register holds 8 of its 16 values.  Each stops before a group with a
+ * NaN code or scale and returns the elements done. */
+static uint64_t dq_fp8(const uint8_t *row, const uint8_t *srow, uint64_t off, float *w, uint64_t m) {
+    const __m256i low7 = _mm256_set1_epi32(0x7f), rebias = _mm256_set1_epi32(120 << 23);
+    const __m256i sign = _mm256_set1_epi32(0x80);
+    uint64_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        const uint64_t k = off + i;
+        const uint8_t sb = srow[k / DS4_BLOCKFP_FP8_BLOCK];
+        const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + k)));
+        const __m256i mag = _mm256_and_si256(u, low7);
+        if (sb == 255 || _mm256_movemask_epi8(_mm256_cmpeq_epi32(mag, low7))) break;
+        const __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), rebias));
+        const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+        __m256 v = _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
+        v = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v),
+                                                _mm256_slli_epi32(_mm256_and_si256(u, sign), 24)));
+        _mm256_storeu_ps(w + i, _mm256_mul_ps(v, _mm256_set1_ps(ds4_blockfp_e8m0(sb))));
+    }
+    return i;
+}
+
+static uint64_t dq_fp4(const uint8_t *row, const uint8_t *srow, uint64_t off, float *w, uint64_t m) {
+    const __m256 mags = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i nibble = _mm256_set1_epi32(15), seven = _mm256_set1_epi32(7);
+    const __m256i eight = _mm256_set1_epi32(8);
+    uint64_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        const uint64_t k = off + i;
+        const uint8_t sb = srow[k / DS4_BLOCKFP_FP4_BLOCK];
+        if (sb == 255) break;
+        uint32_t four;
+        memcpy(&four, row + k / 2, 4);
+        const __m128i b = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)four), twice);
+        const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(b), shift), nibble);
+        const __m256 mag = _mm256_permutevar8x32_ps(mags, _mm256_and_si256(code, seven));
+        const __m256 v = _mm256_castsi256_ps(_mm256_or_si256(
+            _mm256_castps_si256(mag), _mm256_slli_epi32(_mm256_and_si256(code, eight), 28)));
+        _mm256_storeu_ps(w + i, _mm256_mul_ps(v, _mm256_set1_ps(ds4_blockfp_e8m0(sb))));
+    }
+    return i;
+}
+
+/* The block-scaled types 8 at a time, the rest (the GGUF types, a tail, a
+ * NaN) the portable way. */
+static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow,
+                                 uint64_t off, float *w, uint64_t m) {
+    uint64_t done = 0;
+    if (t->id == DS4_TYPE_FP8_B128) done = dq_fp8(row, srow, off, w, m);
+    else if (t->id == DS4_TYPE_FP4_B32) done = dq_fp4(row, srow, off, w, m);
+    if (done < m) dequant_portable(t, row, srow, off + done, w + done, m - done);
+}
+
 /* ---- Several tokens: the blocked multiply (dot_job.h) -------------------
  *
  * R rows x K tokens of a chunk, weights and activations already in double,
@@ -127,7 +186,7 @@ static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
 
 #define KERN_LANES_ADD lanes_add
 #define KERN_ROWS_FMA rows_fma
-#define KERN_DEQUANT dequant_portable
+#define KERN_DEQUANT dequant_chunk
 #define KERN_FUSED fused_none
 #define KERN_MMA mma
 #include "quant/dot_job.h"

@@ -244,6 +244,55 @@ static uint64_t dq_bf16(const uint8_t *p, float *w, uint64_t n) {
     return i;
 }
 
+/* The official checkpoint's FP8 (E4M3FN) weights, 16 at a time, as
+ * blockfp.c's span computes them: a normal code's exponent rebiased and
+ * its mantissa moved up (f32 bits (code & 0x7f) << 20 plus 120 << 23), a
+ * subnormal's m * 2^-9, the sign bit set, then times the block's scale.
+ * Stops before a group with the NaN code or a NaN scale (the span gives
+ * those); returns the elements done, a multiple of 16. */
+static uint64_t dq_fp8(const uint8_t *row, const uint8_t *srow, uint64_t off, float *w, uint64_t m) {
+    const __m512i low7 = _mm512_set1_epi32(0x7f), rebias = _mm512_set1_epi32(120 << 23);
+    const __m512i sub_below = _mm512_set1_epi32(8), sign = _mm512_set1_epi32(0x80);
+    uint64_t i = 0;
+    for (; i + 16 <= m; i += 16) {
+        const uint64_t k = off + i;
+        const uint8_t sb = srow[k / DS4_BLOCKFP_FP8_BLOCK];
+        const __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + k)));
+        const __m512i mag = _mm512_and_si512(u, low7);
+        if (sb == 255 || _mm512_cmpeq_epi32_mask(mag, low7)) break;
+        __m512 v = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), rebias));
+        v = _mm512_mask_mul_ps(v, _mm512_cmplt_epi32_mask(mag, sub_below), _mm512_cvtepi32_ps(mag),
+                               _mm512_set1_ps(0x1p-9f));
+        v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v),
+                                                _mm512_slli_epi32(_mm512_and_si512(u, sign), 24)));
+        _mm512_storeu_ps(w + i, _mm512_mul_ps(v, _mm512_set1_ps(ds4_blockfp_e8m0(sb))));
+    }
+    return i;
+}
+
+/* FP4 (E2M1) weights, two a byte, low nibble first, 16 at a time: each
+ * byte read twice, shifted by 0 or 4, the nibble looking up its value in
+ * a register, times the scale of its 32.  Stops before a NaN scale. */
+static uint64_t dq_fp4(const uint8_t *row, const uint8_t *srow, uint64_t off, float *w, uint64_t m) {
+    static const float e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    const __m512 table = _mm512_loadu_ps(e2m1);
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m512i nibble = _mm512_set1_epi32(15);
+    uint64_t i = 0;
+    for (; i + 16 <= m; i += 16) {
+        const uint64_t k = off + i;
+        const uint8_t sb = srow[k / DS4_BLOCKFP_FP4_BLOCK];
+        if (sb == 255) break;
+        const __m128i b = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(row + k / 2)), twice);
+        const __m512i code = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(b), shift), nibble);
+        _mm512_storeu_ps(w + i, _mm512_mul_ps(_mm512_permutexvar_ps(code, table),
+                                              _mm512_set1_ps(ds4_blockfp_e8m0(sb))));
+    }
+    return i;
+}
+
 static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow,
                                  uint64_t off, float *w, uint64_t m) {
     const uint8_t *p = row + off / t->blck * t->bytes;
@@ -257,10 +306,12 @@ static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, con
     case DS4_TYPE_F16: done = dq_f16(p, w, m); break;
     case DS4_TYPE_BF16: done = dq_bf16(p, w, m); break;
     case DS4_TYPE_F32: memcpy(w, p, sizeof(float) * m); done = m; break;
+    case DS4_TYPE_FP8_B128: done = dq_fp8(row, srow, off, w, m); break;
+    case DS4_TYPE_FP4_B32: done = dq_fp4(row, srow, off, w, m); break;
     default: break;
     }
-    /* The rest (a tail, a special scale, another type) the portable way;
-     * done is a whole number of blocks. */
+    /* The rest (a tail, a special scale or code, another type) the
+     * portable way; done is a whole number of blocks. */
     if (done < m) dequant_portable(t, row, srow, off + done, w + done, m - done);
 }
 
