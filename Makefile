@@ -211,14 +211,21 @@ $(BUILD)/bench/bandwidth: bench/bandwidth.c
 # 512 of up to 2048 compressed rows and the ratio-128 layer attends 64
 # compressed rows: prefill tokens/s, decode tokens/s at that depth, KV
 # bytes and RSS.  bench-fulldepth: the real 43 layers end to end (about
-# 13 GB of synthetic model, made once).
-.PHONY: bench-fullwidth bench-long bench-fulldepth
+# 13 GB of synthetic model, made once).  bench-fulldepth-ckpt: that model
+# and its checkpoint in the release's layout (18 GB more, made once from
+# it), side by side (docs/PERFORMANCE.md).
+.PHONY: bench-fullwidth bench-long bench-fulldepth bench-fulldepth-ckpt
 bench-fullwidth: $(BINDIR)/ds4ref-bench $(FULLWIDTH_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(FULLWIDTH_MODEL) -p 64 -n 16 --layers
 bench-long: $(BINDIR)/ds4ref-bench $(FULLWIDTH_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(FULLWIDTH_MODEL) -p 8192 -n 16 --warm
 bench-fulldepth: $(BINDIR)/ds4ref-bench $(FULLDEPTH_MODEL)
 	$(BINDIR)/ds4ref-bench -m $(FULLDEPTH_MODEL) -p 256 -n 8 --warm --layers
+models/fulldepth-ckpt/config.json: $(FULLDEPTH_MODEL) $(BINDIR)/ds4ref-gguf
+	$(BINDIR)/ds4ref-gguf checkpoint $(FULLDEPTH_MODEL) models/fulldepth-ckpt
+bench-fulldepth-ckpt: $(BINDIR)/ds4ref-bench models/fulldepth-ckpt/config.json
+	$(BINDIR)/ds4ref-bench -m $(FULLDEPTH_MODEL) -p 256 -n 8 --warm
+	$(BINDIR)/ds4ref-bench -m models/fulldepth-ckpt -p 256 -n 8 --warm --no-header
 
 # Rebuild with gcc/clang x -O0/-O2/-O3 x native/generic (and aarch64 under
 # qemu when installed) and require every golden of vectors/ bit for bit; see
