@@ -35,15 +35,14 @@
 
 #include <omp.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 
 #include "base/version.h"
 #include "decode/sample.h"
 #include "decode/session.h"
 #include "forward/forward.h"
-#include "model/hfbind.h"
+#include "ckpt/checkpoint.h"
+#include "model/modelopen.h"
 #include "model/model.h"
-#include "model/numerics.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
 #include "../programs/models.h"
@@ -369,27 +368,11 @@ static int32_t bench_token(uint64_t i, uint32_t n_vocab) {
     return (int32_t)(z % n_vocab);
 }
 
-/* A GGUF, or a checkpoint (a folder, or a .safetensors with config.json
- * beside it) under the official numerics: with --qat on its FP8/FP4
- * linears take FP8 inputs and write BF16, as ds4ref's own do. */
-static int open_model(const bench_cfg *cfg, ds4_model *m, ds4err *err) {
-    struct stat st;
-    const size_t n = strlen(cfg->model), k = strlen(".safetensors");
-    if (!((stat(cfg->model, &st) == 0 && S_ISDIR(st.st_mode)) ||
-          (n > k && !strcmp(cfg->model + n - k, ".safetensors"))))
-        return ds4_model_open(m, cfg->model, err);
-    if (ds4_hfbind_open(m, cfg->model, err)) return -1;
-    if (cfg->qat && ds4_numerics_check_official(m, cfg->model, err)) {
-        ds4_model_close(m);
-        return -1;
-    }
-    ds4_numerics_apply(m, 0, cfg->qat != 0);
-    return 0;
-}
-
 static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
     ds4_model m;
-    if (open_model(cfg, &m, err)) return -1;
+    /* A checkpoint under the official numerics: with --qat on its FP8/FP4
+     * linears take FP8 inputs and write BF16, as ds4ref's own do. */
+    if (ds4_modelopen(&m, cfg->model, NULL, 0, cfg->qat != 0, err)) return -1;
     const ds4_config *c = &m.cfg;
     if (cfg->warm && touch_pages(&m) == UINT64_MAX) fprintf(stderr, " ");
     uint32_t last = cfg->frontiers[cfg->n_frontiers - 1];

@@ -307,6 +307,13 @@ check "ds4ref-gguf checkpoint with no folder -> 2" status_is 2 ./ds4ref-gguf che
 check "... QAT on: drafts of 3 from its MTP layer give plain decoding's steps" \
     cmp <(tail -n +2 "$tmp/ckq.jsonl") <(tail -n +2 "$tmp/cks.jsonl")
 check "... and not QAT off's" bash -c '! cmp -s <(tail -n +2 "$1") <(tail -n +2 "$2")' _ "$tmp/ckq.jsonl" "$tmp/ck.jsonl"
+check "ds4_test --mtp-verify-depth on a checkpoint, its MTP layer inside" quiet \
+    env DS4_TEST_MODEL="$tmp/ck" DS4_TEST_MTP="$tmp/ck" DS4_TEST_MTP_STEPS=4 ./ds4_test --mtp-verify-depth
+t4=(env DS4_TEST_MODEL=$model DS4_TEST_MTP=models/tiny-mtp.gguf DS4_TEST_MTP_STEPS=2 ./ds4_test --mtp-verify-depth)
+"${t4[@]}" 2>&1 | grep "plain greedy" > "$tmp/t4.txt"
+DS4_TEST_NUMERICS=ggml-act "${t4[@]}" 2>&1 | grep "plain greedy" >> "$tmp/t4.txt"
+check "ds4_test's DS4_TEST_NUMERICS rounds the products' inputs (other first logits)" \
+    test "$(awk '{print $9}' "$tmp/t4.txt" | sort -u | wc -l)" -eq 2 -a "$(wc -l < "$tmp/t4.txt")" -eq 2
 check "a checkpoint with a numerics profile -> 2" status_is 2 ./ds4ref -m "$tmp/ck" --numerics ggml-act "${ck[@]}"
 check "... saying why" grep -q "a checkpoint runs the official numerics only" "$tmp/stderr"
 check "a checkpoint with another --mtp -> 2" status_is 2 ./ds4ref -m "$tmp/ck" --mtp "$tmp/k64-mtp.gguf" "${ck[@]}"

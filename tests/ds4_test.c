@@ -69,7 +69,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: ds4_test [--all | --list | --version | TEST...]\n\ntests:\n");
     for (size_t i = 0; i < n_tests; i++) fprintf(f, "  %-22s %s\n", tests[i]->flag, tests[i]->help);
     fprintf(f, "\nenvironment:\n"
-               "  DS4_TEST_MODEL        the model (default ./ds4flash.gguf)\n"
+               "  DS4_TEST_MODEL        the model (default ./ds4flash.gguf), or a checkpoint\n"
+               "                        (its folder; DS4_TEST_MTP: the same path)\n"
                "  DS4_TEST_VECTOR_FILE  the official.vec of --logprob-vectors (default\n"
                "                        ../shared/vectors/official/official.vec); each case's\n"
                "                        prompt is read from prompts/ beside it, else from the\n"

@@ -24,6 +24,7 @@
 #include "decode/step.h"
 #include "ds4t.h"
 #include "model/model.h"
+#include "model/modelopen.h"
 #include "text/chat.h"
 #include "format/lpvec.h"
 
@@ -127,7 +128,7 @@ static int run(void) {
         return DS4T_FAIL;
     }
     ds4_model m;
-    if (ds4_model_open(&m, model, &err)) {
+    if (ds4_modelopen(&m, model, NULL, ds4t_numerics(), true, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
         ds4_lpvec_free(&f);
         return DS4T_FAIL;

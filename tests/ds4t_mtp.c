@@ -27,6 +27,8 @@
 #include "ds4t.h"
 #include "greedy.h"
 #include "model/model.h"
+#include "model/modelopen.h"
+#include "model/numerics.h"
 #include "model/synth.h"
 #include "script_drafter.h"
 #include "text/chat.h"
@@ -55,13 +57,11 @@ static int open_model(fixture *f) {
     const char *model = ds4t_env("DS4_TEST_MODEL", "ds4flash.gguf");
     if (access(model, F_OK) == 0) {
         const char *mtp = ds4t_env("DS4_TEST_MTP", NULL);
-        if (!mtp) return ds4t_skip("%s found but DS4_TEST_MTP is not set (the MTP support GGUF)", model);
+        if (!mtp)
+            return ds4t_skip("%s found but DS4_TEST_MTP is not set (the MTP support GGUF, or "
+                             "a checkpoint's own path)", model);
         f->n_steps = (uint32_t)atoi(ds4t_env("DS4_TEST_MTP_STEPS", "8"));
-        if (ds4_model_open(&f->m, model, &err)) goto fail;
-        if (ds4_model_load_mtp(&f->m, mtp, &err)) {
-            ds4_model_close(&f->m);
-            goto fail;
-        }
+        if (ds4_modelopen(&f->m, model, mtp, ds4t_numerics(), true, &err)) goto fail;
         return DS4T_PASS;
     }
     f->synthetic = true;
@@ -75,12 +75,9 @@ static int open_model(fixture *f) {
     snprintf(f->mtp_path, sizeof(f->mtp_path), "%s/tiny-mtp.gguf", f->dir);
     printf("  %s not found: tiny synthetic model and MTP head in %s\n", model, f->dir);
     ds4_synth_opts so = {.config = "tiny", .seed = 1};
-    if (ds4_synth_write(&so, f->path, f->mtp_path, &err)) goto fail;
-    if (ds4_model_open(&f->m, f->path, &err)) goto fail;
-    if (ds4_model_load_mtp(&f->m, f->mtp_path, &err)) {
-        ds4_model_close(&f->m);
+    if (ds4_synth_write(&so, f->path, f->mtp_path, &err) ||
+        ds4_modelopen(&f->m, f->path, f->mtp_path, ds4t_numerics(), true, &err))
         goto fail;
-    }
     return DS4T_PASS;
 fail:
     DS4T_CHECK(0, "%s", err.msg);
@@ -247,6 +244,15 @@ static void report(const char *what, const ds4_spec_stats *st, double gap) {
     printf("  %-28s %s worst_gap=%.1f\n", what, line, gap);
 }
 
+/* The plain stream's first logits, as a digest: which numerics ran is
+ * seen in it (DS4_TEST_NUMERICS). */
+static void report_plain(const greedy *g) {
+    char name[64], hex[17];
+    ds4_numerics_name(ds4t_numerics(), name, sizeof(name));
+    for (int i = 0; i < 8; i++) snprintf(hex + 2 * i, 3, "%02x", g->n ? g->steps[0].digest[i] : 0);
+    printf("  plain greedy (%s): %u steps, first logits sha256 %s...\n", name, g->n, hex);
+}
+
 static int run(void) {
     fixture f;
     memset(&f, 0, sizeof(f));
@@ -268,6 +274,7 @@ static int run(void) {
         return DS4T_FAIL;
     }
     if (!plain(&f, &e, &rows[0]) && (!f.synthetic || !plain(&f, &e, &rows[1]))) {
+        report_plain(&rows[0]);
         /* Depth 4 first: ds4's test, with its acceptance line. */
         const uint32_t depths[] = {4, 2, 3, 5, 6, 7, 8};
         for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {

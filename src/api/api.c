@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "api/apierr.h"
 #include "api/apimodel.h"
@@ -20,8 +19,8 @@
 #include "decode/session.h"
 #include "decode/speculative.h"
 #include "forward/forward.h"
-#include "model/hfbind.h"
 #include "model/model.h"
+#include "model/modelopen.h"
 #include "model/numerics.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
@@ -85,56 +84,19 @@ static void tap_bridge(void *ud, const ds4_tap *t) {
     m->tap(m->tap_ud, &pub);
 }
 
-/* The official checkpoint's layout: a folder, or one .safetensors file
- * (model/hfbind.h); anything else is a GGUF. */
-static bool is_checkpoint(const char *path) {
-    struct stat st;
-    const size_t n = strlen(path), k = strlen(".safetensors");
-    return (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) ||
-           (n > k && !strcmp(path + n - k, ".safetensors"));
-}
-
-/* A checkpoint's own rules: its MTP layer is inside it (an --mtp path, if
- * any, must be the checkpoint's own); the numerics profiles describe
- * engines that run ds4's GGUF; QAT on is the official linears' FP8
- * activations (which every linear must be able to take) as well as the KV
- * and indexer roundings. */
-static int checkpoint_setup(ds4_model *m, const ds4ref_model_options *o, uint32_t numerics,
-                            ds4err *e) {
-    if (o->mtp_path && strcmp(o->mtp_path, o->path))
-        return ds4_err_set(e, DS4_E_ARG, "%s is a checkpoint, which holds its MTP layer: give "
-                           "the MTP head as the same path (%s), not %s", o->path, o->path,
-                           o->mtp_path);
-    if (o->mtp_path && !m->mtp)
-        return ds4_err_set(e, DS4_E_MODEL, "%s: the checkpoint has no MTP layer (mtp.0.*)",
-                           o->path);
-    if (numerics)
-        return ds4_err_set(e, DS4_E_ARG, "%s: the numerics profiles are other engines' "
-                           "roundings of ds4's GGUF types; a checkpoint runs the official "
-                           "numerics only", o->path);
-    return o->qat ? ds4_numerics_check_official(m, o->path, e) : 0;
-}
-
 int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_error *err) {
     *out = NULL;
     if (!o || !o->path) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_model_open: no model path");
     ds4ref_model *m = calloc(1, sizeof(*m));
     if (!m) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
     ds4err e = {0};
-    const bool ckpt = is_checkpoint(o->path);
-    if (ds4_dot_check(&e) ||
-        (ckpt ? ds4_hfbind_open(&m->m, o->path, &e) : ds4_model_open(&m->m, o->path, &e))) {
+    ds4_fwd_opts fo = {.qat = o->qat != 0};
+    if (ds4_numerics_parse(o->numerics, &fo.numerics, &e) || ds4_dot_check(&e) ||
+        ds4_modelopen(&m->m, o->path, o->mtp_path, fo.numerics, fo.qat, &e)) {
         free(m);
         return api_fail(err, &e);
     }
-    ds4_fwd_opts fo = {.qat = o->qat != 0};
-    int rc = ds4_numerics_parse(o->numerics, &fo.numerics, &e);
-    if (rc == 0 && ckpt) rc = checkpoint_setup(&m->m, o, fo.numerics, &e);
-    else if (rc == 0 && o->mtp_path) rc = ds4_model_load_mtp(&m->m, o->mtp_path, &e);
-    if (rc == 0) {
-        ds4_numerics_apply(&m->m, fo.numerics, fo.qat);
-        rc = ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e);
-    }
+    int rc = ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e);
     if (rc) {
         ds4_model_close(&m->m);
         free(m);
