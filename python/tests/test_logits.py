@@ -67,3 +67,22 @@ def test_logits_truncate_and_top_logprobs_agree_with_eval(model, ids):
         lse = max(row) + math.log(math.fsum(math.exp(float(v) - float(max(row))) for v in row))
         np.testing.assert_allclose(top["logprob"], row[order].astype(np.float64) - lse,
                                    rtol=0, atol=1e-12)
+
+
+def test_a_checkpoint_folder_gives_the_cli_logits_and_drafts_from_its_mtp_layer(tmp_path):
+    """The official checkpoint's layout (ds4ref-mkmodel --format hf) opens
+    by its folder, its MTP layer being inside it: QAT on, the CLI's logits
+    bit for bit, and speculative decoding's tokens are plain decoding's."""
+    ck = tmp_path / "ck"
+    run(tool("ds4ref-mkmodel"), "--config", "tiny-ckpt", "--format", "hf", "-o", ck)
+    with ds4ref.Model(ck, mtp=ck) as m:
+        ids = m.chat(PROMPT)
+        ids_file = write_ids(tmp_path / "ids.txt", ids)
+        out = tmp_path / "logits.f32"
+        run(tool("ds4ref"), "-m", ck, "--tokens-file", ids_file, "-n", "0", "--logits-out", out)
+        with m.session() as s:
+            mine = s.eval(ids)
+        assert mine.tobytes() == np.fromfile(out, "<f4").reshape(mine.shape).tobytes()
+        plain = m.generate(ids, 6, stop_at_eos=False)
+        spec = m.generate(ids, 6, draft=3, stop_at_eos=False)
+        assert spec.digests == plain.digests and spec.tokens.size == 6
