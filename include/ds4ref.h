@@ -328,6 +328,54 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
                           const ds4ref_generate_options *o, ds4ref_row_step_fn fn, void *ud,
                           ds4ref_error *err);
 
+/* ----------------------------------------------------------------- serving
+ *
+ * What a server needs to decode requests that come and go in shared forward
+ * passes (continuous batching), with every bit as when each runs alone. */
+
+/* Append ids[i][0..n[i]) to rows[i], all rows at once: each forward pass
+ * carries tokens of every row (n[i] may be 0), each at its own positions,
+ * and every value is the same bits as ds4ref_session_eval of each row
+ * alone.  logits: NULL, or per row NULL or room for n[i] rows of n_vocab
+ * floats.  The rows are sessions of one model, each listed once; nothing
+ * is evaluated when a row is bad (its context, a token id). */
+int ds4ref_session_eval_many(ds4ref_session *const *rows, const int32_t *const *ids,
+                             const size_t *n, size_t n_rows, float *const *logits,
+                             ds4ref_error *err);
+
+/* A sampling generator (src/decode/rng.h defines every bit). */
+typedef struct ds4ref_sampler {
+    uint64_t state;
+} ds4ref_sampler;
+
+/* The generator ds4ref_generate starts a run of `seed` with (a row r of
+ * ds4ref_generate_batch: seed + r). */
+void ds4ref_sampler_init(ds4ref_sampler *s, uint64_t seed);
+
+/* A token drawn from logits (n_vocab floats) at temperature temp > 0, as
+ * ds4ref_generate draws each one: the same generator gives the same
+ * stream as `ds4ref --temp T --seed S`.  DS4REF_E_RANGE if every logit is
+ * NaN (the generator is not advanced). */
+int ds4ref_sample(const ds4ref_model *m, ds4ref_sampler *s, const float *logits, double temp,
+                  int32_t *id, ds4ref_error *err);
+
+enum ds4ref_chat_role { DS4REF_CHAT_SYSTEM, DS4REF_CHAT_USER, DS4REF_CHAT_ASSISTANT };
+
+typedef struct ds4ref_chat_message {
+    int role;                  /* enum ds4ref_chat_role */
+    const char *content;
+    size_t len;
+} ds4ref_chat_message;
+
+/* A conversation rendered with the official template (BOS, then each turn;
+ * an assistant turn is a finished one) and the generation prompt after the
+ * last, thinking or not as o says (o->system is not used: a system turn is
+ * a message), tokenized as the official pipeline does.  *ids: free with
+ * ds4ref_free. */
+int ds4ref_chat_messages(const ds4ref_model *m, const ds4ref_chat_message *msgs, size_t n,
+                         const ds4ref_chat_options *o, int32_t **ids, size_t *n_ids,
+                         ds4ref_error *err);
+
 /* ---------------------------------------------------------------- taps */
 
 enum ds4ref_tap_kind { DS4REF_TAP_F32, DS4REF_TAP_I32, DS4REF_TAP_F64 };

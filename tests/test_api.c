@@ -1130,6 +1130,103 @@ static void test_utf8_char(void **state) {
     free(t);
 }
 
+/* Serving's primitives against what they promise to equal: rows evaluated
+ * together give each row's logits of ds4ref_session_eval alone, a row
+ * joining at any point included; a sampler drawn step by step from the
+ * logits gives ds4ref_generate's sampled stream; one user turn as a
+ * conversation is ds4ref_chat_prompt's ids. */
+static void test_serving(void **state) {
+    fixture *f = *state;
+    ds4ref_model_info info;
+    ds4ref_model_get_info(f->m, &info);
+    const size_t V = info.n_vocab;
+    ds4ref_error e;
+    ds4ref_session *a, *b, *alone;
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &a, &e), 0);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &b, &e), 0);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &alone, &e), 0);
+    const int32_t pa[5] = {256, 258, 72, 105, 259}, pb[3] = {256, 300, 301};
+    float *la = malloc(sizeof(float) * V * 5), *lb = malloc(sizeof(float) * V * 3);
+    float *want = malloc(sizeof(float) * V * 5);
+    assert_true(la && lb && want);
+    /* a's prompt alone first, then a's next token with b's whole prompt. */
+    ds4ref_session *one[1] = {a};
+    const int32_t *ids1[1] = {pa};
+    size_t n1[1] = {4};
+    float *lg1[1] = {la};
+    assert_int_equal(ds4ref_session_eval_many(one, ids1, n1, 1, lg1, &e), 0);
+    ds4ref_session *two[2] = {a, b};
+    const int32_t *ids2[2] = {pa + 4, pb};
+    size_t n2[2] = {1, 3};
+    float *lg2[2] = {la + 4 * V, lb};
+    assert_int_equal(ds4ref_session_eval_many(two, ids2, n2, 2, lg2, &e), 0);
+    assert_int_equal(ds4ref_session_eval(alone, pa, 5, want, &e), 0);
+    assert_memory_equal(la, want, sizeof(float) * V * 5);
+    ds4ref_session_free(alone);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &alone, &e), 0);
+    assert_int_equal(ds4ref_session_eval(alone, pb, 3, want, &e), 0);
+    assert_memory_equal(lb, want, sizeof(float) * V * 3);
+    /* A bad token in one row evaluates nothing. */
+    const int32_t bad[1] = {(int32_t)V};
+    const int32_t *ids3[2] = {pa, bad};
+    size_t n3[2] = {1, 1};
+    assert_int_not_equal(ds4ref_session_eval_many(two, ids3, n3, 2, NULL, &e), 0);
+    assert_int_equal(ds4ref_session_pos(a), 5);
+    assert_int_equal(ds4ref_session_pos(b), 3);
+    assert_int_equal(ds4ref_session_eval_many(two, ids3, n3, 0, NULL, &e), DS4REF_E_ARG);
+
+    /* Sampling: 8 tokens at temperature 0.8, seed 11, both ways. */
+    ds4ref_generate_options go;
+    ds4ref_generate_options_init(&go);
+    go.n_tokens = 8;
+    go.stop_at_eos = 0;
+    go.temperature = 0.8;
+    go.seed = 11;
+    rec gen = {0};
+    assert_int_equal(ds4ref_generate(alone, pa, 5, &go, record, &gen, &e), 0);
+    ds4ref_sampler sm;
+    ds4ref_sampler_init(&sm, 11);
+    ds4ref_session_free(alone);
+    assert_int_equal(ds4ref_session_new(f->m, NULL, &alone, &e), 0);
+    assert_int_equal(ds4ref_session_eval(alone, pa, 5, want, &e), 0);
+    const float *last = want + 4 * V;
+    for (uint32_t i = 0; i < 8; i++) {
+        int32_t id;
+        assert_int_equal(ds4ref_sample(f->m, &sm, last, 0.8, &id, &e), 0);
+        assert_int_equal(id, gen.ids[i]);
+        assert_int_equal(ds4ref_session_eval(alone, &id, 1, want, &e), 0);
+        last = want;
+    }
+    assert_int_equal(ds4ref_sample(f->m, &sm, last, 0.0, &(int32_t){0}, &e), DS4REF_E_ARG);
+
+    /* One user turn. */
+    int32_t *c1, *c2;
+    size_t k1, k2;
+    ds4ref_chat_options co = {0};
+    assert_int_equal(ds4ref_chat_prompt(f->m, "Hello there", 11, &co, &c1, &k1, &e), 0);
+    ds4ref_chat_message msg = {DS4REF_CHAT_USER, "Hello there", 11};
+    assert_int_equal(ds4ref_chat_messages(f->m, &msg, 1, &co, &c2, &k2, &e), 0);
+    assert_int_equal(k1, k2);
+    assert_memory_equal(c1, c2, sizeof(int32_t) * k1);
+    ds4ref_free(c2);
+    /* A system turn, a finished assistant turn and a user turn: longer,
+     * starting with the same BOS; an unknown role is refused by position. */
+    ds4ref_chat_message conv[3] = {{DS4REF_CHAT_SYSTEM, "Be brief.", 9},
+                                   {DS4REF_CHAT_ASSISTANT, "Hi.", 3},
+                                   {DS4REF_CHAT_USER, "Hello there", 11}};
+    assert_int_equal(ds4ref_chat_messages(f->m, conv, 3, &co, &c2, &k2, &e), 0);
+    assert_true(k2 > k1 + 4 && c2[0] == c1[0]);
+    ds4ref_free(c2);
+    conv[1].role = 7;
+    assert_int_equal(ds4ref_chat_messages(f->m, conv, 3, &co, &c2, &k2, &e), DS4REF_E_ARG);
+    assert_non_null(strstr(e.message, "message 1"));
+    ds4ref_free(c1);
+    free(la), free(lb), free(want);
+    ds4ref_session_free(a);
+    ds4ref_session_free(b);
+    ds4ref_session_free(alone);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_errors),       cmocka_unit_test(test_qat_off_only),
@@ -1141,7 +1238,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_dequant),      cmocka_unit_test(test_diff),
         cmocka_unit_test(test_files),             cmocka_unit_test(test_threads_grow),
         cmocka_unit_test(test_numerics_profiles),
-        cmocka_unit_test(test_utf8_char),
+        cmocka_unit_test(test_utf8_char),         cmocka_unit_test(test_serving),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
