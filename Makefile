@@ -48,10 +48,12 @@ TEST_COMMON = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/testutil.c tests/malf
 # (programs/ds4ref.c is ds4ref), and bench/bench.c is ds4ref-bench.
 # MODEL_PROGRAMS link libds4ref only, CHECK_PROGRAMS libds4check too;
 # ds4ref-llama (ds4ref-conform's llama.cpp backend) links neither: it loads
-# llama.cpp's prebuilt libraries at run time.
+# llama.cpp's prebuilt libraries at run time.  ds4ref-server is made of
+# programs/server*.c and links libmicrohttpd and jansson too.
 MODEL_PROGRAMS = $(addprefix $(BINDIR)/,ds4ref ds4ref-mkmodel ds4ref-gguf)
 CHECK_PROGRAMS = $(addprefix $(BINDIR)/,ds4ref-diff ds4ref-conform)
-PROGRAMS  = $(MODEL_PROGRAMS) $(CHECK_PROGRAMS) $(BINDIR)/ds4ref-bench $(BINDIR)/ds4ref-llama
+PROGRAMS  = $(MODEL_PROGRAMS) $(CHECK_PROGRAMS) $(BINDIR)/ds4ref-bench $(BINDIR)/ds4ref-llama \
+            $(BINDIR)/ds4ref-server
 TOOLS     = $(PROGRAMS) $(BINDIR)/ds4_test
 
 DEFAULT_MODEL = models/tiny.gguf
@@ -106,6 +108,9 @@ $(BINDIR)/ds4ref-mkmodel $(BINDIR)/ds4ref-gguf: $(BINDIR)/ds4ref-%: $(BUILD)/pro
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 $(CHECK_PROGRAMS): $(BINDIR)/ds4ref-%: $(BUILD)/programs/%.o $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+SERVER_OBJ = $(addprefix $(BUILD)/programs/,server.o server_request.o server_sched.o)
+$(BINDIR)/ds4ref-server: $(SERVER_OBJ) $(BUILD)/libds4ref.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lmicrohttpd -ljansson -lpthread $(LDLIBS)
 $(BINDIR)/ds4ref-llama: $(BUILD)/programs/llama.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -ldl -lm
 # The benchmark measures what the API hides (kernels, engine, KV state): the

@@ -359,6 +359,12 @@ void ds4ref_sampler_init(ds4ref_sampler *s, uint64_t seed);
 int ds4ref_sample(const ds4ref_model *m, ds4ref_sampler *s, const float *logits, double temp,
                   int32_t *id, ds4ref_error *err);
 
+/* The logprob of token id under logits (n_vocab floats): logit -
+ * logsumexp, in double, as every step of a golden and ds4ref_top_logprobs
+ * give it. */
+int ds4ref_token_logprob(const ds4ref_model *m, const float *logits, int32_t id, double *out,
+                         ds4ref_error *err);
+
 enum ds4ref_chat_role { DS4REF_CHAT_SYSTEM, DS4REF_CHAT_USER, DS4REF_CHAT_ASSISTANT };
 
 typedef struct ds4ref_chat_message {

@@ -228,8 +228,9 @@ check "unknown option -> 2" status_is 2 ./ds4ref --bogus
 # Every program: --version, and an unknown option named as one wherever it
 # stands (last on the line too, where a value would be).
 declare -A valid=([ds4ref]="-m $model" [ds4ref-diff]="a.jsonl b.jsonl" [ds4ref-gguf]="info $model"
-                  [ds4ref-mkmodel]="--config tiny" [ds4ref-bench]="-m $model" [ds4_test]="--all")
-for prog in ds4ref ds4ref-diff ds4ref-gguf ds4ref-mkmodel ds4ref-bench ds4_test; do
+                  [ds4ref-mkmodel]="--config tiny" [ds4ref-bench]="-m $model" [ds4_test]="--all"
+                  [ds4ref-server]="-m $model")
+for prog in ds4ref ds4ref-diff ds4ref-gguf ds4ref-mkmodel ds4ref-bench ds4_test ds4ref-server; do
     check "$prog --version" grep -q "^$prog [0-9][0-9.]*" <(./$prog --version 2>&1)
     # shellcheck disable=SC2086
     check "$prog: a last unknown option -> 2" status_is 2 ./$prog ${valid[$prog]} --bogus

@@ -136,6 +136,7 @@ run "ds4_test --logprob-vectors (synthetic)" env DS4_TEST_MODEL=models/tiny.gguf
     DS4_TEST_VECTOR_FILE=vectors/tiny.vec ./ds4_test --logprob-vectors
 
 run "cli" bash tests/cli.sh
+run "server (ds4ref-server against ds4ref's goldens, batching, errors, signals)" python3 tests/server_test.py .
 [ -n "$quick" ] && finish
 run "conform (ds4ref-conform against its test backend and itself)" bash tests/conform.sh "$build"
 run "install + example via pkg-config" bash tests/install.sh

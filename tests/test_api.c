@@ -1198,6 +1198,16 @@ static void test_serving(void **state) {
         last = want;
     }
     assert_int_equal(ds4ref_sample(f->m, &sm, last, 0.0, &(int32_t){0}, &e), DS4REF_E_ARG);
+    /* A token's logprob is its entry among the top alternatives. */
+    ds4ref_logprob top[3];
+    uint32_t nt;
+    assert_int_equal(ds4ref_top_logprobs(f->m, last, 3, top, &nt, &e), 0);
+    for (uint32_t i = 0; i < nt; i++) {
+        double lp;
+        assert_int_equal(ds4ref_token_logprob(f->m, last, top[i].id, &lp, &e), 0);
+        assert_memory_equal(&lp, &top[i].logprob, sizeof(lp));
+    }
+    assert_int_equal(ds4ref_token_logprob(f->m, last, (int32_t)V, &(double){0}, &e), DS4REF_E_RANGE);
 
     /* One user turn. */
     int32_t *c1, *c2;

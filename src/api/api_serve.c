@@ -11,6 +11,7 @@
 #include "api/apierr.h"
 #include "api/apimodel.h"
 #include "decode/rng.h"
+#include "decode/sample.h"
 #include "decode/session.h"
 #include "text/chat.h"
 
@@ -55,6 +56,16 @@ int ds4ref_sample(const ds4ref_model *m, ds4ref_sampler *s, const float *logits,
     free(w);
     if (*id < 0) return api_fail_msg(err, DS4REF_E_RANGE, "ds4ref_sample: every logit is NaN");
     s->state = r.s;
+    api_ok(err);
+    return 0;
+}
+
+int ds4ref_token_logprob(const ds4ref_model *m, const float *logits, int32_t id, double *out,
+                         ds4ref_error *err) {
+    const uint32_t V = m->m.cfg.n_vocab;
+    if (id < 0 || (uint32_t)id >= V)
+        return api_fail_msg(err, DS4REF_E_RANGE, "ds4ref_token_logprob: the id is outside the vocabulary");
+    *out = (double)logits[id] - ds4_sample_logsumexp(logits, V);
     api_ok(err);
     return 0;
 }

@@ -20,6 +20,7 @@
  *              few refused ones (a gap, an overlap, a bad count), and
  *              shard indexes;
  *   hfbind     the tiny checkpoint's config.json, index and first shard
+ *   server     ds4ref-server's request bodies, good and bad
  *              header as written, and edits of each (a string, a duplicate
  *              key, a huge number, a missing shard, a dtype, a shape). */
 #include <errno.h>
@@ -366,6 +367,37 @@ static void hfbind_seeds(void) {
     free(dir);
 }
 
+/* ----------------------------------------------------------- server */
+
+/* Request bodies, after fuzz_server's first byte: the endpoint. */
+static void server_seeds(void) {
+    static const struct { const char *name; char kind; const char *body; } seeds[] = {
+        {"completions", 0, "{\"prompt\": \"Hello there\", \"max_tokens\": 12, \"logprobs\": 5, "
+                          "\"echo\": true, \"stop\": [\"a\", \"bc\"], \"seed\": 7, "
+                          "\"temperature\": 0.9, \"stream\": true}"},
+        {"completions-ids", 0, "{\"prompt\": [[1, 2, 3], \"x\"], \"ignore_eos\": true, "
+                              "\"return_tokens_as_token_ids\": true}"},
+        {"completions-bad", 0, "{\"prompt\": \"x\", \"max_tokens\": \"5\", \"n\": 2}"},
+        {"completions-dup", 0, "{\"prompt\": \"x\", \"prompt\": \"y\"}"},
+        {"completions-big", 0, "{\"prompt\": [1, 99999999999999999999], \"top_p\": 0.5}"},
+        {"chat", 1, "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                   "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}]}], "
+                   "\"logprobs\": true, \"top_logprobs\": 3, "
+                   "\"chat_template_kwargs\": {\"thinking\": true}, \"max_completion_tokens\": 4}"},
+        {"chat-bad", 1, "{\"messages\": [{\"role\": \"robot\", \"content\": 1}]}"},
+        {"tokenize", 2, "{\"prompt\": \"Hello <\\u00e9>\", \"special\": false}"},
+        {"detokenize", 3, "{\"tokens\": [1, 2, 300]}"},
+        {"not-json", 0, "{bad"},
+    };
+    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+        char buf[1024];
+        buf[0] = seeds[i].kind;
+        const size_t n = strlen(seeds[i].body);
+        memcpy(buf + 1, seeds[i].body, n);
+        put("server", seeds[i].name, buf, n + 1);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: seeds OUTDIR   (run from the repository root)\n");
@@ -379,6 +411,7 @@ int main(int argc, char **argv) {
     parser_seeds();
     safetensors_seeds();
     hfbind_seeds();
+    server_seeds();
     printf("seeds: %u files in %s\n", n_written, outdir);
     return 0;
 }

@@ -1,0 +1,280 @@
+"""ds4ref-server against what it promises (docs/SERVER.md), with the Python
+standard library only: greedy streams equal `ds4ref --golden-out`'s tokens
+and logprobs; sampled ones `ds4ref --temp --seed`; requests in flight
+together give the bits each gives alone; streaming gives the whole answer's
+text; bad requests get a 4xx OpenAI error and the server goes on; a client
+that leaves frees its row; SIGTERM ends it with status 0.
+
+    python3 tests/server_test.py [BIN_DIR]      (run from the repository root)
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import atexit
+
+BIN = sys.argv[1] if len(sys.argv) > 1 else "."
+MODEL = "models/tiny.gguf"
+fails = 0
+
+
+def check(what, ok):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        fails += 1
+
+
+class Server:
+    def __init__(self, *extra):
+        self.p = subprocess.Popen([os.path.join(BIN, "ds4ref-server"), "-m", MODEL, "--port", "0",
+                                   *extra], stderr=subprocess.PIPE, text=True)
+        atexit.register(lambda p=self.p: p.poll() is None and p.kill())
+        line = self.p.stderr.readline()
+        m = re.search(r"listening on http://([0-9.]+):([0-9]+)", line)
+        assert m, f"ds4ref-server did not start: {line!r}"
+        self.url = f"http://{m.group(1)}:{m.group(2)}"
+
+    def call(self, path, body=None, raw=None, timeout=120):
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.url + path, data=data,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def json(self, path, body=None, **kw):
+        status, text = self.call(path, body, **kw)
+        return status, json.loads(text)
+
+    def stop(self, sig=signal.SIGTERM):
+        self.p.send_signal(sig)
+        rc = self.p.wait(timeout=60)
+        rest = self.p.stderr.read()
+        return rc, rest
+
+
+def golden(args):
+    """The steps of `ds4ref ARGS --golden-out`."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "g.jsonl")
+        subprocess.run([os.path.join(BIN, "ds4ref"), "-m", MODEL, *args, "--golden-out", out],
+                       check=True, capture_output=True)
+        with open(out) as f:
+            return [r for r in map(json.loads, f) if "step" in r]
+
+
+def ids_file(ids):
+    f = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+    f.write(" ".join(map(str, ids)) + "\n")
+    f.close()
+    return f.name
+
+
+def logprob_text(x):
+    # As the golden prints a double (%.17g): the same bits, the same digits.
+    return "%.17g" % x
+
+
+def steps_of(choice):
+    lp = choice["logprobs"]
+    return [(int(t.split(":")[1]), logprob_text(p))
+            for t, p in zip(lp["tokens"], lp["token_logprobs"])]
+
+
+def strip_ids(resp):
+    """A response without what differs between two identical requests."""
+    resp = dict(resp)
+    for k in ("id", "created"):
+        resp.pop(k, None)
+    return resp
+
+
+s = Server()
+st, h = s.json("/health")
+check("/health answers ok with no row in flight", st == 200 and h["status"] == "ok" and h["rows"] == 0)
+st, m = s.json("/v1/models")
+check("/v1/models lists the model", st == 200 and m["data"][0]["id"] == "tiny.gguf")
+st, t = s.json("/tokenize", {"prompt": "Hello there"})
+check("/tokenize gives the ids", st == 200 and t["count"] == len(t["tokens"]) > 0)
+st, d = s.json("/detokenize", {"tokens": t["tokens"]})
+check("/detokenize gives the text back", st == 200 and d["prompt"] == "Hello there")
+
+# Greedy: the golden's tokens and logprobs, and its 20 alternatives.
+prompt = t["tokens"] + [300, 301, 302]
+want = golden(["--tokens-file", ids_file(prompt), "-n", "12", "--ignore-eos"])
+body = {"prompt": prompt, "max_tokens": 12, "ignore_eos": True, "logprobs": 20,
+        "return_tokens_as_token_ids": True}
+st, r = s.json("/v1/completions", body)
+got = steps_of(r["choices"][0])
+check("greedy completions = ds4ref --golden-out: tokens and logprobs, to the digit",
+      st == 200 and got == [(g["token"], logprob_text(g["logprob"])) for g in want])
+tops = r["choices"][0]["logprobs"]["top_logprobs"]
+check("... and the golden's 20 alternatives of every step",
+      all(sorted((int(k.split(":")[1]), logprob_text(v)) for k, v in top.items()) ==
+          sorted((a["id"], logprob_text(a["logprob"])) for a in g["top"])
+          for top, g in zip(tops, want)))
+check("... finish_reason length, usage counted",
+      r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 12)
+
+# Sampled: ds4ref --temp --seed's stream (its bytes on stdout, then "\n").
+def token_bytes(name):
+    if name.startswith("bytes:"):
+        return bytes(int(h, 16) for h in name[6:].split("\\x")[1:])
+    return name.encode()
+
+
+cli = subprocess.run([os.path.join(BIN, "ds4ref"), "-m", MODEL, "--tokens-file", ids_file(prompt),
+                      "-n", "10", "--ignore-eos", "--temp", "0.9", "--seed", "7"],
+                     capture_output=True, check=True).stdout
+st, r = s.json("/v1/completions", {"prompt": prompt, "max_tokens": 10, "ignore_eos": True,
+                                   "temperature": 0.9, "seed": 7, "logprobs": 0})
+check("sampled completions = ds4ref --temp 0.9 --seed 7, byte for byte",
+      st == 200 and b"".join(token_bytes(t) for t in r["choices"][0]["logprobs"]["tokens"]) + b"\n" == cli)
+
+# Several requests in flight together: each gives what it gives alone.
+prompts = [prompt, t["tokens"], [256, 258, 72, 105], prompt[:5]]
+bodies = [{"prompt": p, "max_tokens": 8 + 3 * i, "ignore_eos": True, "logprobs": 5,
+           "return_tokens_as_token_ids": True} for i, p in enumerate(prompts)]
+alone = [strip_ids(s.json("/v1/completions", b)[1]) for b in bodies]
+together = [None] * len(bodies)
+
+
+def send(i):
+    together[i] = strip_ids(s.json("/v1/completions", bodies[i])[1])
+
+
+for rounds in range(2):
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    check(f"4 requests in flight together = each alone, bit for bit (round {rounds + 1})",
+          together == alone)
+st, r = s.json("/v1/completions", {"prompt": [prompt, t["tokens"]], "max_tokens": 8,
+                                   "ignore_eos": True, "logprobs": 5,
+                                   "return_tokens_as_token_ids": True})
+check("a request of two prompts: two choices, each as alone",
+      st == 200 and [c["logprobs"] for c in r["choices"]] ==
+      [c["logprobs"] for c in (s.json("/v1/completions", dict(bodies[0], max_tokens=8))[1]["choices"][0],
+                               s.json("/v1/completions", dict(bodies[1], max_tokens=8))[1]["choices"][0])])
+
+# Streaming: the chunks' text is the whole answer's.
+st, whole = s.json("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "ignore_eos": True})
+st2, raw = s.call("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "ignore_eos": True,
+                                      "stream": True})
+events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+chunks = [json.loads(e) for e in events[:-1]]
+check("stream: server-sent events ending with [DONE]", st2 == 200 and events[-1] == "[DONE]")
+check("... whose text is the whole answer's",
+      "".join(c["choices"][0]["text"] for c in chunks) == whole["choices"][0]["text"])
+check("... and the last says why it ended", chunks[-1]["choices"][0]["finish_reason"] == "length")
+
+# Echo: the prompt's own logprobs (what lm-evaluation-harness reads).
+st, r = s.json("/v1/completions", {"prompt": prompt, "max_tokens": 1, "echo": True, "logprobs": 1,
+                                   "return_tokens_as_token_ids": True})
+lp = r["choices"][0]["logprobs"]
+check("echo: the prompt's tokens first, the first without a logprob",
+      st == 200 and [int(x.split(":")[1]) for x in lp["tokens"][:len(prompt)]] == prompt and
+      lp["token_logprobs"][0] is None and all(isinstance(x, float) for x in lp["token_logprobs"][1:]))
+
+# Chat: ds4ref -p's template (its default system prompt, thinking).
+want_c = golden(["-p", "Hello there", "-n", "6", "--ignore-eos"])
+st, r = s.json("/v1/chat/completions", {
+    "messages": [{"role": "system", "content": "You are a helpful assistant"},
+                 {"role": "user", "content": "Hello there"}],
+    "max_tokens": 6, "ignore_eos": True, "logprobs": True, "chat_template_kwargs": {"thinking": True}})
+content = r["choices"][0]["logprobs"]["content"]
+check("chat completions (thinking) = ds4ref -p's golden: bytes and logprobs",
+      st == 200 and [(bytes(c["bytes"]).hex(), logprob_text(c["logprob"])) for c in content] ==
+      [(g["bytes"], logprob_text(g["logprob"])) for g in want_c])
+
+# Stop strings end the text where they begin.
+full = whole["choices"][0]["text"]
+stop = full[3:5]
+st, r = s.json("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "ignore_eos": True,
+                                   "stop": stop})
+check("a stop string ends the text before it, finish_reason stop",
+      st == 200 and r["choices"][0]["finish_reason"] == "stop" and
+      r["choices"][0]["text"] == full[:full.find(stop)])
+
+# Bad requests: a 4xx with an OpenAI error, and the server goes on.
+bad = [
+    ("malformed JSON", "/v1/completions", None, b"{bad", 400, None),
+    ("a field of the wrong type", "/v1/completions", {"prompt": "x", "max_tokens": "5"}, None, 400, "max_tokens"),
+    ("n > 1", "/v1/completions", {"prompt": "x", "n": 2}, None, 400, "n"),
+    ("max_tokens 0", "/v1/completions", {"prompt": "x", "max_tokens": 0}, None, 400, "max_tokens"),
+    ("a token outside the vocabulary", "/v1/completions", {"prompt": [1, 10 ** 9]}, None, 400, "prompt"),
+    ("a duplicate key", "/v1/completions", None, b'{"prompt": "x", "prompt": "y"}', 400, None),
+    ("top_p other than 1", "/v1/completions", {"prompt": "x", "top_p": 0.5}, None, 400, "top_p"),
+    ("no messages", "/v1/chat/completions", {"messages": []}, None, 400, "messages"),
+    ("an unknown role", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, None, 400, "messages"),
+    ("an unknown endpoint", "/v1/nothing", {}, None, 404, None),
+    ("GET on a POST endpoint", "/v1/completions", None, None, 405, None),
+]
+for what, path, body, raw, status, param in bad:
+    st, text = s.call(path, body, raw=raw)
+    try:
+        err = json.loads(text)["error"]
+    except Exception:
+        err = None
+    check(f"{what} -> {status} with an error object" + (f" naming {param}" if param else ""),
+          st == status and err is not None and err["message"] and (param is None or err["param"] == param))
+st, r = s.json("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "ignore_eos": True})
+check("... and the server still answers as before", st == 200 and r["choices"] == whole["choices"])
+
+# A client that leaves mid-generation frees its row.
+try:
+    s.call("/v1/completions", {"prompt": "Hello there", "max_tokens": 4000, "ignore_eos": True}, timeout=0.5)
+except Exception:
+    pass
+freed = False
+for _ in range(100):
+    if s.json("/health")[1]["rows"] == 0:
+        freed = True
+        break
+    time.sleep(0.1)
+check("a client gone mid-generation frees its row", freed)
+
+# SIGTERM with a request in flight: it is cancelled, the server exits 0.
+res = {}
+th = threading.Thread(target=lambda: res.update(r=s.call("/v1/completions", {
+    "prompt": "Hello there", "max_tokens": 4000, "ignore_eos": True})))
+th.start()
+time.sleep(0.5)
+rc, err_text = s.stop()
+th.join(timeout=30)
+check("SIGTERM with a request in flight: exit 0", rc == 0 and "stopped" in err_text)
+check("... the request answered 503", res.get("r", (0,))[0] == 503)
+
+# Limits: the body, the queue.
+s = Server("--max-body", "2048", "--parallel", "1", "--queue", "0")
+st, text = s.call("/v1/completions", raw=json.dumps({"prompt": "x" * 4000}).encode())
+check("a body over --max-body -> 413", st == 413 and json.loads(text)["error"]["message"])
+th = threading.Thread(target=lambda: s.call("/v1/completions", {"prompt": "Hello", "max_tokens": 400,
+                                                                "ignore_eos": True}))
+th.start()
+busy = False
+for _ in range(50):
+    if s.json("/health")[1]["rows"] == 1:
+        busy = True
+        break
+    time.sleep(0.05)
+st, text = s.call("/v1/completions", {"prompt": "x", "max_tokens": 2})
+check(f"a request beyond --parallel and --queue -> 429 ({busy}, {st})", busy and st == 429)
+th.join()
+rc, _ = s.stop(signal.SIGINT)
+check("SIGINT: exit 0", rc == 0)
+
+print("server: all passed" if fails == 0 else f"server: {fails} failed")
+sys.exit(1 if fails else 0)
