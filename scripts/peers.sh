@@ -23,6 +23,10 @@
 # (scripts/peer_transformers.py), against the official logits and ds4ref's,
 # where a Python with torch and transformers is at hand.
 #
+# The openai client (PyPI, into $DS4REF_PEERS/pylib) against ds4ref-server
+# (scripts/peers_server.py): completions and chat with logprobs equal to
+# ds4ref's goldens, streaming, errors as the client's exceptions.
+#
 # What cannot run (no npm, no pip or network, not x86-64 Linux) is skipped
 # with the reason.  Run from the repository root after make.
 # Usage: scripts/peers.sh [BUILD_DIR]
@@ -49,6 +53,16 @@ else
     mkdir -p "$tmp/ckpt"
     check "safetensors $(PYTHONPATH=$cache/pylib "$py" -c 'import safetensors; print(safetensors.__version__)'): ds4ref reads its checkpoint as written" \
         env PYTHONPATH="$cache/pylib" "$py" scripts/peers_safetensors.py "$build/ckpt-dump" "$tmp/ckpt"
+fi
+
+# The openai client against ds4ref-server: skipped, not failed, without it.
+if ! PYTHONPATH=$cache/pylib "$py" -c 'import openai' 2> /dev/null &&
+     ! { echo "peers: pip install openai into $cache/pylib" &&
+         "$py" -m pip install -q --upgrade --target "$cache/pylib" openai > "$tmp/pip-openai.log" 2>&1; }; then
+    echo "peers: openai skipped: pip install failed (offline?): $(tail -1 "$tmp/pip-openai.log")"
+else
+    check "the openai client $(PYTHONPATH=$cache/pylib "$py" -c 'import openai; print(openai.__version__)') against ds4ref-server" \
+        env PYTHONPATH="$cache/pylib" "$py" scripts/peers_server.py . models/tiny.gguf
 fi
 
 # Hugging Face transformers' DeepseekV4 (>= 5.8) in float64 on the

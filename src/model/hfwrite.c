@@ -196,13 +196,19 @@ static int put_plain(outs *o, const char *name, int form, float *v, uint32_t n_d
 /* The rows of matrix m (one expert's, for a stack) as f32. */
 static float *mat_values(const ds4_mat *m, ds4err *err) {
     float *v = malloc(sizeof(float) * m->rows * m->cols);
-    if (!v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory"), NULL;
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
+    uint8_t *bad = calloc(m->rows ? m->rows : 1, 1);   /* per row: no shared flag to race on */
+    if (!v || !bad) {
+        free(v), free(bad);
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory"), NULL;
+    }
+#pragma omp parallel for schedule(static)
     for (uint64_t r = 0; r < m->rows; r++)
-        bad |= ds4_formats_dequant_row(m->type, m->data + r * m->row_bytes, v + r * m->cols,
-                                       m->cols) != 0;
-    if (bad) {
+        bad[r] = ds4_formats_dequant_row(m->type, m->data + r * m->row_bytes, v + r * m->cols,
+                                         m->cols) != 0;
+    int any = 0;
+    for (uint64_t r = 0; r < m->rows; r++) any |= bad[r];
+    free(bad);
+    if (any) {
         free(v);
         return ds4_err_set(err, DS4_E_UNSUPPORTED, "a matrix of type %s cannot be written",
                            ds4_types_name(m->type)), NULL;
