@@ -26,6 +26,9 @@
 # The openai client (PyPI, into $DS4REF_PEERS/pylib) against ds4ref-server
 # (scripts/peers_server.py): completions and chat with logprobs equal to
 # ds4ref's goldens, streaming, errors as the client's exceptions.
+# lm-evaluation-harness 0.4.13 with its API extra and transformers (into
+# $DS4REF_PEERS/lmeval, no torch) runs a loglikelihood task against it, and
+# every loglikelihood it reports is ds4ref's own (scripts/peers_lmeval.py).
 #
 # What cannot run (no npm, no pip or network, not x86-64 Linux) is skipped
 # with the reason.  Run from the repository root after make.
@@ -63,6 +66,17 @@ if ! PYTHONPATH=$cache/pylib "$py" -c 'import openai' 2> /dev/null &&
 else
     check "the openai client $(PYTHONPATH=$cache/pylib "$py" -c 'import openai; print(openai.__version__)') against ds4ref-server" \
         env PYTHONPATH="$cache/pylib" "$py" scripts/peers_server.py . models/tiny.gguf
+fi
+
+# lm-evaluation-harness against ds4ref-server: skipped, not failed, without it.
+if ! PYTHONPATH=$cache/lmeval "$py" -c 'import lm_eval, tenacity, transformers' 2> /dev/null &&
+     ! { echo "peers: pip install lm-eval[api]==0.4.13 transformers into $cache/lmeval" &&
+         "$py" -m pip install -q --upgrade --target "$cache/lmeval" "lm-eval[api]==0.4.13" transformers \
+             > "$tmp/pip-lmeval.log" 2>&1; }; then
+    echo "peers: lm-evaluation-harness skipped: pip install failed (offline?): $(tail -1 "$tmp/pip-lmeval.log")"
+else
+    check "lm-evaluation-harness $(PYTHONPATH=$cache/lmeval "$py" -c 'import importlib.metadata as m; print(m.version("lm_eval"))' 2>/dev/null) against ds4ref-server" \
+        env PYTHONPATH="$cache/lmeval" "$py" scripts/peers_lmeval.py . models/tiny.gguf "$tmp/lmeval"
 fi
 
 # Hugging Face transformers' DeepseekV4 (>= 5.8) in float64 on the

@@ -291,6 +291,11 @@ ck=(-p "The capital of Italy is" -n 8 --ignore-eos)
 check "mkmodel --format hf (release, then --types f32)" bash -c \
     './ds4ref-mkmodel --config tiny-ckpt --format hf -o "$1/ck" && ./ds4ref-mkmodel --config tiny-ckpt --format hf --types f32 -o "$1/ckf"' _ "$tmp"
 check "... a folder with config.json, the index, two shards and tokenizer.json" test -s "$tmp/ck/model-00002-of-00002.safetensors" -a -s "$tmp/ck/model.safetensors.index.json" -a -s "$tmp/ck/tokenizer.json"
+check "... its tokenizer.json in the release's shape: the official splits, bytes, BPE's and added tokens' fields" \
+    python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); p = t["pre_tokenizer"]["pretokenizers"]
+assert [x["type"] for x in p] == ["Split"] * 3 + ["ByteLevel"] and p[0]["pattern"]["Regex"] == "\\p{N}{1,3}"
+assert t["decoder"]["type"] == "ByteLevel" and t["model"]["byte_fallback"] is False
+assert all({"single_word", "lstrip", "rstrip", "normalized", "special"} <= a.keys() for a in t["added_tokens"])' "$tmp/ck/tokenizer.json"
 ./ds4ref -m "$tmp/ck" "${ck[@]}" --qat off --golden-out "$tmp/ck.jsonl" > /dev/null 2>&1
 ./ds4ref -m "$tmp/ckf" "${ck[@]}" --qat off --golden-out "$tmp/ckf.jsonl" > /dev/null 2>&1
 check "... QAT off: the checkpoint and its twin give the same steps" \

@@ -15,6 +15,7 @@
 #include "quant/formats.h"
 #include "quant/qat.h"
 #include "text/json.h"
+#include "text/pretok.h"
 
 /* The tensors being written: names and data owned here. */
 typedef struct outs {
@@ -370,7 +371,27 @@ static int write_tokenizer(const ds4_model *m, const char *dir, ds4err *err) {
     if (!rc && ds4_gguf_find_kv(g, "tokenizer.ggml.token_type"))
         rc = ds4_gguf_get_arr_i32(g, "tokenizer.ggml.token_type", type, n_tok, err);
     ds4_buf b = {0};
-    ds4_buf_puts(&b, "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {");
+    /* The release's tokenizer.json around the vocabulary: its normalizer,
+     * pre-tokenizer (the three official splits, then bytes), post-processor
+     * and decoder, and BPE's fields, so that Hugging Face's tokenizers
+     * library loads the file and splits text as ds4ref does. */
+    ds4_buf_puts(&b, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, "
+                     "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": []}, "
+                     "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [");
+    for (int i = 0; i < 3; i++) {
+        ds4_buf_puts(&b, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+        ds4_json_put_str(&b, ds4_pretok_official[i], strlen(ds4_pretok_official[i]));
+        ds4_buf_puts(&b, "}, \"behavior\": \"Isolated\", \"invert\": false}, ");
+    }
+    ds4_buf_puts(&b, "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+                     "\"use_regex\": false}]}, "
+                     "\"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+                     "\"trim_offsets\": false, \"use_regex\": true}, "
+                     "\"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+                     "\"trim_offsets\": true, \"use_regex\": true}, "
+                     "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, "
+                     "\"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, "
+                     "\"fuse_unk\": false, \"byte_fallback\": false, \"vocab\": {");
     bool first = true;
     for (uint64_t i = 0; !rc && i < n_tok; i++) {
         if (type[i] != 1) continue;   /* NORMAL */
@@ -395,7 +416,8 @@ static int write_tokenizer(const ds4_model *m, const char *dir, ds4err *err) {
         }
         ds4_buf_printf(&b, "%s{\"id\": %" PRIu64 ", \"content\": ", first ? "" : ", ", i);
         ds4_json_put_str(&b, tok[i].ptr, tok[i].len);
-        ds4_buf_printf(&b, ", \"special\": %s}", type[i] == 3 ? "true" : "false");
+        ds4_buf_printf(&b, ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                           "\"normalized\": false, \"special\": %s}", type[i] == 3 ? "true" : "false");
         first = false;
     }
     ds4_buf_puts(&b, "]}\n");
