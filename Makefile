@@ -18,6 +18,8 @@ CFLAGS  ?= $(OPT) $(ARCH) -g
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
             -ffp-contract=off -fno-fast-math -fopenmp -Isrc -Iinclude
 LDLIBS  = -lpcre2-8 -lm
+# What libds4check adds: libcurl, ds4ref-conform's HTTP client (src/conform/http.c).
+CHECK_LDLIBS = -lcurl
 BUILD  ?= build
 # Where the binaries go; scripts/portability.sh gives each build of its matrix its own.
 BINDIR ?= .
@@ -93,7 +95,7 @@ $(BUILD)/libds4ref.so: $(MODEL_OBJ) src/api/ds4ref.map
 	    -o $@ $(MODEL_OBJ) $(LDLIBS)
 $(BUILD)/libds4check.so: $(CHECK_OBJ) $(BUILD)/libds4ref.a src/check/ds4check.map
 	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4check.so.1 -Wl,--version-script=src/check/ds4check.map \
-	    -o $@ $(CHECK_OBJ) $(BUILD)/libds4ref.a $(LDLIBS)
+	    -o $@ $(CHECK_OBJ) $(BUILD)/libds4ref.a $(CHECK_LDLIBS) $(LDLIBS)
 
 $(BUILD)/libds4ref.a: $(MODEL_OBJ)
 	@rm -f $@
@@ -107,7 +109,7 @@ $(BINDIR)/ds4ref: $(BUILD)/programs/ds4ref.o $(BUILD)/libds4ref.a
 $(BINDIR)/ds4ref-mkmodel $(BINDIR)/ds4ref-gguf: $(BINDIR)/ds4ref-%: $(BUILD)/programs/%.o $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 $(CHECK_PROGRAMS): $(BINDIR)/ds4ref-%: $(BUILD)/programs/%.o $(LIBS)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LDLIBS) $(LDLIBS)
 SERVER_OBJ = $(addprefix $(BUILD)/programs/,server.o server_request.o server_sched.o)
 $(BINDIR)/ds4ref-server: $(SERVER_OBJ) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lmicrohttpd -ljansson -lpthread $(LDLIBS)
@@ -122,15 +124,15 @@ DS4T_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/ds4t_*.c)))
 
 $(BINDIR)/ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/tests/greedy.o $(BUILD)/tests/script_drafter.o \
                     $(LIBS)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LDLIBS) $(LDLIBS)
 
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(LIBS)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(CHECK_LDLIBS) $(LDLIBS)
 
 # test_ops checks the matrix kernels against OpenBLAS's cblas_dgemm: the only
 # binary that links OpenBLAS (the library never does).
 $(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(TEST_COMMON) $(LIBS)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lopenblas $(LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka -lopenblas $(CHECK_LDLIBS) $(LDLIBS)
 
 # The official-model oracle (vectors/official/README.md) is committed
 # xz-compressed; every build of the tests decompresses it into

@@ -122,6 +122,15 @@ typedef struct ds4check_conform_options {
     /* Every cell as JSON, written atomically when the run ends (opened
      * before it starts); NULL: none. */
     const char *json_path;
+    /* An engine behind HTTP instead of a command (docs/CONFORM.md, "Against
+     * a server"), OpenAI completions with token ids: server_url, one already
+     * running ("http://HOST:PORT"); or server_cmd, a command template with
+     * {port} (and the other placeholders) started for each cell, ready when
+     * /health or /v1/models answers, its process group stopped after.  A
+     * batch cell is its rows' requests held in flight together.  NULL both:
+     * the backend command. */
+    const char *server_url;
+    const char *server_cmd;
 } ds4check_conform_options;
 
 void ds4check_conform_options_init(ds4check_conform_options *o);

@@ -35,6 +35,14 @@ static const char usage_text[] =
     "  --backend NAME|TEMPLATE  a preset (ds4ref, ds4) or a command line with\n"
     "                           placeholders; --backend-help lists both\n"
     "  --backend-help           the placeholders and the presets\n"
+    "  --server URL             an engine already running (OpenAI completions with\n"
+    "                           token ids, as ds4ref-server and vLLM answer them); a\n"
+    "                           batch cell is its rows' requests in flight together\n"
+    "  --server-cmd NAME|TEMPLATE  an engine started for each cell: a server preset\n"
+    "                           (ds4ref-server) or a command with {port}; ready when\n"
+    "                           /health or /v1/models answers, stopped after the cell.\n"
+    "                           Default matrix with a server: draft=0 chunk=whole\n"
+    "                           batch=1,2,4\n"
     "  --timeout SEC            kill a cell's command once it has used SEC seconds of CPU\n"
     "                           (or 10 x SEC of wall time without using it; default: none)\n"
     "  -j, --jobs N             run N cells' commands at once (default 1; the checks\n"
@@ -107,7 +115,7 @@ enum opt_id {
     O_NUMERICS,
     O_MODEL, O_MTP, O_PROMPTS, O_TOKENS, O_CTX, O_TOP_K, O_TEMP, O_SEED, O_QAT, O_MATRIX,
     O_MAX_GAP, O_MAX_DLOGPROB, O_MIN_TOP5, O_MIN_TOP20, O_TIE_EPS, O_JSON, O_CACHE, O_WORK,
-    O_THREADS
+    O_THREADS, O_SERVER, O_SERVER_CMD
 };
 
 static const ds4ref_option options[] = {
@@ -124,6 +132,7 @@ static const ds4ref_option options[] = {
     {"--min-top5-overlap", O_MIN_TOP5, true}, {"--min-top20-overlap", O_MIN_TOP20, true},
     {"--tie-eps", O_TIE_EPS, true}, {"--json", O_JSON, true}, {"--cache", O_CACHE, true},
     {"--work", O_WORK, true}, {"-t", O_THREADS, true}, {"--threads", O_THREADS, true},
+    {"--server", O_SERVER, true}, {"--server-cmd", O_SERVER_CMD, true},
 };
 
 typedef struct cli {
@@ -186,6 +195,8 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_NO_CACHE: c->no_cache = true; return 0;
     case O_QUIET: c->quiet = true; return 0;
     case O_BACKEND: o->backend = v; return 0;
+    case O_SERVER: o->server_url = v; return 0;
+    case O_SERVER_CMD: o->server_cmd = v; return 0;
     case O_TIMEOUT: return parse_num(a, v, &o->timeout);
     case O_JOBS: return parse_u32(a, v, 1, 256, &o->jobs);
     case O_NUMERICS:
@@ -304,11 +315,15 @@ int main(int argc, char **argv) {
     }
     /* --qat alone names the official numerics with that simulation. */
     if (c.qat_given && !c.numerics_given) c.o.numerics = NULL;
-    if (!c.o.backend) {
+    if (!c.o.backend && !c.o.server_url && !c.o.server_cmd) {
         fprintf(stderr, "ds4ref-conform: no backend: --backend ds4ref (the self-check), "
-                        "--backend ds4, or a template (see --backend-help)\n");
+                        "--backend ds4, a template, --server URL or --server-cmd (see "
+                        "--backend-help)\n");
         return DS4REF_E_ARG;
     }
+    /* A server decodes without the harness's drafts and chunks (a running
+     * one keeps its own): its default matrix is the batch dimension. */
+    if ((c.o.server_url || c.o.server_cmd) && !c.o.matrix) c.o.matrix = "draft=0 chunk=whole batch=1,2,4";
     paths p = {0};
     if (pick_defaults(&c, &p)) return DS4REF_E_IO;
     if (c.threads) ds4ref_set_threads((int)c.threads);

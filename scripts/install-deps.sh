@@ -13,7 +13,8 @@ set -eu
 
 PACKAGES="build-essential clang libclang-rt-14-dev pkg-config libcmocka-dev libpcre2-dev
 libomp-dev libopenblas-dev valgrind xz-utils python3-numpy python3-pytest python3-pip
-python3-venv python3-wheel libmicrohttpd-dev libjansson-dev"
+python3-venv python3-wheel libmicrohttpd-dev libjansson-dev
+libcurl4-openssl-dev"
 AARCH64="gcc-aarch64-linux-gnu qemu-user libpcre2-dev:arm64"
 
 as_root() {

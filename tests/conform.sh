@@ -237,6 +237,33 @@ check "ds4ref-f32 (the twins) passes in exact mode" status_is 0 conform --jobs 2
     --prompts "$tmp/prompts" --matrix "${small:-draft=0,2 chunk=7,whole batch=1,2}" --json "$tmp/f32.json"
 check "... every cell" all_pass "$tmp/f32.json"
 
+# Against a server (docs/CONFORM.md, "Against a server"): ds4ref-server
+# started for each cell passes every cell exactly, a batch cell being its
+# rows' requests in flight together; so does one already running
+# (--server URL); and a proxy that perturbs an answer only while another
+# request is in flight fails exactly the cells of several rows.
+server_bin=$(dirname "$self_bin")/ds4ref-server
+mkdir -p "$tmp/one"
+cp vectors/conform/chat.txt "$tmp/one/"
+srv_args=(-m models/tiny.gguf --prompts "$tmp/one" -n 8 --exact --matrix "draft=0 chunk=whole batch=1,3")
+conform --server-cmd "'$server_bin' -m {model} --port {port} --ctx {ctx}" "${srv_args[@]}" \
+    --json "$tmp/srv.json" > "$tmp/srv.txt" 2>&1
+check "--server-cmd ds4ref-server: every cell exact (batch 1, 3)" all_pass "$tmp/srv.json"
+"$server_bin" -m models/tiny.gguf --port 0 2> "$tmp/srv.log" &
+srv_pid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/srv.log" && break; sleep 0.1; done
+conform --server "$(grep -o 'http://[0-9.:]*' "$tmp/srv.log")" "${srv_args[@]}" --json "$tmp/srv2.json" \
+    > "$tmp/srv2.txt" 2>&1
+kill -TERM $srv_pid
+wait $srv_pid
+check "--server URL (one running): every cell exact" all_pass "$tmp/srv2.json"
+conform --server-cmd "python3 tests/faulty_proxy.py --mode batch --port {port} -- '$server_bin' -m {model} --port 0" \
+    "${srv_args[@]}" --json "$tmp/srv3.json" > "$tmp/srv3.txt" 2>&1
+check "a server wrong only with another request in flight: exactly the batch > 1 cells fail" \
+    flagged_exactly "$tmp/srv3.json" 'b > 1'
+check "--server-cmd without {port} -> 2" status_is 2 ./ds4ref-conform --server-cmd "'$server_bin' -m {model}" -m models/tiny.gguf
+check "... said so" grep -q "no {port}" "$tmp/stderr"
+
 # Exit statuses and errors.
 one=(--prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
 check "a backend that never runs -> 13" status_is 13 conform --backend 'false {out} {tokens_file}' "${one[@]}"

@@ -33,9 +33,16 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
                        ds4err *e) {
     memset(in, 0, sizeof(*in));
     const char *preset = o->backend ? ds4chk_template_preset(o->backend) : NULL;
-    if (!o->backend) return ds4_err_set(e, DS4_E_ARG, "no backend: give a preset or a template");
+    const char *server_preset = o->server_cmd ? ds4chk_template_server_preset(o->server_cmd) : NULL;
+    if (!o->backend && !o->server_url && !o->server_cmd)
+        return ds4_err_set(e, DS4_E_ARG, "no backend: give a preset, a template or a server");
+    if ((o->backend != NULL) + (o->server_url != NULL) + (o->server_cmd != NULL) > 1)
+        return ds4_err_set(e, DS4_E_ARG, "one backend: a command, a server URL or a server command");
     in->backend = preset ? preset : o->backend;
-    in->backend_name = preset ? o->backend : "(template)";
+    in->backend_name = preset ? o->backend : o->backend ? "(template)" : o->server_url ? o->server_url
+                       : server_preset ? o->server_cmd : "(server command)";
+    in->server_url = o->server_url;
+    in->server_cmd = server_preset ? server_preset : o->server_cmd;
     in->model_path = o->model_path;
     in->mtp_path = o->mtp_path;
     in->ds4ref_path = o->ds4ref_path ? o->ds4ref_path : "ds4ref";

@@ -194,3 +194,38 @@ void ds4chk_backend_last_line(const char *log, size_t len, char *out, size_t cap
     }
     out[n] = '\0';
 }
+
+int ds4chk_backend_start(const char *cmd, const char *log_path, pid_t *pid, ds4err *err) {
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) return ds4_err_set(err, DS4_E_IO, "%s: %s", log_path, strerror(errno));
+    *pid = fork();
+    if (*pid < 0) {
+        close(log_fd);
+        return ds4_err_set(err, DS4_E_IO, "cannot start a process: %s", strerror(errno));
+    }
+    if (*pid == 0) child(cmd, log_fd);
+    close(log_fd);
+    setpgid(*pid, *pid);   /* also here: the group exists before any kill */
+    return 0;
+}
+
+bool ds4chk_backend_alive(pid_t pid) {
+    int status;
+    return waitpid(pid, &status, WNOHANG) == 0;
+}
+
+void ds4chk_backend_stop(pid_t pid, double grace) {
+    kill(-pid, SIGTERM);
+    const double t0 = now_sec();
+    int status;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (now_sec() - t0 > grace) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+        }
+        nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
+    }
+    /* What the shell started may outlive it: the whole group goes. */
+    kill(-pid, SIGKILL);
+}

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "base/err.h"
 
@@ -26,6 +27,17 @@ typedef struct ds4_cf_exit {
  * call from several threads at once. */
 int ds4chk_backend_spawn(const char *cmd, const char *log_path, double timeout,
                  volatile sig_atomic_t *stop, ds4_cf_exit *x, ds4err *err);
+
+/* A server's command (--server-cmd), started in the background as
+ * ds4chk_backend_spawn starts a cell's: its own process group, its output
+ * appended to log_path. */
+int ds4chk_backend_start(const char *cmd, const char *log_path, pid_t *pid, ds4err *err);
+
+/* Is the process still running (not yet exited and reaped)? */
+bool ds4chk_backend_alive(pid_t pid);
+
+/* SIGTERM to its group, SIGKILL after grace seconds; reaped. */
+void ds4chk_backend_stop(pid_t pid, double grace);
 
 /* Speculative decoding as the backend reported it. */
 typedef struct ds4_cf_accept {

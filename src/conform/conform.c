@@ -8,10 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
+#include "conform/backend.h"
+#include "conform/server.h"
 #include "conform/template.h"
 #include "quant/gguf_twin.h"
 #include "decode/generate.h"
@@ -271,6 +277,28 @@ static int same_model(ds4_golden *out, const ds4_cf_prompt *p, const ds4_cf_opts
                       p->ref.h.model.file, d);
 }
 
+/* A dump's tokens given by id alone (a server's): their bytes from the
+ * tokenizer, so that the checks compare them as the reference's. */
+static int fill_bytes(ds4_golden *g, const ds4_tokenizer *tok, ds4err *err) {
+    for (uint32_t i = 0; i < g->n_steps; i++)
+        for (int32_t k = -1; k < (int32_t)g->steps[i].n_top; k++) {
+            ds4_golden_tok *t = k < 0 ? &g->steps[i].tok : &g->steps[i].top[k];
+            if (t->n_bytes) continue;
+            ds4_buf b = {0};
+            if (ds4_tok_decode(tok, &t->id, 1, &b, err)) return -1;
+            free(t->bytes);
+            t->bytes = malloc(b.len ? b.len : 1);
+            if (!t->bytes) {
+                ds4_buf_free(&b);
+                return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+            }
+            memcpy(t->bytes, b.p, b.len);
+            t->n_bytes = (uint32_t)b.len;
+            ds4_buf_free(&b);
+        }
+    return 0;
+}
+
 /* Row r of a cell whose backend ran: its output read and checked.  Errors
  * returned are the run's (another model); the row's own are its findings. */
 static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
@@ -290,6 +318,10 @@ static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *
     } else if (ds4_trace_load(path, NULL, &out, &e)) {
         row->f.status = DS4_CF_ERROR;
         snprintf(row->f.detail, sizeof(row->f.detail), "no usable output: %.300s", e.msg);
+        ds4chk_verdict_findings_push(&row->all, &row->f);
+    } else if (!out.has_header && fill_bytes(&out, tok, &e)) {
+        row->f.status = DS4_CF_ERROR;
+        snprintf(row->f.detail, sizeof(row->f.detail), "its token ids: %.300s", e.msg);
         ds4chk_verdict_findings_push(&row->all, &row->f);
     } else if ((rc = same_model(&out, p, o, path, err))) {
         row->f.status = DS4_CF_ERROR;
@@ -335,6 +367,64 @@ static void cell_error(ds4_cf_cell *c, const char *why, const char *last) {
                  (int)(sizeof(c->f.detail) - (size_t)n - 1), last);
 }
 
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A free TCP port on the loopback, for a server started for one cell. */
+static uint32_t free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    uint32_t port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+        !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+static int server_alive(void *ud) {
+    return ds4chk_backend_alive(*(pid_t *)ud);
+}
+
+/* Cell c on an engine behind HTTP: started for it from o->server_cmd (and
+ * stopped after), or the one at o->server_url; its rows sent together.
+ * Returns 0, or -1 with why: the cell's error. */
+static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_vars *v,
+                       const ds4_cf_cell *c, const char *out, const char *log, ds4err *why) {
+    char url[96];
+    pid_t pid = 0;
+    ds4_buf cmd = {0};
+    int rc = 0;
+    if (o->server_cmd) {
+        v->port = free_port();
+        snprintf(url, sizeof(url), "http://127.0.0.1:%u", v->port);
+        rc = v->port ? ds4chk_template_expand(o->server_cmd, v, &cmd, why)
+                     : ds4_err_set(why, DS4_E_IO, "no free port for the server");
+        if (rc == 0) rc = ds4chk_backend_start(cmd.p, log, &pid, why);
+        if (rc == 0)
+            rc = ds4chk_server_wait_ready(url, o->timeout > 0 ? 10 * o->timeout : 600,
+                                          server_alive, &pid, why);
+    } else {
+        snprintf(url, sizeof(url), "%.95s", o->server_url);
+    }
+    const int32_t *ids[DS4_CF_MAX_BATCH];
+    uint32_t n[DS4_CF_MAX_BATCH];
+    for (uint32_t r = 0; r < c->batch; r++) {
+        ids[r] = res->prompts[c->rows[r].prompt].ids;
+        n[r] = res->prompts[c->rows[r].prompt].n;
+    }
+    ds4_cf_server_cell sc = {url, NULL, ids, n, c->batch, o->n_tokens, o->top_k, res->ctx,
+                             o->temp, o->seed, out, log, o->timeout > 0 ? 10 * o->timeout : 0};
+    if (rc == 0) rc = ds4chk_server_cell(&sc, why);
+    if (pid > 0) ds4chk_backend_stop(pid, 10);
+    ds4_buf_free(&cmd);
+    return rc;
+}
+
 /* Run cell c's command: its folder and inputs, the command, its log (the
  * accept counts, and why it failed when it did).  No model is used here, so
  * several cells may launch at once (--jobs).  Errors returned are the
@@ -356,18 +446,37 @@ static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_ce
         rc = ds4_err_set(err, DS4_E_IO, "%s: %s", dir.p, strerror(errno));
     if (rc == 0) rc = write_inputs(res, c, dir.p, err);
     ds4_buf cmd = {0};
+    ds4_cf_vars v = {0};
     if (rc == 0) {
-        ds4_cf_vars v = {.model = o->model_path, .mtp = c->draft ? o->mtp_path : NULL,
+        v = (ds4_cf_vars){.model = o->model_path, .mtp = c->draft ? o->mtp_path : NULL,
                          .tokens_file = tokens, .prompt_file = prompt, .batch_tokens = batch,
                          .out = out, .ds4ref = o->ds4ref_path, .n = o->n_tokens,
                          .model_f32 = o->model_f32, .mtp_f32 = c->draft ? o->mtp_f32 : NULL,
                          .draft = c->draft, .chunk = c->chunk, .batch = c->batch,
                          .ctx = res->ctx, .top_k = o->top_k, .temp = o->temp, .seed = o->seed};
-        rc = ds4chk_template_expand(o->backend, &v, &cmd, err);
     }
     ds4_cf_exit x;
-    if (rc == 0) rc = ds4chk_backend_spawn(cmd.p, log, o->timeout, o->stop, &x, err);
-    if (rc == 0) {
+    if (rc == 0 && (o->server_url || o->server_cmd)) {
+        /* An engine behind HTTP: its failure is the cell's error. */
+        ds4err why = {0};
+        const double t0 = now_seconds();
+        FILE *lf = fopen(log, "w");
+        if (lf) fclose(lf);
+        if (server_cell(res, o, &v, c, out, log, &why)) {
+            snprintf(c->log, sizeof(c->log), "%s", log);
+            cell_error(c, why.msg, "");
+        } else {
+            snprintf(c->log, sizeof(c->log), "%s", log);
+            c->dir = dir.p;
+            dir.p = NULL;
+        }
+        c->seconds = now_seconds() - t0;
+    } else if (rc == 0) {
+        rc = ds4chk_template_expand(o->backend, &v, &cmd, err);
+    }
+    if (rc == 0 && !o->server_url && !o->server_cmd)
+        rc = ds4chk_backend_spawn(cmd.p, log, o->timeout, o->stop, &x, err);
+    if (rc == 0 && !o->server_url && !o->server_cmd) {
         snprintf(c->log, sizeof(c->log), "%s", log);
         c->seconds = x.seconds;
         char *text = NULL, last[200] = "";
@@ -658,8 +767,12 @@ static void tally(ds4_cf_result *res) {
 int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
                        const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
     memset(res, 0, sizeof(*res));
-    uint32_t uses;
-    if (ds4chk_template_check(o->backend, &uses, err)) return -1;
+    uint32_t uses = 1u << DS4_CF_TEMP;   /* a server takes the temperature */
+    if (o->server_cmd ? ds4chk_template_check_server(o->server_cmd, &uses, err)
+                      : !o->server_url && ds4chk_template_check(o->backend, &uses, err))
+        return -1;
+    /* A server takes the temperature, and a batch is requests in flight. */
+    uses |= o->server_url || o->server_cmd ? 1u << DS4_CF_TEMP | 1u << DS4_CF_BATCH : 0;
     if (o->temp > 0 && !(uses & 1u << DS4_CF_TEMP))
         return ds4_err_set(err, DS4_E_ARG, "--temp %g: the backend template has no {temp}", o->temp);
     if (o->temp > 0 && o->limits.exact)

@@ -59,6 +59,11 @@ typedef struct ds4_cf_opts {
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed at the end */
     double timeout;            /* CPU seconds per cell (backend.h); 0: none */
+    /* An engine behind HTTP instead of a command a cell (server.h): one
+     * already running at server_url, or server_cmd (a template with
+     * {port}) started for each cell and stopped after it.  NULL both: the
+     * backend template. */
+    const char *server_url, *server_cmd;
     uint32_t jobs;             /* cells whose commands run at once (0, 1: one) */
     volatile sig_atomic_t *stop;   /* NULL, or set asynchronously (SIGINT): the run stops */
     ds4_cf_progress_fn progress;

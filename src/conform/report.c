@@ -289,7 +289,9 @@ static void put_calibration_json(ds4_buf *b, const ds4_cf_calib *c) {
 int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
     ds4_buf_puts(b, "{\"format\":\"ds4ref-conform-v1\"");
     put_str(b, "backend", o->backend_name ? o->backend_name : o->backend);
-    put_str(b, "template", o->backend);
+    if (o->backend) put_str(b, "template", o->backend);
+    if (o->server_url) put_str(b, "server", o->server_url);
+    if (o->server_cmd) put_str(b, "server_cmd", o->server_cmd);
     put_str(b, "mode", r->limits.exact ? "exact" : "tolerance");
     put_str(b, "model", o->model_path);
     if (o->mtp_path) put_str(b, "mtp", o->mtp_path);

@@ -9,7 +9,7 @@
 static const char *const var_names[DS4_CF_NVARS] = {
     "model", "mtp", "tokens_file", "prompt_file", "batch_tokens", "n", "draft", "chunk",
     "batch", "ctx", "top_k", "temp", "seed", "ctx_total", "chunk_total", "out", "ds4ref",
-    "model_f32", "mtp_f32",
+    "model_f32", "mtp_f32", "port",
 };
 
 typedef struct preset {
@@ -50,6 +50,21 @@ static const preset presets[] = {
      "llama.cpp's CPU backend through ds4ref-llama (DS4REF_LLAMA_LIB: its prebuilt libraries; "
      "make peers): every row a sequence of one context, depth 0 only"},
 };
+
+/* Engines behind HTTP (--server-cmd NAME): each listens on {port} of the
+ * loopback, with the cell's MTP depth and prefill chunk in its own flags.
+ * ds4ref-server decodes without drafts, so its cells of every depth are
+ * the same run. */
+static const preset server_presets[] = {
+    {"ds4ref-server", "{ds4ref}-server -m {model} --host 127.0.0.1 --port {port} --ctx {ctx} "
+     "--chunk {chunk}", "this build's ds4ref-server (the self-check over HTTP)"},
+};
+
+const char *ds4chk_template_server_preset(const char *name) {
+    for (size_t i = 0; i < sizeof(server_presets) / sizeof(server_presets[0]); i++)
+        if (!strcmp(server_presets[i].name, name)) return server_presets[i].tmpl;
+    return NULL;
+}
 
 const char *ds4chk_template_preset(const char *name) {
     for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
@@ -98,7 +113,8 @@ static tok_kind scan(const char *p, int *var, size_t *len) {
     return T_BAD;
 }
 
-int ds4chk_template_check(const char *tmpl, uint32_t *uses, ds4err *err) {
+/* The syntax: known placeholders, groups closed and not nested. */
+static int template_scan(const char *tmpl, uint32_t *uses, ds4err *err) {
     *uses = 0;
     bool in_group = false;
     for (const char *p = tmpl; *p;) {
@@ -124,6 +140,19 @@ int ds4chk_template_check(const char *tmpl, uint32_t *uses, ds4err *err) {
         p += len;
     }
     if (in_group) return ds4_err_set(err, DS4_E_ARG, "backend template: a {[ group without its ]}");
+    return 0;
+}
+
+int ds4chk_template_check_server(const char *tmpl, uint32_t *uses, ds4err *err) {
+    if (template_scan(tmpl, uses, err)) return -1;
+    if (!(*uses & 1u << DS4_CF_PORT))
+        return ds4_err_set(err, DS4_E_ARG, "server template: no {port}, where the engine is to "
+                           "listen");
+    return 0;
+}
+
+int ds4chk_template_check(const char *tmpl, uint32_t *uses, ds4err *err) {
+    if (template_scan(tmpl, uses, err)) return -1;
     if (!(*uses & 1u << DS4_CF_OUT))
         return ds4_err_set(err, DS4_E_ARG, "backend template: no {out}, where the backend writes "
                           "its result");
@@ -191,13 +220,14 @@ static void put_var(ds4_buf *b, const ds4_cf_vars *v, int var, bool *empty) {
     case DS4_CF_SEED: u = v->seed; break;
     case DS4_CF_CTX_TOTAL: u = (uint64_t)v->ctx * v->batch; break;
     case DS4_CF_CHUNK_TOTAL: u = (uint64_t)v->chunk * v->batch; break;
+    case DS4_CF_PORT: u = v->port; break;
     case DS4_CF_TEMP:
         *empty = v->temp == 0;
         put_double(b, v->temp);
         return;
     case DS4_CF_NVARS: return;
     }
-    if (var <= DS4_CF_BATCH_TOKENS || var >= DS4_CF_OUT) {
+    if (var <= DS4_CF_BATCH_TOKENS || (var >= DS4_CF_OUT && var != DS4_CF_PORT)) {
         *empty = !s || !*s;
         put_quoted(b, s ? s : "");
     } else {
@@ -208,7 +238,7 @@ static void put_var(ds4_buf *b, const ds4_cf_vars *v, int var, bool *empty) {
 
 int ds4chk_template_expand(const char *tmpl, const ds4_cf_vars *v, ds4_buf *out, ds4err *err) {
     uint32_t uses;
-    if (ds4chk_template_check(tmpl, &uses, err)) return -1;
+    if (template_scan(tmpl, &uses, err)) return -1;
     ds4_buf group = {0};
     bool in_group = false, drop = false;
     for (const char *p = tmpl; *p;) {

@@ -10,6 +10,8 @@
  *                            --dump-logprobs JSON or a ds4ref golden); with
  *                            {batch} > 1, one file per row: {out}.ROW
  *   {ds4ref}                 this build's ds4ref program (for the preset)
+ *   {port}                   a server template's (--server-cmd): the free
+ *                            port the engine is to listen on
  *
  * With {batch} > 1, {tokens_file}.ROW and {prompt_file}.ROW hold row ROW's
  * prompt (ROW = 0 .. batch-1).  Values are inserted shell-quoted.  "{[ ...
@@ -31,7 +33,7 @@ enum ds4_cf_var {
     DS4_CF_MODEL, DS4_CF_MTP, DS4_CF_TOKENS_FILE, DS4_CF_PROMPT_FILE, DS4_CF_BATCH_TOKENS,
     DS4_CF_N, DS4_CF_DRAFT, DS4_CF_CHUNK, DS4_CF_BATCH, DS4_CF_CTX, DS4_CF_TOP_K, DS4_CF_TEMP,
     DS4_CF_SEED, DS4_CF_CTX_TOTAL, DS4_CF_CHUNK_TOTAL, DS4_CF_OUT, DS4_CF_DS4REF,
-    DS4_CF_MODEL_F32, DS4_CF_MTP_F32, DS4_CF_NVARS
+    DS4_CF_MODEL_F32, DS4_CF_MTP_F32, DS4_CF_PORT, DS4_CF_NVARS
 };
 
 /* One cell's values.  With several rows, chunk and ctx are each row's:
@@ -42,7 +44,7 @@ enum ds4_cf_var {
 typedef struct ds4_cf_vars {
     const char *model, *mtp, *tokens_file, *prompt_file, *batch_tokens, *out, *ds4ref;
     const char *model_f32, *mtp_f32;   /* the unquantized twins (quant/gguf_twin.h) */
-    uint32_t n, draft, chunk, batch, ctx, top_k;
+    uint32_t n, draft, chunk, batch, ctx, top_k, port;
     double temp;
     uint64_t seed;
 } ds4_cf_vars;
@@ -52,12 +54,21 @@ typedef struct ds4_cf_vars {
  * {prompt_file} or {batch_tokens}). */
 int ds4chk_template_check(const char *tmpl, uint32_t *uses, ds4err *err);
 
+/* The same for a server's command (--server-cmd): it must say where the
+ * engine listens ({port}); it writes no {out}, reads no prompt. */
+int ds4chk_template_check_server(const char *tmpl, uint32_t *uses, ds4err *err);
+
 /* The command line of one cell. */
 int ds4chk_template_expand(const char *tmpl, const ds4_cf_vars *v, ds4_buf *out, ds4err *err);
 
 /* The shipped presets: "ds4ref" (this build, the self-check) and "ds4"
  * (antirez/ds4's command line).  NULL for another name. */
 const char *ds4chk_template_preset(const char *name);
+
+/* The server presets (--server-cmd NAME): an engine started with its
+ * current release's flags for MTP depth and prefill chunk.  NULL for
+ * another name. */
+const char *ds4chk_template_server_preset(const char *name);
 
 /* Name and template of preset i, for --backend-help; false past the last. */
 bool ds4chk_template_preset_at(uint32_t i, const char **name, const char **tmpl, const char **about);

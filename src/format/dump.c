@@ -127,7 +127,7 @@ static int read_tok(const ds4_rd *r, const ds4_json *v, const char *where, ds4_g
 }
 
 static int read_step(const ds4_rd *r, const ds4_json *v, size_t i, uint32_t top_k,
-                     ds4_golden_step *st) {
+                     ds4_golden_step *st, bool *no_logit) {
     char w[120];
     snprintf(w, sizeof(w), "steps[%zu]", i);
     if (!v || v->type != DS4_JSON_OBJECT) return ds4_reader_fail(r, "%s: expected an object", w);
@@ -154,8 +154,11 @@ static int read_step(const ds4_rd *r, const ds4_json *v, size_t i, uint32_t top_
         snprintf(w, sizeof(w), "steps[%zu].top_logprobs[%zu].token", i, k);
         if (read_tok(r, ds4_json_get(e, "token"), w, t)) return -1;
         float lp = 0;
+        /* A server's logprobs come without logits: then none is used. */
         snprintf(w, sizeof(w), "steps[%zu].top_logprobs[%zu].logit", i, k);
-        if (ds4_reader_f32(r, ds4_json_get(e, "logit"), w, &t->logit)) return -1;
+        const ds4_json *logit = ds4_json_get(e, "logit");
+        if (!logit) *no_logit = true;
+        else if (ds4_reader_f32(r, logit, w, &t->logit)) return -1;
         snprintf(w, sizeof(w), "steps[%zu].top_logprobs[%zu].logprob", i, k);
         if (ds4_reader_f32(r, ds4_json_get(e, "logprob"), w, &lp)) return -1;
         t->logprob = lp;
@@ -202,7 +205,9 @@ int ds4_dump_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
     for (size_t i = 0; i < steps->n; i++) {
         ds4_golden_step st;
         memset(&st, 0, sizeof(st));
-        int s = read_step(&r, &steps->elems[i], i, g->h.settings.top_k, &st);
+        bool no_logit = false;
+        int s = read_step(&r, &steps->elems[i], i, g->h.settings.top_k, &st, &no_logit);
+        if (no_logit) g->has_logits = false;
         if (s == 0) s = ds4_golden_push_step(g, &st, err);
         ds4_golden_step_free(&st);
         if (s) goto out;

@@ -39,7 +39,7 @@ build() {
         [ "$t" = server ] && extra=(-Iprograms programs/server_request.c -ljansson)
         # shellcheck disable=SC2086
         $cc $cflags -fsanitize=fuzzer "tests/fuzz/fuzz_$t.c" tests/fuzz/fuzzutil.c tests/chat_msgs.c tests/xzvocab.c \
-            "${extra[@]}" "$out/libds4check.a" "$out/libds4ref.a" -lpcre2-8 -lm -o "$out/fuzz_$t"
+            "${extra[@]}" "$out/libds4check.a" "$out/libds4ref.a" -lcurl -lpcre2-8 -lm -o "$out/fuzz_$t"
     done
     # shellcheck disable=SC2086
     $cc $cflags -fsanitize=fuzzer-no-link tests/fuzz/seeds.c tests/fuzz/fuzzutil.c \

@@ -1,0 +1,213 @@
+/* ds4ref-conform against an engine behind HTTP (server.h). */
+#include "conform/server.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "base/file.h"
+#include "conform/http.h"
+#include "text/json.h"
+
+typedef struct row_job {
+    const ds4_cf_server_cell *c;
+    uint32_t r;
+    ds4_buf body, resp;
+    long status;
+    int rc;
+    ds4err err;
+} row_job;
+
+static void *send_row(void *arg) {
+    row_job *j = arg;
+    const ds4_cf_server_cell *c = j->c;
+    char url[512];
+    snprintf(url, sizeof(url), "%s/v1/completions", c->url);
+    j->rc = ds4chk_http_request(url, j->body.p, j->body.len, c->timeout, &j->resp, &j->status,
+                                &j->err);
+    return NULL;
+}
+
+static void request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+    ds4_buf_puts(b, "{");
+    if (c->model) {
+        ds4_buf_puts(b, "\"model\": ");
+        ds4_json_put_str(b, c->model, strlen(c->model));
+        ds4_buf_puts(b, ", ");
+    }
+    ds4_buf_puts(b, "\"prompt\": [");
+    for (uint32_t i = 0; i < c->n[r]; i++) ds4_buf_printf(b, "%s%d", i ? ", " : "", c->ids[r][i]);
+    ds4_buf_printf(b, "], \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
+                   "\"logprobs\": %u, \"return_tokens_as_token_ids\": true}",
+                   c->n_tokens, c->temp, (unsigned long long)(c->seed + r),
+                   c->top_k < 20 ? c->top_k : 20);
+}
+
+/* "token_id:N" -> N. */
+static int token_id(const ds4_json *v, int32_t *id) {
+    if (!v || v->type != DS4_JSON_STRING || v->len <= 9 || memcmp(v->str, "token_id:", 9)) return -1;
+    long long x = 0;
+    for (size_t i = 9; i < v->len; i++) {
+        if (v->str[i] < '0' || v->str[i] > '9' || x > 1 << 30) return -1;
+        x = 10 * x + (v->str[i] - '0');
+    }
+    *id = (int32_t)x;
+    return 0;
+}
+
+typedef struct alt {
+    int32_t id;
+    double lp;
+    const char *lit;
+    size_t len;
+} alt;
+
+/* By logprob descending, then id ascending: the order of a top list. */
+static int by_logprob(const void *a, const void *b) {
+    const alt *x = a, *y = b;
+    if (x->lp != y->lp) return x->lp > y->lp ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* An answer as ds4's dump layout into *out; -1 with *err saying what was
+ * not as expected. */
+static int answer_to_dump(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
+                          ds4_buf *out, ds4err *err) {
+    const ds4_json *ch = ds4_json_get(root, "choices");
+    const ds4_json *lp = ch && ch->type == DS4_JSON_ARRAY && ch->n ? ds4_json_get(&ch->elems[0], "logprobs") : NULL;
+    const ds4_json *toks = ds4_json_get(lp, "tokens"), *tops = ds4_json_get(lp, "top_logprobs");
+    if (!toks || toks->type != DS4_JSON_ARRAY || !tops || tops->type != DS4_JSON_ARRAY ||
+        tops->n != toks->n)
+        return ds4_err_set(err, DS4_E_FORMAT, "row %u: the answer has no choices[0].logprobs with "
+                           "tokens and top_logprobs (an OpenAI completion with logprobs)", r);
+    ds4_buf_printf(out, "{\"source\":\"server\",\"prompt_tokens\":%u,\"ctx\":%u,\"top_k\":%u,"
+                   "\"steps\":[", c->n[r], c->ctx, c->top_k);
+    for (size_t i = 0; i < toks->n; i++) {
+        int32_t id;
+        if (token_id(&toks->elems[i], &id))
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: token %zu is not \"token_id:N\": the "
+                               "engine ignored return_tokens_as_token_ids", r, i);
+        const ds4_json *d = &tops->elems[i];
+        if (d->type != DS4_JSON_OBJECT)
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: top_logprobs[%zu] is not an object", r, i);
+        alt *a = calloc(d->n ? d->n : 1, sizeof(*a));
+        if (!a) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        for (size_t k = 0; k < d->n; k++) {
+            if (token_id(&d->keys[k], &a[k].id) || d->elems[k].type != DS4_JSON_NUMBER) {
+                free(a);
+                return ds4_err_set(err, DS4_E_FORMAT, "row %u: top_logprobs[%zu] has an entry "
+                                   "that is not \"token_id:N\": logprob", r, i);
+            }
+            a[k] = (alt){a[k].id, d->elems[k].num, d->elems[k].str, d->elems[k].len};
+        }
+        qsort(a, d->n, sizeof(*a), by_logprob);
+        ds4_buf_printf(out, "%s\n{\"step\":%zu,\"selected\":{\"id\":%d},\"top_logprobs\":[",
+                       i ? "," : "", i, id);
+        for (size_t k = 0; k < d->n && k < c->top_k; k++)
+            ds4_buf_printf(out, "%s{\"token\":{\"id\":%d},\"logprob\":%.*s}", k ? "," : "",
+                           a[k].id, (int)a[k].len, a[k].lit);
+        ds4_buf_puts(out, "]}");
+        free(a);
+    }
+    ds4_buf_puts(out, "\n]}\n");
+    return out->failed ? ds4_err_set(err, DS4_E_NOMEM, "out of memory") : 0;
+}
+
+static void log_line(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void log_line(const char *log, const char *fmt, ...) {
+    FILE *f = log ? fopen(log, "a") : NULL;
+    if (!f) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fclose(f);
+}
+
+int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
+    row_job *jobs = calloc(c->rows, sizeof(*jobs));
+    pthread_t *th = calloc(c->rows, sizeof(*th));
+    if (!jobs || !th) {
+        free(jobs), free(th);
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    }
+    /* Every row's request goes out before any answer is awaited: they are
+     * in flight together, which is what a batch cell tests. */
+    uint32_t started = 0;
+    for (uint32_t r = 0; r < c->rows; r++) {
+        jobs[r] = (row_job){.c = c, .r = r};
+        request_body(c, r, &jobs[r].body);
+        if (pthread_create(&th[r], NULL, send_row, &jobs[r])) break;
+        started++;
+    }
+    for (uint32_t r = 0; r < started; r++) pthread_join(th[r], NULL);
+    int rc = started == c->rows ? 0 : ds4_err_set(err, DS4_E_NOMEM, "cannot start a thread per row");
+    for (uint32_t r = 0; rc == 0 && r < c->rows; r++) {
+        row_job *j = &jobs[r];
+        log_line(c->log, "POST %s/v1/completions row %u: %s%ld", c->url, r,
+                 j->rc ? j->err.msg : "status ", j->rc ? 0 : j->status);
+        if (j->rc) {
+            rc = ds4_err_set(err, j->err.code, "row %u: %s", r, j->err.msg);
+            break;
+        }
+        if (j->status != 200) {
+            log_line(c->log, "%.*s", (int)(j->resp.len > 600 ? 600 : j->resp.len), j->resp.p ? j->resp.p : "");
+            rc = ds4_err_set(err, DS4_E_FORMAT, "row %u: the engine answered %ld: %.200s", r,
+                             j->status, j->resp.p ? j->resp.p : "");
+            break;
+        }
+        ds4_json_doc *doc;
+        if (ds4_json_parse(j->resp.p ? j->resp.p : "", j->resp.len, "answer", &doc, err)) {
+            rc = -1;
+            break;
+        }
+        ds4_buf dump = {0};
+        rc = answer_to_dump(c, r, ds4_json_root(doc), &dump, err);
+        ds4_json_free(doc);
+        char path[1024];
+        if (c->rows > 1) snprintf(path, sizeof(path), "%s.%u", c->out, r);
+        else snprintf(path, sizeof(path), "%s", c->out);
+        if (rc == 0) rc = ds4_file_write_atomic(path, dump.p, dump.len, err);
+        ds4_buf_free(&dump);
+    }
+    for (uint32_t r = 0; r < c->rows; r++) {
+        ds4_buf_free(&jobs[r].body);
+        ds4_buf_free(&jobs[r].resp);
+    }
+    free(jobs), free(th);
+    return rc;
+}
+
+int ds4chk_server_wait_ready(const char *url, double timeout, int (*alive)(void *ud), void *ud,
+                             ds4err *err) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char last[600] = "no answer";
+    for (;;) {
+        static const char *const paths[] = {"/health", "/v1/models"};
+        for (int k = 0; k < 2; k++) {
+            char u[512];
+            snprintf(u, sizeof(u), "%s%s", url, paths[k]);
+            ds4_buf b = {0};
+            long status = 0;
+            ds4err e = {0};
+            const int rc = ds4chk_http_request(u, NULL, 0, 5, &b, &status, &e);
+            ds4_buf_free(&b);
+            if (rc == 0 && status == 200) return 0;
+            snprintf(last, sizeof(last), "%s", rc ? e.msg : "a status other than 200");
+        }
+        if (alive && !alive(ud))
+            return ds4_err_set(err, DS4_E_IO, "the engine exited before %s answered (%s)", url, last);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > timeout)
+            return ds4_err_set(err, DS4_E_IO, "%s did not answer /health or /v1/models within "
+                               "%g s (%s)", url, timeout, last);
+        nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
+    }
+}

@@ -1,0 +1,40 @@
+/* ds4ref-conform against an engine behind HTTP (docs/CONFORM.md, "Against a
+ * server"): a cell's rows sent as requests held in flight together, each
+ * answer written as the row's output ({out}, or {out}.ROW with several
+ * rows) in ds4's dump layout, token ids and logprobs, without logits.
+ *
+ * The dialect is OpenAI's completions with vLLM's
+ * return_tokens_as_token_ids (ds4ref-server and vLLM): the prompt as token
+ * ids, greedy or sampled at the cell's temperature and seed (row r: seed +
+ * r, as ds4ref's batches), logprobs top_k (at most 20). */
+#ifndef DS4_CONFORM_SERVER_H
+#define DS4_CONFORM_SERVER_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct ds4_cf_server_cell {
+    const char *url;               /* the engine, "http://HOST:PORT" */
+    const char *model;             /* the request's "model", or NULL */
+    const int32_t *const *ids;     /* [rows] each row's prompt */
+    const uint32_t *n;
+    uint32_t rows, n_tokens, top_k, ctx;
+    double temp;
+    uint64_t seed;
+    const char *out;               /* {out} */
+    const char *log;               /* each request and its status, appended */
+    double timeout;                /* seconds a request may take (0: none) */
+} ds4_cf_server_cell;
+
+/* Send the rows and write their outputs.  An error is the cell's (an engine
+ * that refused, failed or answered something else): the message says
+ * which row and what. */
+int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err);
+
+/* Wait, at most timeout seconds, until url answers GET /health or
+ * /v1/models with 200; 0, or an error saying what it last answered. */
+int ds4chk_server_wait_ready(const char *url, double timeout, int (*alive)(void *ud), void *ud,
+                             ds4err *err);
+
+#endif
