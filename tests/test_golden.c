@@ -610,6 +610,16 @@ static void test_dump_reads_back(void **state) {
     assert_int_equal(g.steps[0].top[1].id, 7);
     assert_int_equal(g.steps[0].top[1].n_bytes, 2);
     assert_memory_equal(g.steps[0].top[1].bytes, "\xc3\xa9", 2);
+    assert_true(g.has_logits);
+    ds4_golden_free(&g);
+
+    /* A server's answer has logprobs and no logits: then the file has none. */
+    const char *no_logits = "{\"source\":\"server\",\"prompt_tokens\":1,\"ctx\":8,\"top_k\":1,"
+                            "\"steps\":[{\"step\":0,\"selected\":{\"id\":5},\"top_logprobs\":["
+                            "{\"token\":{\"id\":5},\"logprob\":-0.5}]}]}";
+    assert_int_equal(ds4_dump_parse(no_logits, strlen(no_logits), "n.json", &g, &err), 0);
+    assert_false(g.has_logits);
+    assert_true(g.steps[0].top[0].logprob == -0.5);
     ds4_golden_free(&g);
 
     static const struct {
