@@ -152,6 +152,10 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
  * line about them; 0 past the last. */
 int ds4check_conform_preset(uint32_t i, const char **name, const char **tmpl, const char **about);
 
+/* The server presets (--server-cmd NAME), likewise. */
+int ds4check_conform_server_preset(uint32_t i, const char **name, const char **tmpl,
+                                   const char **about);
+
 #ifdef __cplusplus
 }
 #endif

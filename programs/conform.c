@@ -182,6 +182,9 @@ static void backend_help(void) {
     const char *name, *tmpl, *about;
     for (uint32_t i = 0; ds4check_conform_preset(i, &name, &tmpl, &about); i++)
         printf("  %s: %s\n    %s\n", name, about, tmpl);
+    fputs("\nServer presets (--server-cmd NAME; {port}: a free port of the loopback):\n", stdout);
+    for (uint32_t i = 0; ds4check_conform_server_preset(i, &name, &tmpl, &about); i++)
+        printf("  %s: %s\n    %s\n", name, about, tmpl);
 }
 
 static int apply_option(cli *c, int id, const char *a, const char *v) {

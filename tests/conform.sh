@@ -240,8 +240,9 @@ check "... every cell" all_pass "$tmp/f32.json"
 # Against a server (docs/CONFORM.md, "Against a server"): ds4ref-server
 # started for each cell passes every cell exactly, a batch cell being its
 # rows' requests in flight together; so does one already running
-# (--server URL); and a proxy that perturbs an answer only while another
-# request is in flight fails exactly the cells of several rows.
+# (--server URL); a proxy that perturbs an answer only while another
+# request is in flight fails exactly the cells of several rows, and one that
+# perturbs a prompt it has seen before exactly the warm-cache cells.
 server_bin=$(dirname "$self_bin")/ds4ref-server
 mkdir -p "$tmp/one"
 cp vectors/conform/chat.txt "$tmp/one/"
@@ -261,6 +262,12 @@ conform --server-cmd "python3 tests/faulty_proxy.py --mode batch --port {port} -
     "${srv_args[@]}" --json "$tmp/srv3.json" > "$tmp/srv3.txt" 2>&1
 check "a server wrong only with another request in flight: exactly the batch > 1 cells fail" \
     flagged_exactly "$tmp/srv3.json" 'b > 1'
+conform --server-cmd "python3 tests/faulty_proxy.py --mode cache --port {port} -- '$server_bin' -m {model} --port 0" \
+    -m models/tiny.gguf --prompts "$tmp/one" -n 8 --exact --matrix "draft=0 chunk=whole batch=1 cache=cold,warm" \
+    --json "$tmp/srv4.json" > "$tmp/srv4.txt" 2>&1
+check "a server wrong only on a prompt it has seen: exactly the warm cells fail" \
+    bash -c '[ "$(grep -c "\"status\":\"fail\",\"cache\":\"warm\"" "$1")" = 1 ] &&
+             [ "$(grep -c "\"status\":\"pass\",\"cache\":\"cold\"" "$1")" = 1 ]' _ "$tmp/srv4.json"
 check "--server-cmd without {port} -> 2" status_is 2 ./ds4ref-conform --server-cmd "'$server_bin' -m {model}" -m models/tiny.gguf
 check "... said so" grep -q "no {port}" "$tmp/stderr"
 

@@ -1,7 +1,7 @@
 """A faulty engine for ds4ref-conform's server tests: an HTTP proxy in front
 of a real server that breaks its answers under one condition only.
 
-    python3 tests/faulty_proxy.py --mode batch --port PORT -- SERVER_COMMAND...
+    python3 tests/faulty_proxy.py --mode batch|cache --port PORT -- SERVER_COMMAND...
 
 It starts SERVER_COMMAND (which must print "listening on http://HOST:PORT"
 on stderr, as ds4ref-server does with --port 0), listens on PORT of the
@@ -9,6 +9,8 @@ loopback and forwards every request to it.  --mode batch: a completion
 answered while another completion was in flight at any moment of its life
 gets its third token's logprob, and that token's entry among the
 alternatives, raised by 0.25: exactly the cells with several rows must
+fail.  --mode cache: the same to a completion whose prompt it has seen
+before (a prefix cache that changes logits): exactly the warm cells must
 fail.  It stops its server when it gets SIGTERM."""
 import argparse
 import http.server
@@ -22,7 +24,7 @@ import urllib.error
 import urllib.request
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--mode", choices=["batch"], required=True)
+ap.add_argument("--mode", choices=["batch", "cache"], required=True)
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("cmd", nargs="+")
 args = ap.parse_args()
@@ -37,6 +39,7 @@ base = m.group(0)
 lock = threading.Lock()
 in_flight = 0
 generation = 0   # bumped whenever a completion starts while another runs
+seen = set()     # the prompts of the completions so far (--mode cache)
 
 
 def perturb(body):
@@ -59,7 +62,11 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     def forward(self, data):
         global in_flight, generation
         completion = self.path.endswith("/completions")
+        prompt = json.dumps(json.loads(data).get("prompt")) if completion and data else None
         with lock:
+            repeated = prompt in seen
+            if prompt is not None:
+                seen.add(prompt)
             if completion:
                 in_flight += 1
                 if in_flight > 1:
@@ -79,7 +86,7 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                 if completion:
                     in_flight -= 1
                 crowded = crowded or generation != start or in_flight > 0
-        if completion and status == 200 and crowded:
+        if completion and status == 200 and (crowded if args.mode == "batch" else repeated):
             body = perturb(body)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -83,6 +83,37 @@ static void test_template_groups(void **state) {
     free(s);
 }
 
+/* Server templates: {port} required and expanded; the vllm preset's JSON
+ * speculative config, with its braces, present at depth 3 and gone at 0. */
+static void test_template_server(void **state) {
+    (void)state;
+    ds4err err = {0};
+    uint32_t uses;
+    assert_int_not_equal(ds4chk_template_check_server("e -m {model}", &uses, &err), 0);
+    assert_non_null(strstr(err.msg, "no {port}"));
+    assert_int_equal(ds4chk_template_check_server("e -m {model} --port {port}", &uses, &err), 0);
+    assert_true(uses & 1u << DS4_CF_PORT);
+    ds4_cf_vars v = vars;
+    v.port = 8123;
+    v.model = "/m/ckpt";
+    const char *t = ds4chk_template_server_preset("vllm");
+    assert_non_null(t);
+    char *s = expand(t, &v, &err);
+    assert_non_null(strstr(s, "--port 8123 --max-model-len 4096 --max-num-batched-tokens 14 "));
+    assert_non_null(strstr(s, "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'"));
+    free(s);
+    v.draft = 0;
+    s = expand(t, &v, &err);
+    assert_null(strstr(s, "speculative"));
+    free(s);
+    const char *name, *tmpl, *about;
+    uint32_t n = 0;
+    for (; ds4chk_template_server_preset_at(n, &name, &tmpl, &about); n++)
+        assert_int_equal(ds4chk_template_check_server(tmpl, &uses, &err), 0);
+    assert_true(n >= 2);
+    assert_null(ds4chk_template_server_preset("nope"));
+}
+
 static void test_template_check(void **state) {
     (void)state;
     ds4err err = {0};
@@ -134,9 +165,15 @@ static void test_matrix(void **state) {
     assert_int_equal(m.chunk.v[0], DS4_CF_WHOLE);
     assert_int_equal(m.chunk.v[1], 64);
     assert_int_equal(m.batch.n, 3);   /* not named: kept */
+    assert_int_equal(m.cache.n, 1);   /* cold only by default */
+    assert_int_equal(m.cache.v[0], DS4_CF_COLD);
+    assert_int_equal(ds4chk_matrix_parse(&m, "cache=warm,cold,warm", &err), 0);
+    assert_int_equal(m.cache.n, 2);
+    assert_int_equal(m.cache.v[0], DS4_CF_WARM);
+    assert_int_equal(m.cache.v[1], DS4_CF_COLD);
     static const char *const bad[] = {"draft=17", "chunk=0", "batch=0", "batch=17", "draft",
                                       "draft=", "depth=1", "draft=1,,2", "draft=whole",
-                                      "chunk=-1", "batch=1x"};
+                                      "chunk=-1", "batch=1x", "cache=hot", "cache=cold,,warm"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ds4chk_matrix_default(&m);
         assert_int_not_equal(ds4chk_matrix_parse(&m, bad[i], &err), 0);
@@ -417,7 +454,8 @@ static void test_verdict_margins(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_expand), cmocka_unit_test(test_template_groups),
-        cmocka_unit_test(test_template_check),  cmocka_unit_test(test_matrix),
+        cmocka_unit_test(test_template_check), cmocka_unit_test(test_template_server),
+        cmocka_unit_test(test_matrix),
         cmocka_unit_test(test_accept_lines),    cmocka_unit_test(test_verdict_row),
         cmocka_unit_test(test_verdict_usable),  cmocka_unit_test(test_verdict_same),
         cmocka_unit_test(test_verdict_margins),

@@ -28,6 +28,11 @@ int ds4check_conform_preset(uint32_t i, const char **name, const char **tmpl, co
     return ds4chk_template_preset_at(i, name, tmpl, about);
 }
 
+int ds4check_conform_server_preset(uint32_t i, const char **name, const char **tmpl,
+                                   const char **about) {
+    return ds4chk_template_server_preset_at(i, name, tmpl, about);
+}
+
 /* The internal options of o, over the corpus and matrix made from it. */
 static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus, ds4_cf_opts *in,
                        ds4err *e) {

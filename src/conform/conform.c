@@ -98,20 +98,24 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
         return "the backend template has no {chunk}";
     if (c->batch > 1 && !(uses & (1u << DS4_CF_BATCH | 1u << DS4_CF_BATCH_TOKENS)))
         return "the backend template has no {batch} or {batch_tokens}";
+    if (c->cache == DS4_CF_WARM && !o->server_url && !o->server_cmd)
+        return "a warm prefix cache is a server's (--server, --server-cmd)";
     return NULL;
 }
 
 static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
     const ds4_cf_matrix *m = &o->matrix;
-    uint64_t n = (uint64_t)m->draft.n * m->chunk.n * m->batch.n * res->n_prompts;
+    uint64_t n = (uint64_t)m->draft.n * m->chunk.n * m->batch.n * m->cache.n * res->n_prompts;
     if (!n) return ds4_err_set(err, DS4_E_ARG, "the matrix has no cell");
     res->cells = calloc(n, sizeof(ds4_cf_cell));
     if (!res->cells) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     for (uint32_t d = 0; d < m->draft.n; d++)
         for (uint32_t c = 0; c < m->chunk.n; c++)
             for (uint32_t b = 0; b < m->batch.n; b++)
+                for (uint32_t k = 0; k < m->cache.n; k++)
                 for (uint32_t p = 0; p < res->n_prompts; p++) {
                     ds4_cf_cell *cell = &res->cells[res->n_cells++];
+                    cell->cache = m->cache.v[k];
                     cell->draft = m->draft.v[d];
                     cell->chunk_spec = m->chunk.v[c];
                     cell->batch = m->batch.v[b];
@@ -134,8 +138,9 @@ static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
 void ds4chk_conform_cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, bool with_prompt, char *out,
                       size_t cap) {
     char ch[16];
-    snprintf(out, cap, "draft=%u chunk=%s batch=%u%s%s", c->draft,
-             ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch, with_prompt ? " " : "",
+    snprintf(out, cap, "draft=%u chunk=%s batch=%u%s%s%s", c->draft,
+             ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch,
+             c->cache == DS4_CF_WARM ? " cache=warm" : "", with_prompt ? " " : "",
              with_prompt ? r->prompts[c->prompt].name : "");
 }
 
@@ -418,7 +423,8 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
         n[r] = res->prompts[c->rows[r].prompt].n;
     }
     ds4_cf_server_cell sc = {url, NULL, ids, n, c->batch, o->n_tokens, o->top_k, res->ctx,
-                             o->temp, o->seed, out, log, o->timeout > 0 ? 10 * o->timeout : 0};
+                             o->temp, o->seed, out, log, o->timeout > 0 ? 10 * o->timeout : 0,
+                             c->cache == DS4_CF_WARM};
     if (rc == 0) rc = ds4chk_server_cell(&sc, why);
     if (pid > 0) ds4chk_backend_stop(pid, 10);
     ds4_buf_free(&cmd);
@@ -433,8 +439,9 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
 static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_cell *c,
                        uint32_t index, const char *work, ds4err *err) {
     char name[64], ch[16];
-    snprintf(name, sizeof(name), "%03u-d%u-c%s-b%u-", index, c->draft,
-             ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch);
+    snprintf(name, sizeof(name), "%03u-d%u-c%s-b%u%s-", index, c->draft,
+             ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch,
+             c->cache == DS4_CF_WARM ? "-warm" : "");
     ds4_buf dir = {0};
     ds4_buf_printf(&dir, "%s/%s%s", work, name, res->prompts[c->prompt].name);
     char *tokens = path_in(dir.p, "tokens", -1), *prompt = path_in(dir.p, "prompt", -1),
@@ -589,9 +596,10 @@ static int launch_all(ds4_cf_result *res, const ds4_cf_opts *o, const char *work
 
 /* ---- across cells ---- */
 
-/* Is a a better base cell than b: a lower depth, then a smaller batch,
+/* Is a a better base cell than b: a cold cache, a lower depth, then a smaller batch,
  * then the whole prompt in one chunk, else a larger chunk? */
 static bool better_base(const ds4_cf_cell *a, const ds4_cf_cell *b) {
+    if (a->cache != b->cache) return a->cache == DS4_CF_COLD;
     if (a->draft != b->draft) return a->draft < b->draft;
     if (a->batch != b->batch) return a->batch < b->batch;
     if ((a->chunk_spec == DS4_CF_WHOLE) != (b->chunk_spec == DS4_CF_WHOLE))

@@ -96,6 +96,7 @@ typedef struct ds4_cf_row {
 
 typedef struct ds4_cf_cell {
     uint32_t draft, chunk_spec, chunk, batch, prompt;   /* chunk: the number given */
+    uint32_t cache;            /* DS4_CF_COLD or DS4_CF_WARM (matrix.h) */
     ds4_cf_status status;
     int32_t row;               /* the row of f, -1 for the cell as a whole */
     ds4_cf_finding f;          /* what decided the status */

@@ -17,6 +17,28 @@ void ds4chk_matrix_default(ds4_cf_matrix *m) {
     set(&m->draft, draft, 7);
     set(&m->chunk, chunk, 4);
     set(&m->batch, batch, 3);
+    set(&m->cache, (const uint32_t[]){DS4_CF_COLD}, 1);
+}
+
+/* "cold,warm" of s[0..len) into d. */
+static int parse_cache(const char *s, size_t len, ds4_cf_dim *d, ds4err *err) {
+    ds4_cf_dim out = {.n = 0};
+    for (size_t at = 0; at <= len;) {
+        const char *comma = memchr(s + at, ',', len - at);
+        size_t end = comma ? (size_t)(comma - s) : len;
+        uint32_t v;
+        if (end - at == 4 && !strncmp(s + at, "cold", 4)) v = DS4_CF_COLD;
+        else if (end - at == 4 && !strncmp(s + at, "warm", 4)) v = DS4_CF_WARM;
+        else
+            return ds4_err_set(err, DS4_E_ARG, "--matrix cache: '%.*s' is not cold or warm",
+                               (int)(end - at > 20 ? 20 : end - at), s + at);
+        bool seen = false;
+        for (uint32_t i = 0; i < out.n; i++) seen |= out.v[i] == v;
+        if (!seen) out.v[out.n++] = v;
+        at = end + 1;
+    }
+    *d = out;
+    return 0;
 }
 
 const char *ds4chk_matrix_chunk_name(uint32_t chunk, char *buf, size_t cap) {
@@ -74,8 +96,8 @@ int ds4chk_matrix_parse(ds4_cf_matrix *out, const char *spec, ds4err *err) {
         size_t len = strcspn(p, " \t");
         const char *eq = memchr(p, '=', len);
         if (!eq || eq + 1 == p + len)
-            return ds4_err_set(err, DS4_E_ARG, "--matrix: '%.*s' is not NAME=V,V,... (draft, chunk "
-                              "or batch)", (int)(len > 40 ? 40 : len), p);
+            return ds4_err_set(err, DS4_E_ARG, "--matrix: '%.*s' is not NAME=V,V,... (draft, chunk, "
+                              "batch or cache)", (int)(len > 40 ? 40 : len), p);
         size_t nlen = (size_t)(eq - p), vlen = len - nlen - 1;
         int rc;
         if (nlen == 5 && !strncmp(p, "draft", 5))
@@ -84,9 +106,11 @@ int ds4chk_matrix_parse(ds4_cf_matrix *out, const char *spec, ds4err *err) {
             rc = parse_list("chunk", eq + 1, vlen, 1, 65536, true, &m->chunk, err);
         else if (nlen == 5 && !strncmp(p, "batch", 5))
             rc = parse_list("batch", eq + 1, vlen, 1, DS4_CF_MAX_BATCH, false, &m->batch, err);
+        else if (nlen == 5 && !strncmp(p, "cache", 5))
+            rc = parse_cache(eq + 1, vlen, &m->cache, err);
         else
-            rc = ds4_err_set(err, DS4_E_ARG, "--matrix: unknown dimension '%.*s' (draft, chunk or "
-                            "batch)", (int)(nlen > 20 ? 20 : nlen), p);
+            rc = ds4_err_set(err, DS4_E_ARG, "--matrix: unknown dimension '%.*s' (draft, chunk, "
+                            "batch or cache)", (int)(nlen > 20 ? 20 : nlen), p);
         if (rc) return -1;
         p += len;
     }

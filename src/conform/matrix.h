@@ -26,11 +26,16 @@ typedef struct ds4_cf_matrix {
     ds4_cf_dim draft;      /* 0 .. 16; 0 = no speculation */
     ds4_cf_dim chunk;      /* >= 1, or DS4_CF_WHOLE */
     ds4_cf_dim batch;      /* 1 .. DS4_CF_MAX_BATCH */
+    ds4_cf_dim cache;      /* DS4_CF_COLD, DS4_CF_WARM: a server's prefix cache */
 } ds4_cf_matrix;
+
+/* A cell's prefix cache: cold (the default), or warm: each row's prompt
+ * sent once, alone, before the cell's requests (servers only). */
+enum { DS4_CF_COLD = 0, DS4_CF_WARM = 1 };
 
 void ds4chk_matrix_default(ds4_cf_matrix *m);
 
-/* Narrow (or widen) it: "draft=0,2,4 chunk=64,whole batch=1"; a dimension
+/* Narrow (or widen) it: "draft=0,2,4 chunk=64,whole batch=1 cache=cold,warm"; a dimension
  * not named keeps its values.  Values are kept in the order given, without
  * repeats. */
 int ds4chk_matrix_parse(ds4_cf_matrix *m, const char *spec, ds4err *err);

@@ -98,8 +98,8 @@ static void put_table(ds4_buf *b, const ds4_cf_result *r) {
     for (uint32_t i = 0; i < r->n_cells; i += r->n_prompts) {
         const ds4_cf_cell *c = &r->cells[i];
         char ch[16];
-        ds4_buf_printf(b, "%5u %5s %5u ", c->draft, ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)),
-                       c->batch);
+        ds4_buf_printf(b, "%5u %5s %4u%c ", c->draft, ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)),
+                       c->batch, c->cache == DS4_CF_WARM ? 'w' : ' ');
         for (uint32_t p = 0; p < r->n_prompts && i + p < r->n_cells; p++) {
             char e[64];
             entry(&r->cells[i + p], e, sizeof(e));
@@ -218,6 +218,7 @@ static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell 
     ds4_buf_printf(b, ",\"chunk_tokens\":%u,\"batch\":%u", c->chunk, c->batch);
     put_str(b, "prompt", r->prompts[c->prompt].name);
     put_str(b, "status", ds4chk_verdict_status_name(c->status));
+    put_str(b, "cache", c->cache == DS4_CF_WARM ? "warm" : "cold");
     if (c->f.step >= 0 && c->status != DS4_CF_PASS) ds4_buf_printf(b, ",\"first_step\":%" PRId64, c->f.step);
     else ds4_buf_puts(b, ",\"first_step\":null");
     put_num(b, "gap", c->status == DS4_CF_PASS ? NAN : c->f.gap);

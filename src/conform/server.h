@@ -25,6 +25,7 @@ typedef struct ds4_cf_server_cell {
     const char *out;               /* {out} */
     const char *log;               /* each request and its status, appended */
     double timeout;                /* seconds a request may take (0: none) */
+    int warm;                      /* each row's prompt sent once, alone, first */
 } ds4_cf_server_cell;
 
 /* Send the rows and write their outputs.  An error is the cell's (an engine

@@ -58,7 +58,25 @@ static const preset presets[] = {
 static const preset server_presets[] = {
     {"ds4ref-server", "{ds4ref}-server -m {model} --host 127.0.0.1 --port {port} --ctx {ctx} "
      "--chunk {chunk}", "this build's ds4ref-server (the self-check over HTTP)"},
+    /* vLLM 0.22 (DeepSeek V4's MTP: method "mtp"; chunked prefill is on,
+     * its chunk the batch's token budget; batch invariance by
+     * VLLM_BATCH_INVARIANT=1).  Written from its documentation, not run
+     * here: it needs its GPU build. */
+    {"vllm", "VLLM_BATCH_INVARIANT=1 vllm serve {model} --host 127.0.0.1 --port {port} "
+     "--max-model-len {ctx} --max-num-batched-tokens {chunk_total} --max-logprobs 20 "
+     "{[--speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": {draft}}']}",
+     "vLLM's OpenAI server on a checkpoint folder ({model}), MTP drafts of {draft}, "
+     "batch-invariant kernels"},
 };
+
+bool ds4chk_template_server_preset_at(uint32_t i, const char **name, const char **tmpl,
+                                      const char **about) {
+    if (i >= sizeof(server_presets) / sizeof(server_presets[0])) return false;
+    *name = server_presets[i].name;
+    *tmpl = server_presets[i].tmpl;
+    *about = server_presets[i].about;
+    return true;
+}
 
 const char *ds4chk_template_server_preset(const char *name) {
     for (size_t i = 0; i < sizeof(server_presets) / sizeof(server_presets[0]); i++)
