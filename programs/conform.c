@@ -42,7 +42,9 @@ static const char usage_text[] =
     "                           (ds4ref-server) or a command with {port}; ready when\n"
     "                           /health or /v1/models answers, stopped after the cell.\n"
     "                           Default matrix with a server: draft=0 chunk=whole\n"
-    "                           batch=1,2,4\n"
+    "                           batch=1,2,4 (add cache=cold,warm for its prefix cache)\n"
+    "  --server-dialect ids|text   how the engine names tokens: ids (\"token_id:N\",\n"
+    "                           the default) or text (matched to ids by their bytes)\n"
     "  --timeout SEC            kill a cell's command once it has used SEC seconds of CPU\n"
     "                           (or 10 x SEC of wall time without using it; default: none)\n"
     "  -j, --jobs N             run N cells' commands at once (default 1; the checks\n"
@@ -115,7 +117,7 @@ enum opt_id {
     O_NUMERICS,
     O_MODEL, O_MTP, O_PROMPTS, O_TOKENS, O_CTX, O_TOP_K, O_TEMP, O_SEED, O_QAT, O_MATRIX,
     O_MAX_GAP, O_MAX_DLOGPROB, O_MIN_TOP5, O_MIN_TOP20, O_TIE_EPS, O_JSON, O_CACHE, O_WORK,
-    O_THREADS, O_SERVER, O_SERVER_CMD
+    O_THREADS, O_SERVER, O_SERVER_CMD, O_SERVER_DIALECT
 };
 
 static const ds4ref_option options[] = {
@@ -133,6 +135,7 @@ static const ds4ref_option options[] = {
     {"--tie-eps", O_TIE_EPS, true}, {"--json", O_JSON, true}, {"--cache", O_CACHE, true},
     {"--work", O_WORK, true}, {"-t", O_THREADS, true}, {"--threads", O_THREADS, true},
     {"--server", O_SERVER, true}, {"--server-cmd", O_SERVER_CMD, true},
+    {"--server-dialect", O_SERVER_DIALECT, true},
 };
 
 typedef struct cli {
@@ -200,6 +203,10 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_BACKEND: o->backend = v; return 0;
     case O_SERVER: o->server_url = v; return 0;
     case O_SERVER_CMD: o->server_cmd = v; return 0;
+    case O_SERVER_DIALECT:
+        if (strcmp(v, "ids") && strcmp(v, "text")) return bad_value(a, v, "ids or text");
+        o->server_dialect = v;
+        return 0;
     case O_TIMEOUT: return parse_num(a, v, &o->timeout);
     case O_JOBS: return parse_u32(a, v, 1, 256, &o->jobs);
     case O_NUMERICS:

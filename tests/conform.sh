@@ -258,6 +258,9 @@ conform --server "$(grep -o 'http://[0-9.:]*' "$tmp/srv.log")" "${srv_args[@]}" 
 kill -TERM $srv_pid
 wait $srv_pid
 check "--server URL (one running): every cell exact" all_pass "$tmp/srv2.json"
+conform --server-cmd "'$server_bin' -m {model} --port {port}" --server-dialect text "${srv_args[@]}" \
+    --json "$tmp/srv5.json" > "$tmp/srv5.txt" 2>&1
+check "--server-dialect text (tokens named by text, matched by bytes): every cell exact" all_pass "$tmp/srv5.json"
 conform --server-cmd "python3 tests/faulty_proxy.py --mode batch --port {port} -- '$server_bin' -m {model} --port 0" \
     "${srv_args[@]}" --json "$tmp/srv3.json" > "$tmp/srv3.txt" 2>&1
 check "a server wrong only with another request in flight: exactly the batch > 1 cells fail" \

@@ -8,6 +8,7 @@
 #include "api/apimodel.h"
 #include "base/file.h"
 #include "conform/conform.h"
+#include "conform/server.h"
 #include "conform/template.h"
 
 void ds4check_conform_options_init(ds4check_conform_options *o) {
@@ -48,6 +49,11 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
                        : server_preset ? o->server_cmd : "(server command)";
     in->server_url = o->server_url;
     in->server_cmd = server_preset ? server_preset : o->server_cmd;
+    const char *dialect = o->server_dialect ? o->server_dialect
+                          : server_preset ? ds4chk_template_server_dialect(o->server_cmd) : "ids";
+    if (strcmp(dialect, "ids") && strcmp(dialect, "text"))
+        return ds4_err_set(e, DS4_E_ARG, "the server dialect is ids or text, not '%s'", dialect);
+    in->server_dialect = !strcmp(dialect, "text") ? DS4_CF_DIALECT_TEXT : DS4_CF_DIALECT_IDS;
     in->model_path = o->model_path;
     in->mtp_path = o->mtp_path;
     in->ds4ref_path = o->ds4ref_path ? o->ds4ref_path : "ds4ref";

@@ -424,7 +424,7 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     }
     ds4_cf_server_cell sc = {url, NULL, ids, n, c->batch, o->n_tokens, o->top_k, res->ctx,
                              o->temp, o->seed, out, log, o->timeout > 0 ? 10 * o->timeout : 0,
-                             c->cache == DS4_CF_WARM};
+                             c->cache == DS4_CF_WARM, o->server_dialect, o->vocab};
     if (rc == 0) rc = ds4chk_server_cell(&sc, why);
     if (pid > 0) ds4chk_backend_stop(pid, 10);
     ds4_buf_free(&cmd);
@@ -809,7 +809,12 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         c->status = c->f.status = DS4_CF_NA;
         snprintf(c->f.detail, sizeof(c->f.detail), "%s", na);
     }
+    ds4_cf_vocab_index *vocab = NULL;
+    if (rc == 0 && run.server_dialect == DS4_CF_DIALECT_TEXT &&
+        (rc = ds4chk_server_index_new(tok, &vocab, err)) == 0)
+        run.vocab = vocab;
     if (rc == 0) rc = launch_all(res, &run, work, err);
+    ds4chk_server_index_free(vocab);
     if (rc == 0 && run.calibrate && !run.limits.exact) rc = calibrate(&ref, m, res, &run, err);
     ds4chk_calibrate_limits(&res->calib, &run.limits);
     res->limits = run.limits;

@@ -64,6 +64,8 @@ typedef struct ds4_cf_opts {
      * {port}) started for each cell and stopped after it.  NULL both: the
      * backend template. */
     const char *server_url, *server_cmd;
+    int server_dialect;        /* enum ds4_cf_dialect (server.h) */
+    const struct ds4_cf_vocab_index *vocab;   /* made by the run for the text dialect */
     uint32_t jobs;             /* cells whose commands run at once (0, 1: one) */
     volatile sig_atomic_t *stop;   /* NULL, or set asynchronously (SIGINT): the run stops */
     ds4_cf_progress_fn progress;

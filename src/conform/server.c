@@ -13,6 +13,104 @@
 #include "conform/http.h"
 #include "text/json.h"
 
+/* ---- texts to ids ---- */
+
+typedef struct vocab_entry {
+    const uint8_t *b;
+    uint32_t n;
+    int32_t id;
+} vocab_entry;
+
+struct ds4_cf_vocab_index {
+    vocab_entry *e;
+    uint32_t n;
+    ds4_buf bytes;       /* every token's bytes, back to back */
+};
+
+static int entry_cmp(const void *a, const void *b) {
+    const vocab_entry *x = a, *y = b;
+    const uint32_t n = x->n < y->n ? x->n : y->n;
+    const int c = memcmp(x->b, y->b, n);
+    if (c) return c;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int ds4chk_server_index_new(const ds4_tokenizer *tok, ds4_cf_vocab_index **out, ds4err *err) {
+    ds4_cf_vocab_index *ix = calloc(1, sizeof(*ix));
+    const uint32_t V = tok->n_vocab;
+    size_t *off = malloc(sizeof(size_t) * (V + 1));
+    if (ix) ix->e = calloc(V ? V : 1, sizeof(vocab_entry));
+    if (!ix || !ix->e || !off) {
+        if (ix) free(ix->e);
+        free(ix), free(off);
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < V; i++) {
+        off[i] = ix->bytes.len;
+        const int32_t id = (int32_t)i;
+        if (ds4_tok_decode(tok, &id, 1, &ix->bytes, err)) {
+            free(off);
+            ds4chk_server_index_free(ix);
+            return -1;
+        }
+    }
+    off[V] = ix->bytes.len;
+    if (ix->bytes.failed) {
+        free(off);
+        ds4chk_server_index_free(ix);
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < V; i++)
+        ix->e[i] = (vocab_entry){(const uint8_t *)ix->bytes.p + off[i], (uint32_t)(off[i + 1] - off[i]),
+                                 (int32_t)i};
+    ix->n = V;
+    free(off);
+    qsort(ix->e, ix->n, sizeof(vocab_entry), entry_cmp);
+    *out = ix;
+    return 0;
+}
+
+void ds4chk_server_index_free(ds4_cf_vocab_index *ix) {
+    if (!ix) return;
+    free(ix->e);
+    ds4_buf_free(&ix->bytes);
+    free(ix);
+}
+
+/* The ids whose bytes are b[0..n): the lowest, and how many there are. */
+static uint32_t ids_of(const ds4_cf_vocab_index *ix, const uint8_t *b, uint32_t n, int32_t *lowest) {
+    vocab_entry key = {b, n, INT32_MIN};
+    size_t lo = 0, hi = ix->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (entry_cmp(&ix->e[mid], &key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    uint32_t k = 0;
+    while (lo + k < ix->n && ix->e[lo + k].n == n && !memcmp(ix->e[lo + k].b, b, n)) k++;
+    *lowest = k ? ix->e[lo].id : -1;
+    return k;
+}
+
+/* A token's text as bytes: "bytes:\xNN..." (vLLM's and ds4ref-server's
+ * form for bytes that are not UTF-8) decoded, else the string's UTF-8. */
+static uint32_t text_bytes(const ds4_json *v, uint8_t *out, uint32_t cap) {
+    if (v->len > 6 && !memcmp(v->str, "bytes:", 6)) {
+        uint32_t n = 0;
+        for (size_t i = 6; i + 3 < v->len + 0 && n < cap; i += 4) {
+            if (v->str[i] != '\\' || v->str[i + 1] != 'x') return UINT32_MAX;
+            unsigned x;
+            if (sscanf(v->str + i + 2, "%2x", &x) != 1) return UINT32_MAX;
+            out[n++] = (uint8_t)x;
+        }
+        return n;
+    }
+    const uint32_t n = v->len < cap ? (uint32_t)v->len : cap;
+    memcpy(out, v->str, n);
+    return n;
+}
+
 typedef struct row_job {
     const ds4_cf_server_cell *c;
     uint32_t r;
@@ -42,10 +140,13 @@ static void request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
     ds4_buf_puts(b, "\"prompt\": [");
     for (uint32_t i = 0; i < c->n[r]; i++) ds4_buf_printf(b, "%s%d", i ? ", " : "", c->ids[r][i]);
     ds4_buf_printf(b, "], \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
-                   "\"logprobs\": %u, \"return_tokens_as_token_ids\": true}",
+                   "\"logprobs\": %u%s}",
                    c->n_tokens, c->temp, (unsigned long long)(c->seed + r),
-                   c->top_k < 20 ? c->top_k : 20);
+                   c->top_k < 20 ? c->top_k : 20,
+                   c->dialect == DS4_CF_DIALECT_IDS ? ", \"return_tokens_as_token_ids\": true" : "");
 }
+
+static void log_line(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* "token_id:N" -> N. */
 static int token_id(const ds4_json *v, int32_t *id) {
@@ -65,6 +166,24 @@ typedef struct alt {
     const char *lit;
     size_t len;
 } alt;
+
+/* The id a token's name stands for in the cell's dialect; a text that is
+ * no id's bytes, or several ids', is logged (row r, step i). */
+static int name_to_id(const ds4_cf_server_cell *c, uint32_t r, size_t i, const ds4_json *v,
+                      int32_t *id) {
+    if (c->dialect == DS4_CF_DIALECT_IDS) return token_id(v, id);
+    if (!v || v->type != DS4_JSON_STRING) return -1;
+    uint8_t b[1024];
+    const uint32_t n = text_bytes(v, b, sizeof(b));
+    if (n == UINT32_MAX) return -1;
+    const uint32_t k = ids_of(c->vocab, b, n, id);
+    if (k == 1) return 0;
+    log_line(c->log, "row %u step %zu: the text \"%.*s\" is %s id%s%s", r, i, (int)v->len, v->str,
+             k ? "the bytes of several" : "no", k ? "s: taken as the lowest" : "'s bytes",
+             k ? "" : " (the engine lost bytes?): ambiguous");
+    if (!k) *id = 0;
+    return 0;
+}
 
 /* By logprob descending, then id ascending: the order of a top list. */
 static int by_logprob(const void *a, const void *b) {
@@ -88,19 +207,21 @@ static int answer_to_dump(const ds4_cf_server_cell *c, uint32_t r, const ds4_jso
                    "\"steps\":[", c->n[r], c->ctx, c->top_k);
     for (size_t i = 0; i < toks->n; i++) {
         int32_t id;
-        if (token_id(&toks->elems[i], &id))
-            return ds4_err_set(err, DS4_E_FORMAT, "row %u: token %zu is not \"token_id:N\": the "
-                               "engine ignored return_tokens_as_token_ids", r, i);
+        if (name_to_id(c, r, i, &toks->elems[i], &id))
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: token %zu is not %s", r, i,
+                               c->dialect == DS4_CF_DIALECT_IDS
+                                   ? "\"token_id:N\": the engine ignored return_tokens_as_token_ids"
+                                   : "a string");
         const ds4_json *d = &tops->elems[i];
         if (d->type != DS4_JSON_OBJECT)
             return ds4_err_set(err, DS4_E_FORMAT, "row %u: top_logprobs[%zu] is not an object", r, i);
         alt *a = calloc(d->n ? d->n : 1, sizeof(*a));
         if (!a) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
         for (size_t k = 0; k < d->n; k++) {
-            if (token_id(&d->keys[k], &a[k].id) || d->elems[k].type != DS4_JSON_NUMBER) {
+            if (name_to_id(c, r, i, &d->keys[k], &a[k].id) || d->elems[k].type != DS4_JSON_NUMBER) {
                 free(a);
                 return ds4_err_set(err, DS4_E_FORMAT, "row %u: top_logprobs[%zu] has an entry "
-                                   "that is not \"token_id:N\": logprob", r, i);
+                                   "that is not a token and its logprob", r, i);
             }
             a[k] = (alt){a[k].id, d->elems[k].num, d->elems[k].str, d->elems[k].len};
         }
@@ -116,8 +237,6 @@ static int answer_to_dump(const ds4_cf_server_cell *c, uint32_t r, const ds4_jso
     ds4_buf_puts(out, "\n]}\n");
     return out->failed ? ds4_err_set(err, DS4_E_NOMEM, "out of memory") : 0;
 }
-
-static void log_line(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void log_line(const char *log, const char *fmt, ...) {
     FILE *f = log ? fopen(log, "a") : NULL;

@@ -67,7 +67,17 @@ static const preset server_presets[] = {
      "{[--speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": {draft}}']}",
      "vLLM's OpenAI server on a checkpoint folder ({model}), MTP drafts of {draft}, "
      "batch-invariant kernels"},
+    /* llama-cpp-python's OpenAI server (its [server] extra): llama.cpp on
+     * the GGUF, n_batch the prefill chunk, no MTP; it names tokens by
+     * text. */
+    {"llama-cpp-python", "python3 -m llama_cpp.server --model {model} --host 127.0.0.1 "
+     "--port {port} --n_ctx {ctx_total} --n_batch {chunk}",
+     "llama.cpp behind llama-cpp-python's OpenAI server (tokens named by text), depth 0 only"},
 };
+
+const char *ds4chk_template_server_dialect(const char *name) {
+    return !strcmp(name, "llama-cpp-python") ? "text" : "ids";
+}
 
 bool ds4chk_template_server_preset_at(uint32_t i, const char **name, const char **tmpl,
                                       const char **about) {

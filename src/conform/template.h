@@ -70,6 +70,9 @@ const char *ds4chk_template_preset(const char *name);
  * another name. */
 const char *ds4chk_template_server_preset(const char *name);
 
+/* The dialect of server preset `name` ("ids" or "text"). */
+const char *ds4chk_template_server_dialect(const char *name);
+
 /* Name and template of server preset i, for --backend-help; false past
  * the last. */
 bool ds4chk_template_server_preset_at(uint32_t i, const char **name, const char **tmpl,
