@@ -424,7 +424,7 @@ static void copy_progress(void *ud, const srv_job *j) {
         st->steps = p;
         st->cap = j->n_steps;
     }
-    memcpy(st->steps, j->steps, sizeof(*st->steps) * j->n_steps);
+    if (j->n_steps) memcpy(st->steps, j->steps, sizeof(*st->steps) * j->n_steps);
     st->n_steps = j->n_steps;
     if (j->text_len + 1 > st->text_cap) {
         char *p = realloc(st->text, j->text_len + 1);

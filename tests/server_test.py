@@ -23,6 +23,21 @@ import atexit
 BIN = sys.argv[1] if len(sys.argv) > 1 else "."
 MODEL = "models/tiny.gguf"
 fails = 0
+finished = False
+servers = []
+
+
+def show_servers():
+    """What the servers said beyond their first line, when a check failed
+    or the test stopped on an exception."""
+    if fails or not finished:
+        for sv in servers:
+            text = "".join(sv.err).strip()
+            if text:
+                print(f"--- ds4ref-server's stderr:\n{text[-4000:]}")
+
+
+atexit.register(show_servers)
 
 
 def check(what, ok):
@@ -41,6 +56,12 @@ class Server:
         m = re.search(r"listening on http://([0-9.]+):([0-9]+)", line)
         assert m, f"ds4ref-server did not start: {line!r}"
         self.url = f"http://{m.group(1)}:{m.group(2)}"
+        # The rest of its stderr is kept, to be shown if a check fails (a
+        # sanitizer's report, say).
+        self.err = []
+        self.reader = threading.Thread(target=lambda: self.err.extend(self.p.stderr), daemon=True)
+        self.reader.start()
+        servers.append(self)
 
     def call(self, path, body=None, raw=None, timeout=120):
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -59,8 +80,8 @@ class Server:
     def stop(self, sig=signal.SIGTERM):
         self.p.send_signal(sig)
         rc = self.p.wait(timeout=60)
-        rest = self.p.stderr.read()
-        return rc, rest
+        self.reader.join(timeout=10)
+        return rc, "".join(self.err)
 
 
 def golden(args):
@@ -276,5 +297,6 @@ th.join()
 rc, _ = s.stop(signal.SIGINT)
 check("SIGINT: exit 0", rc == 0)
 
+finished = True
 print("server: all passed" if fails == 0 else f"server: {fails} failed")
 sys.exit(1 if fails else 0)
