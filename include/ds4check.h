@@ -131,11 +131,12 @@ typedef struct ds4check_conform_options {
      * the backend command. */
     const char *server_url;
     const char *server_cmd;
-    /* How the engine names tokens: "ids" ("token_id:N", vLLM's
-     * return_tokens_as_token_ids; the default, and ds4ref-server's) or
+    /* The engine's API: "ids" (OpenAI completions, tokens as "token_id:N",
+     * vLLM's return_tokens_as_token_ids; the default, and ds4ref-server's),
      * "text" (plain OpenAI: texts matched to ids by their bytes, the
-     * ambiguous ones listed in the cell's log).  NULL: the server preset's,
-     * else "ids". */
+     * ambiguous ones listed in the cell's log), "llama" (llama.cpp
+     * server's /completion with n_probs) or "sglang" (SGLang's /generate
+     * with return_logprob).  NULL: the server preset's, else "ids". */
     const char *server_dialect;
 } ds4check_conform_options;
 

@@ -43,8 +43,10 @@ static const char usage_text[] =
     "                           /health or /v1/models answers, stopped after the cell.\n"
     "                           Default matrix with a server: draft=0 chunk=whole\n"
     "                           batch=1,2,4 (add cache=cold,warm for its prefix cache)\n"
-    "  --server-dialect ids|text   how the engine names tokens: ids (\"token_id:N\",\n"
-    "                           the default) or text (matched to ids by their bytes)\n"
+    "  --server-dialect D       the engine's API: ids (OpenAI, \"token_id:N\"; the\n"
+    "                           default), text (OpenAI, tokens by text, matched to\n"
+    "                           ids by their bytes), llama (llama.cpp's /completion)\n"
+    "                           or sglang (SGLang's /generate); a preset sets its own\n"
     "  --timeout SEC            kill a cell's command once it has used SEC seconds of CPU\n"
     "                           (or 10 x SEC of wall time without using it; default: none)\n"
     "  -j, --jobs N             run N cells' commands at once (default 1; the checks\n"
@@ -204,7 +206,8 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_SERVER: o->server_url = v; return 0;
     case O_SERVER_CMD: o->server_cmd = v; return 0;
     case O_SERVER_DIALECT:
-        if (strcmp(v, "ids") && strcmp(v, "text")) return bad_value(a, v, "ids or text");
+        if (strcmp(v, "ids") && strcmp(v, "text") && strcmp(v, "llama") && strcmp(v, "sglang"))
+            return bad_value(a, v, "ids, text, llama or sglang");
         o->server_dialect = v;
         return 0;
     case O_TIMEOUT: return parse_num(a, v, &o->timeout);

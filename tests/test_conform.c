@@ -16,6 +16,9 @@
 
 #include "conform/backend.h"
 #include "conform/matrix.h"
+#include "conform/server.h"
+#include "format/dump.h"
+#include "format/golden.h"
 #include "conform/template.h"
 #include "conform/verdict.h"
 
@@ -112,6 +115,61 @@ static void test_template_server(void **state) {
         assert_int_equal(ds4chk_template_check_server(tmpl, &uses, &err), 0);
     assert_true(n >= 2);
     assert_null(ds4chk_template_server_preset("nope"));
+}
+
+/* Each dialect's answer (in the shape its engine documents) becomes the
+ * same dump: the chosen ids, and alternatives sorted by logprob with the
+ * engine's own digits. */
+static void test_server_answers(void **state) {
+    (void)state;
+    const int32_t p0[3] = {1, 2, 3};
+    const int32_t *ids[1] = {p0};
+    const uint32_t n[1] = {3};
+    ds4_cf_server_cell c = {.ids = ids, .n = n, .rows = 1, .n_tokens = 2, .top_k = 2, .ctx = 64};
+    static const struct {
+        int dialect;
+        const char *body;
+    } answers[] = {
+        {DS4_CF_DIALECT_IDS,
+         "{\"choices\": [{\"logprobs\": {\"tokens\": [\"token_id:7\", \"token_id:9\"], "
+         "\"token_logprobs\": [-0.25, -1.5], \"top_logprobs\": [{\"token_id:8\": -2.0, "
+         "\"token_id:7\": -0.25}, {\"token_id:9\": -1.5, \"token_id:4\": -1.75}]}}]}"},
+        {DS4_CF_DIALECT_LLAMA,
+         "{\"content\": \"x\", \"completion_probabilities\": [{\"id\": 7, \"token\": \"a\", "
+         "\"logprob\": -0.25, \"top_logprobs\": [{\"id\": 7, \"logprob\": -0.25}, {\"id\": 8, "
+         "\"logprob\": -2.0}]}, {\"id\": 9, \"logprob\": -1.5, \"top_logprobs\": [{\"id\": 4, "
+         "\"logprob\": -1.75}, {\"id\": 9, \"logprob\": -1.5}]}]}"},
+        {DS4_CF_DIALECT_SGLANG,
+         "{\"text\": \"x\", \"meta_info\": {\"output_token_logprobs\": [[-0.25, 7, null], "
+         "[-1.5, 9, null]], \"output_top_logprobs\": [[[-0.25, 7, null], [-2.0, 8, null]], "
+         "[[-1.75, 4, null], [-1.5, 9, null]]]}}"},
+    };
+    for (size_t i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
+        c.dialect = answers[i].dialect;
+        ds4_buf out = {0};
+        ds4err err = {0};
+        assert_int_equal(ds4chk_server_answer(&c, 0, answers[i].body, strlen(answers[i].body), &out, &err), 0);
+        ds4_golden g;
+        if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
+        assert_false(g.has_logits);
+        assert_int_equal(g.h.n_prompt, 3);
+        assert_int_equal(g.n_steps, 2);
+        assert_int_equal(g.steps[0].tok.id, 7);
+        assert_int_equal(g.steps[1].tok.id, 9);
+        assert_int_equal(g.steps[0].top[0].id, 7);
+        assert_int_equal(g.steps[0].top[1].id, 8);
+        assert_int_equal(g.steps[1].top[0].id, 9);   /* sorted: -1.5 before -1.75 */
+        assert_int_equal(g.steps[1].top[1].id, 4);
+        assert_true(g.steps[1].top[1].logprob == -1.75f);
+        ds4_golden_free(&g);
+        ds4_buf_free(&out);
+        /* Another dialect's answer is refused, saying what was missing. */
+        c.dialect = answers[(i + 1) % 3].dialect;
+        assert_int_not_equal(ds4chk_server_answer(&c, 0, answers[i].body, strlen(answers[i].body),
+                                                  &out, &err), 0);
+        assert_non_null(strstr(err.msg, "row 0"));
+        ds4_buf_free(&out);
+    }
 }
 
 static void test_template_check(void **state) {
@@ -455,6 +513,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_expand), cmocka_unit_test(test_template_groups),
         cmocka_unit_test(test_template_check), cmocka_unit_test(test_template_server),
+        cmocka_unit_test(test_server_answers),
         cmocka_unit_test(test_matrix),
         cmocka_unit_test(test_accept_lines),    cmocka_unit_test(test_verdict_row),
         cmocka_unit_test(test_verdict_usable),  cmocka_unit_test(test_verdict_same),

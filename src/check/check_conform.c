@@ -51,9 +51,13 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
     in->server_cmd = server_preset ? server_preset : o->server_cmd;
     const char *dialect = o->server_dialect ? o->server_dialect
                           : server_preset ? ds4chk_template_server_dialect(o->server_cmd) : "ids";
-    if (strcmp(dialect, "ids") && strcmp(dialect, "text"))
-        return ds4_err_set(e, DS4_E_ARG, "the server dialect is ids or text, not '%s'", dialect);
-    in->server_dialect = !strcmp(dialect, "text") ? DS4_CF_DIALECT_TEXT : DS4_CF_DIALECT_IDS;
+    static const char *const dialects[] = {"ids", "text", "llama", "sglang"};
+    int d = 0;
+    while (d < 4 && strcmp(dialect, dialects[d])) d++;
+    if (d == 4)
+        return ds4_err_set(e, DS4_E_ARG, "the server dialect is ids, text, llama or sglang, not '%s'",
+                           dialect);
+    in->server_dialect = d;   /* the order of enum ds4_cf_dialect */
     in->model_path = o->model_path;
     in->mtp_path = o->mtp_path;
     in->ds4ref_path = o->ds4ref_path ? o->ds4ref_path : "ds4ref";

@@ -114,6 +114,7 @@ static uint32_t text_bytes(const ds4_json *v, uint8_t *out, uint32_t cap) {
 typedef struct row_job {
     const ds4_cf_server_cell *c;
     uint32_t r;
+    const char *path;
     ds4_buf body, resp;
     long status;
     int rc;
@@ -124,26 +125,49 @@ static void *send_row(void *arg) {
     row_job *j = arg;
     const ds4_cf_server_cell *c = j->c;
     char url[512];
-    snprintf(url, sizeof(url), "%s/v1/completions", c->url);
+    snprintf(url, sizeof(url), "%s%s", c->url, j->path);
     j->rc = ds4chk_http_request(url, j->body.p, j->body.len, c->timeout, &j->resp, &j->status,
                                 &j->err);
     return NULL;
 }
 
-static void request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+static void put_ids(ds4_buf *b, const ds4_cf_server_cell *c, uint32_t r) {
+    ds4_buf_putc(b, '[');
+    for (uint32_t i = 0; i < c->n[r]; i++) ds4_buf_printf(b, "%s%d", i ? ", " : "", c->ids[r][i]);
+    ds4_buf_putc(b, ']');
+}
+
+/* Row r's request in the cell's dialect (and where it goes). */
+static const char *request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+    const unsigned k = c->top_k < 20 ? c->top_k : 20;
+    const unsigned long long seed = (unsigned long long)(c->seed + r);
+    if (c->dialect == DS4_CF_DIALECT_LLAMA) {
+        ds4_buf_puts(b, "{\"prompt\": ");
+        put_ids(b, c, r);
+        ds4_buf_printf(b, ", \"n_predict\": %u, \"n_probs\": %u, \"temperature\": %.17g, "
+                       "\"seed\": %llu}", c->n_tokens, k, c->temp, seed);
+        return "/completion";
+    }
+    if (c->dialect == DS4_CF_DIALECT_SGLANG) {
+        ds4_buf_puts(b, "{\"input_ids\": ");
+        put_ids(b, c, r);
+        ds4_buf_printf(b, ", \"sampling_params\": {\"max_new_tokens\": %u, \"temperature\": "
+                       "%.17g, \"sampling_seed\": %llu}, \"return_logprob\": true, "
+                       "\"top_logprobs_num\": %u}", c->n_tokens, c->temp, seed, k);
+        return "/generate";
+    }
     ds4_buf_puts(b, "{");
     if (c->model) {
         ds4_buf_puts(b, "\"model\": ");
         ds4_json_put_str(b, c->model, strlen(c->model));
         ds4_buf_puts(b, ", ");
     }
-    ds4_buf_puts(b, "\"prompt\": [");
-    for (uint32_t i = 0; i < c->n[r]; i++) ds4_buf_printf(b, "%s%d", i ? ", " : "", c->ids[r][i]);
-    ds4_buf_printf(b, "], \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
-                   "\"logprobs\": %u%s}",
-                   c->n_tokens, c->temp, (unsigned long long)(c->seed + r),
-                   c->top_k < 20 ? c->top_k : 20,
+    ds4_buf_puts(b, "\"prompt\": ");
+    put_ids(b, c, r);
+    ds4_buf_printf(b, ", \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
+                   "\"logprobs\": %u%s}", c->n_tokens, c->temp, seed, k,
                    c->dialect == DS4_CF_DIALECT_IDS ? ", \"return_tokens_as_token_ids\": true" : "");
+    return "/v1/completions";
 }
 
 static void log_line(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -192,19 +216,34 @@ static int by_logprob(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-/* An answer as ds4's dump layout into *out; -1 with *err saying what was
- * not as expected. */
-static int answer_to_dump(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
-                          ds4_buf *out, ds4err *err) {
+/* One step into the dump: the chosen id and its alternatives, sorted as a
+ * top list, at most top_k, each logprob written as the engine wrote it. */
+static void put_step(const ds4_cf_server_cell *c, ds4_buf *out, size_t i, int32_t id, alt *a,
+                     size_t n) {
+    qsort(a, n, sizeof(*a), by_logprob);
+    ds4_buf_printf(out, "%s\n{\"step\":%zu,\"selected\":{\"id\":%d},\"top_logprobs\":[",
+                   i ? "," : "", i, id);
+    for (size_t k = 0; k < n && k < c->top_k; k++)
+        ds4_buf_printf(out, "%s{\"token\":{\"id\":%d},\"logprob\":%.*s}", k ? "," : "",
+                       a[k].id, (int)a[k].len, a[k].lit);
+    ds4_buf_puts(out, "]}");
+}
+
+static int bad_answer(uint32_t r, const char *what, ds4err *err) {
+    return ds4_err_set(err, DS4_E_FORMAT, "row %u: the answer has no %s", r, what);
+}
+
+/* OpenAI's completion: choices[0].logprobs' tokens and top_logprobs, named
+ * by id or by text. */
+static int openai_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
+                        ds4_buf *out, ds4err *err) {
     const ds4_json *ch = ds4_json_get(root, "choices");
     const ds4_json *lp = ch && ch->type == DS4_JSON_ARRAY && ch->n ? ds4_json_get(&ch->elems[0], "logprobs") : NULL;
     const ds4_json *toks = ds4_json_get(lp, "tokens"), *tops = ds4_json_get(lp, "top_logprobs");
     if (!toks || toks->type != DS4_JSON_ARRAY || !tops || tops->type != DS4_JSON_ARRAY ||
         tops->n != toks->n)
-        return ds4_err_set(err, DS4_E_FORMAT, "row %u: the answer has no choices[0].logprobs with "
-                           "tokens and top_logprobs (an OpenAI completion with logprobs)", r);
-    ds4_buf_printf(out, "{\"source\":\"server\",\"prompt_tokens\":%u,\"ctx\":%u,\"top_k\":%u,"
-                   "\"steps\":[", c->n[r], c->ctx, c->top_k);
+        return bad_answer(r, "choices[0].logprobs with tokens and top_logprobs (an OpenAI "
+                          "completion with logprobs)", err);
     for (size_t i = 0; i < toks->n; i++) {
         int32_t id;
         if (name_to_id(c, r, i, &toks->elems[i], &id))
@@ -225,17 +264,102 @@ static int answer_to_dump(const ds4_cf_server_cell *c, uint32_t r, const ds4_jso
             }
             a[k] = (alt){a[k].id, d->elems[k].num, d->elems[k].str, d->elems[k].len};
         }
-        qsort(a, d->n, sizeof(*a), by_logprob);
-        ds4_buf_printf(out, "%s\n{\"step\":%zu,\"selected\":{\"id\":%d},\"top_logprobs\":[",
-                       i ? "," : "", i, id);
-        for (size_t k = 0; k < d->n && k < c->top_k; k++)
-            ds4_buf_printf(out, "%s{\"token\":{\"id\":%d},\"logprob\":%.*s}", k ? "," : "",
-                           a[k].id, (int)a[k].len, a[k].lit);
-        ds4_buf_puts(out, "]}");
+        put_step(c, out, i, id, a, d->n);
         free(a);
     }
+    return 0;
+}
+
+/* An {"id": N, "logprob": x} object (llama.cpp server's entries). */
+static int id_logprob(const ds4_json *e, alt *a) {
+    const ds4_json *id = ds4_json_get(e, "id"), *lp = ds4_json_get(e, "logprob");
+    uint64_t v;
+    if (!ds4_json_uint(id, INT32_MAX, &v) || !lp || lp->type != DS4_JSON_NUMBER) return -1;
+    *a = (alt){(int32_t)v, lp->num, lp->str, lp->len};
+    return 0;
+}
+
+/* llama.cpp server's /completion with n_probs: completion_probabilities,
+ * each the chosen token's id and logprob and its top_logprobs. */
+static int llama_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
+                       ds4_buf *out, ds4err *err) {
+    const ds4_json *cp = ds4_json_get(root, "completion_probabilities");
+    if (!cp || cp->type != DS4_JSON_ARRAY) return bad_answer(r, "completion_probabilities (n_probs)", err);
+    for (size_t i = 0; i < cp->n; i++) {
+        const ds4_json *tops = ds4_json_get(&cp->elems[i], "top_logprobs");
+        alt sel;
+        if (id_logprob(&cp->elems[i], &sel) || !tops || tops->type != DS4_JSON_ARRAY)
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: completion_probabilities[%zu] has no "
+                               "id, logprob and top_logprobs", r, i);
+        alt *a = calloc(tops->n ? tops->n : 1, sizeof(*a));
+        if (!a) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        for (size_t k = 0; k < tops->n; k++)
+            if (id_logprob(&tops->elems[k], &a[k])) {
+                free(a);
+                return ds4_err_set(err, DS4_E_FORMAT, "row %u: completion_probabilities[%zu]."
+                                   "top_logprobs[%zu] has no id and logprob", r, i, k);
+            }
+        put_step(c, out, i, sel.id, a, tops->n);
+        free(a);
+    }
+    return 0;
+}
+
+/* A [logprob, id, text] triple (SGLang's). */
+static int triple(const ds4_json *t, alt *a) {
+    uint64_t v;
+    if (!t || t->type != DS4_JSON_ARRAY || t->n < 2 || t->elems[0].type != DS4_JSON_NUMBER ||
+        !ds4_json_uint(&t->elems[1], INT32_MAX, &v))
+        return -1;
+    *a = (alt){(int32_t)v, t->elems[0].num, t->elems[0].str, t->elems[0].len};
+    return 0;
+}
+
+/* SGLang's /generate with return_logprob: meta_info's
+ * output_token_logprobs and output_top_logprobs, [logprob, id, text]. */
+static int sglang_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
+                        ds4_buf *out, ds4err *err) {
+    const ds4_json *mi = ds4_json_get(root, "meta_info");
+    const ds4_json *toks = ds4_json_get(mi, "output_token_logprobs");
+    const ds4_json *tops = ds4_json_get(mi, "output_top_logprobs");
+    if (!toks || toks->type != DS4_JSON_ARRAY || !tops || tops->type != DS4_JSON_ARRAY ||
+        tops->n != toks->n)
+        return bad_answer(r, "meta_info.output_token_logprobs and output_top_logprobs "
+                          "(return_logprob, top_logprobs_num)", err);
+    for (size_t i = 0; i < toks->n; i++) {
+        alt sel;
+        const ds4_json *t = &tops->elems[i];
+        if (triple(&toks->elems[i], &sel) || t->type != DS4_JSON_ARRAY)
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: step %zu is not [logprob, id, text] "
+                               "with its alternatives", r, i);
+        alt *a = calloc(t->n ? t->n : 1, sizeof(*a));
+        if (!a) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        for (size_t k = 0; k < t->n; k++)
+            if (triple(&t->elems[k], &a[k])) {
+                free(a);
+                return ds4_err_set(err, DS4_E_FORMAT, "row %u: output_top_logprobs[%zu][%zu] is "
+                                   "not [logprob, id, text]", r, i, k);
+            }
+        put_step(c, out, i, sel.id, a, t->n);
+        free(a);
+    }
+    return 0;
+}
+
+int ds4chk_server_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
+                         ds4_buf *out, ds4err *err) {
+    ds4_json_doc *doc;
+    if (ds4_json_parse(body, len, "answer", &doc, err)) return -1;
+    const ds4_json *root = ds4_json_root(doc);
+    ds4_buf_printf(out, "{\"source\":\"server\",\"prompt_tokens\":%u,\"ctx\":%u,\"top_k\":%u,"
+                   "\"steps\":[", c->n[r], c->ctx, c->top_k);
+    int rc = c->dialect == DS4_CF_DIALECT_LLAMA    ? llama_steps(c, r, root, out, err)
+             : c->dialect == DS4_CF_DIALECT_SGLANG ? sglang_steps(c, r, root, out, err)
+                                                   : openai_steps(c, r, root, out, err);
+    ds4_json_free(doc);
     ds4_buf_puts(out, "\n]}\n");
-    return out->failed ? ds4_err_set(err, DS4_E_NOMEM, "out of memory") : 0;
+    if (!rc && out->failed) rc = ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    return rc;
 }
 
 static void log_line(const char *log, const char *fmt, ...) {
@@ -260,9 +384,9 @@ int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
      * a prefix cache to fill it; what comes back is not checked. */
     for (uint32_t r = 0; c->warm && r < c->rows; r++) {
         row_job w = {.c = c, .r = r};
-        request_body(c, r, &w.body);
+        w.path = request_body(c, r, &w.body);
         send_row(&w);
-        log_line(c->log, "POST %s/v1/completions row %u (warming the cache): %s%ld", c->url, r,
+        log_line(c->log, "POST %s%s row %u (warming the cache): %s%ld", c->url, w.path, r,
                  w.rc ? w.err.msg : "status ", w.rc ? 0 : w.status);
         ds4_buf_free(&w.body);
         ds4_buf_free(&w.resp);
@@ -272,7 +396,7 @@ int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
     uint32_t started = 0;
     for (uint32_t r = 0; r < c->rows; r++) {
         jobs[r] = (row_job){.c = c, .r = r};
-        request_body(c, r, &jobs[r].body);
+        jobs[r].path = request_body(c, r, &jobs[r].body);
         if (pthread_create(&th[r], NULL, send_row, &jobs[r])) break;
         started++;
     }
@@ -280,7 +404,7 @@ int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
     int rc = started == c->rows ? 0 : ds4_err_set(err, DS4_E_NOMEM, "cannot start a thread per row");
     for (uint32_t r = 0; rc == 0 && r < c->rows; r++) {
         row_job *j = &jobs[r];
-        log_line(c->log, "POST %s/v1/completions row %u: %s%ld", c->url, r,
+        log_line(c->log, "POST %s%s row %u: %s%ld", c->url, j->path, r,
                  j->rc ? j->err.msg : "status ", j->rc ? 0 : j->status);
         if (j->rc) {
             rc = ds4_err_set(err, j->err.code, "row %u: %s", r, j->err.msg);
@@ -292,14 +416,8 @@ int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
                              j->status, j->resp.p ? j->resp.p : "");
             break;
         }
-        ds4_json_doc *doc;
-        if (ds4_json_parse(j->resp.p ? j->resp.p : "", j->resp.len, "answer", &doc, err)) {
-            rc = -1;
-            break;
-        }
         ds4_buf dump = {0};
-        rc = answer_to_dump(c, r, ds4_json_root(doc), &dump, err);
-        ds4_json_free(doc);
+        rc = ds4chk_server_answer(c, r, j->resp.p ? j->resp.p : "", j->resp.len, &dump, err);
         char path[1024];
         if (c->rows > 1) snprintf(path, sizeof(path), "%s.%u", c->out, r);
         else snprintf(path, sizeof(path), "%s", c->out);

@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "text/tokenizer.h"
 
@@ -23,6 +24,8 @@
 enum ds4_cf_dialect {
     DS4_CF_DIALECT_IDS,    /* "token_id:N" (return_tokens_as_token_ids: ds4ref-server, vLLM) */
     DS4_CF_DIALECT_TEXT,   /* the token's text (plain OpenAI: llama-cpp-python, ...) */
+    DS4_CF_DIALECT_LLAMA,  /* llama.cpp server's /completion with n_probs (ids) */
+    DS4_CF_DIALECT_SGLANG, /* SGLang's /generate with return_logprob (ids) */
 };
 
 /* Every token's bytes, sorted, to find the ids a text names. */
@@ -51,6 +54,11 @@ typedef struct ds4_cf_server_cell {
  * that refused, failed or answered something else): the message says
  * which row and what. */
 int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err);
+
+/* Row r's answer body[0..len) in the cell's dialect as ds4's dump layout
+ * (appended to *out); an error says what the answer lacked. */
+int ds4chk_server_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
+                         ds4_buf *out, ds4err *err);
 
 /* Wait, at most timeout seconds, until url answers GET /health or
  * /v1/models with 200; 0, or an error saying what it last answered. */

@@ -73,10 +73,25 @@ static const preset server_presets[] = {
     {"llama-cpp-python", "python3 -m llama_cpp.server --model {model} --host 127.0.0.1 "
      "--port {port} --n_ctx {ctx_total} --n_batch {chunk}",
      "llama.cpp behind llama-cpp-python's OpenAI server (tokens named by text), depth 0 only"},
+    /* llama.cpp's own server: a slot a row ({batch} of them, sharing
+     * {ctx_total}), the prefill chunk as its batch sizes; /completion with
+     * n_probs.  SGLang: deterministic inference on, its chunked prefill the
+     * chunk; its MTP flags need steps + 1 draft tokens, which a template
+     * cannot say, so depth 0 only.  Both written from their documentation,
+     * not run here. */
+    {"llama-server", "llama-server -m {model} --host 127.0.0.1 --port {port} -c {ctx_total} "
+     "-np {batch} -b {chunk_total} -ub {chunk_total}",
+     "llama.cpp's server on the GGUF (/completion, n_probs), depth 0 only"},
+    {"sglang", "python3 -m sglang.launch_server --model-path {model} --host 127.0.0.1 --port {port} "
+     "--context-length {ctx} --chunked-prefill-size {chunk_total} --enable-deterministic-inference",
+     "SGLang on a checkpoint folder (/generate, return_logprob), deterministic mode, depth 0 only"},
 };
 
 const char *ds4chk_template_server_dialect(const char *name) {
-    return !strcmp(name, "llama-cpp-python") ? "text" : "ids";
+    if (!strcmp(name, "llama-cpp-python")) return "text";
+    if (!strcmp(name, "llama-server")) return "llama";
+    if (!strcmp(name, "sglang")) return "sglang";
+    return "ids";
 }
 
 bool ds4chk_template_server_preset_at(uint32_t i, const char **name, const char **tmpl,
