@@ -3,7 +3,7 @@
 # C clients (connections) sending the same greedy completion of 16 tokens
 # for SECONDS each, on each model; prints one line per run: requests/s,
 # tokens/s, p50 and p99 latency, non-200 answers and socket errors, the
-# server's peak RSS, and its CPU time over 3 s of idleness after.
+# server's peak RSS, and its CPU time over 3 s once nothing is in flight.
 #
 #   bench/server_load.sh [SECONDS] [CLIENTS...]   (default 10 s; 1 4 16)
 #   MODELS="models/tiny.gguf models/fullwidth.gguf" bench/server_load.sh
@@ -35,13 +35,19 @@ for model in ${MODELS:-models/tiny.gguf}; do
         lost=$(( $(awk '/Non-2xx/ {print $5}' <<< "$out" | tr -d ' ' || true) + 0 ))
         errs=$(awk '/Socket errors/ {s = 0; for (i = 3; i <= NF; i += 2) s += $(i + 1) + 0; print s}' <<< "$out")
         rss=$(awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
+        # wrk leaves requests in flight when its time is up: the server
+        # finishes or drops them first; then it must be idle.
+        for _ in $(seq 1200); do
+            curl -s "$url/health" | grep -q '"rows":0,"queued":0' && break
+            sleep 0.1
+        done
         t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
         sleep 3
         t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
         kill -TERM "$pid"
         wait "$pid"
         ms() { awk -v v="$1" 'BEGIN { u = v; sub(/[0-9.]+/, "", u); x = v + 0;
-            print (u == "s" ? x * 1000 : u == "us" ? x / 1000 : x) }'; }
+            print (u == "m" ? x * 60000 : u == "s" ? x * 1000 : u == "us" ? x / 1000 : x) }'; }
         printf '%-22s %7s %9.2f %9.1f %9.1f %9.1f %8s %9s %10.2f\n' "$(basename "$model")" "$c" \
             "$rps" "$(awk -v r="$rps" -v n="$MAX_TOKENS" 'BEGIN {print r * n}')" \
             "$(ms "$p50")" "$(ms "$p99")" "$((lost + ${errs:-0}))" "$rss" \
