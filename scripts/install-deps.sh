@@ -15,7 +15,7 @@ PACKAGES="build-essential clang libclang-rt-14-dev pkg-config libcmocka-dev libp
 libomp-dev libopenblas-dev valgrind xz-utils python3-numpy python3-pytest python3-pip
 python3-venv python3-wheel libmicrohttpd-dev libjansson-dev
 libcurl4-openssl-dev"
-AARCH64="gcc-aarch64-linux-gnu qemu-user libpcre2-dev:arm64"
+AARCH64="gcc-aarch64-linux-gnu qemu-user libpcre2-dev:arm64 libcurl4-openssl-dev:arm64"
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"

@@ -226,6 +226,8 @@ aarch64_missing() { # compiler
     command -v aarch64-linux-gnu-gcc > /dev/null || miss+=("aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu)")
     [ -e /usr/lib/aarch64-linux-gnu/libpcre2-8.so ] || [ -e $sysroot/lib/libpcre2-8.so ] ||
         miss+=("arm64 libpcre2-8 (dpkg --add-architecture arm64; apt-get install libpcre2-dev:arm64)")
+    [ -e /usr/include/aarch64-linux-gnu/curl/curl.h ] ||
+        miss+=("arm64 libcurl (apt-get install libcurl4-openssl-dev:arm64)")
     if [ "$1" = aarch64-clang ]; then
         command -v clang > /dev/null || miss+=("clang")
         [ -n "$(arm64_libomp)" ] || miss+=("an arm64 libomp.so.5 (scripts/portability.sh fetch-arm64-libomp)")
