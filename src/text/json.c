@@ -385,7 +385,7 @@ bool ds4_json_is_str(const ds4_json *v, const char *s) {
 /* --------------------------------------------------------------- buffer */
 
 bool ds4_json_uint(const ds4_json *v, uint64_t max, uint64_t *out) {
-    if (v->type != DS4_JSON_NUMBER || v->len == 0) return false;
+    if (!v || v->type != DS4_JSON_NUMBER || v->len == 0) return false;
     uint64_t x = 0;
     for (size_t i = 0; i < v->len; i++) {
         char c = v->str[i];

@@ -67,7 +67,7 @@ const ds4_json *ds4_json_get(const ds4_json *obj, const char *key);
 /* True when v is a NUMBER written as plain digits whose value is at most
  * max, stored in *out: the literal itself is read, not the double strtod
  * made of it, so sizes and counts written 1e3, 2.0, -0 or past max are
- * refused rather than rounded. */
+ * refused rather than rounded.  False for NULL (a member that is absent). */
 bool ds4_json_uint(const ds4_json *v, uint64_t max, uint64_t *out);
 
 /* True when v is a STRING equal to the NUL-terminated s. */
