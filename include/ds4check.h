@@ -134,10 +134,19 @@ typedef struct ds4check_conform_options {
     /* The engine's API: "ids" (OpenAI completions, tokens as "token_id:N",
      * vLLM's return_tokens_as_token_ids; the default, and ds4ref-server's),
      * "text" (plain OpenAI: texts matched to ids by their bytes, the
-     * ambiguous ones listed in the cell's log), "llama" (llama.cpp
-     * server's /completion with n_probs) or "sglang" (SGLang's /generate
-     * with return_logprob).  NULL: the server preset's, else "ids". */
+     * ambiguous ones listed in the cell's log), "lossy-text" (the same from
+     * an engine that drops bytes that are not UTF-8 from a token's text,
+     * as llama-cpp-python does), "llama" (llama.cpp
+     * server's /completion with n_probs), "sglang" (SGLang's /generate
+     * with return_logprob) or "ds4" (ds4's server: chat completions, its text
+     * only, tokenized again and judged by teacher forcing alone).  NULL: the server preset's, else "ids". */
     const char *server_dialect;
+    /* How a prompt is sent to an OpenAI-style engine: "ids" (token ids, the
+     * default) or "text" (for an engine that reads text only: the rendered
+     * prompt less its leading BOS string, the engine adding BOS as its
+     * tokenizer says).  Either way the answer's usage.prompt_tokens must be
+     * the reference's count.  NULL: the server preset's, else "ids". */
+    const char *server_prompt;
 } ds4check_conform_options;
 
 void ds4check_conform_options_init(ds4check_conform_options *o);

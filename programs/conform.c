@@ -45,8 +45,15 @@ static const char usage_text[] =
     "                           batch=1,2,4 (add cache=cold,warm for its prefix cache)\n"
     "  --server-dialect D       the engine's API: ids (OpenAI, \"token_id:N\"; the\n"
     "                           default), text (OpenAI, tokens by text, matched to\n"
-    "                           ids by their bytes), llama (llama.cpp's /completion)\n"
-    "                           or sglang (SGLang's /generate); a preset sets its own\n"
+    "                           ids by their bytes), lossy-text (the same, bytes that\n"
+    "                           are not UTF-8 dropped: llama-cpp-python), llama\n"
+    "                           (llama.cpp's /completion), sglang (SGLang's /generate)\n"
+    "                           or ds4 (ds4-server's chat: its text only, no\n"
+    "                           logprobs, judged by teacher forcing); a preset sets\n"
+    "                           its own\n"
+    "  --server-prompt ids|text  OpenAI prompts as token ids (default) or as text less\n"
+    "                           the BOS the engine adds (llama-cpp-python); either way\n"
+    "                           the answer's prompt_tokens must be the reference's\n"
     "  --timeout SEC            kill a cell's command once it has used SEC seconds of CPU\n"
     "                           (or 10 x SEC of wall time without using it; default: none)\n"
     "  -j, --jobs N             run N cells' commands at once (default 1; the checks\n"
@@ -119,7 +126,7 @@ enum opt_id {
     O_NUMERICS,
     O_MODEL, O_MTP, O_PROMPTS, O_TOKENS, O_CTX, O_TOP_K, O_TEMP, O_SEED, O_QAT, O_MATRIX,
     O_MAX_GAP, O_MAX_DLOGPROB, O_MIN_TOP5, O_MIN_TOP20, O_TIE_EPS, O_JSON, O_CACHE, O_WORK,
-    O_THREADS, O_SERVER, O_SERVER_CMD, O_SERVER_DIALECT
+    O_THREADS, O_SERVER, O_SERVER_CMD, O_SERVER_DIALECT, O_SERVER_PROMPT
 };
 
 static const ds4ref_option options[] = {
@@ -138,6 +145,7 @@ static const ds4ref_option options[] = {
     {"--work", O_WORK, true}, {"-t", O_THREADS, true}, {"--threads", O_THREADS, true},
     {"--server", O_SERVER, true}, {"--server-cmd", O_SERVER_CMD, true},
     {"--server-dialect", O_SERVER_DIALECT, true},
+    {"--server-prompt", O_SERVER_PROMPT, true},
 };
 
 typedef struct cli {
@@ -206,9 +214,14 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_SERVER: o->server_url = v; return 0;
     case O_SERVER_CMD: o->server_cmd = v; return 0;
     case O_SERVER_DIALECT:
-        if (strcmp(v, "ids") && strcmp(v, "text") && strcmp(v, "llama") && strcmp(v, "sglang"))
-            return bad_value(a, v, "ids, text, llama or sglang");
+        if (strcmp(v, "ids") && strcmp(v, "text") && strcmp(v, "lossy-text") && strcmp(v, "llama") &&
+            strcmp(v, "sglang") && strcmp(v, "ds4"))
+            return bad_value(a, v, "ids, text, lossy-text, llama, sglang or ds4");
         o->server_dialect = v;
+        return 0;
+    case O_SERVER_PROMPT:
+        if (strcmp(v, "ids") && strcmp(v, "text")) return bad_value(a, v, "ids or text");
+        o->server_prompt = v;
         return 0;
     case O_TIMEOUT: return parse_num(a, v, &o->timeout);
     case O_JOBS: return parse_u32(a, v, 1, 256, &o->jobs);

@@ -30,6 +30,12 @@
 # $DS4REF_PEERS/lmeval, no torch) runs a loglikelihood task against it, and
 # every loglikelihood it reports is ds4ref's own (scripts/peers_lmeval.py).
 #
+# llama-cpp-python 0.3.36's OpenAI server (its [server] extra, which pip
+# builds from source with its vendored llama.cpp, into $DS4REF_PEERS/llamacpp)
+# behind ds4ref-conform --server-cmd llama-cpp-python, the documented
+# invocation: every cell passes (docs/CONFORM.md, "llama-cpp-python's
+# server").
+#
 # What cannot run (no npm, no pip or network, not x86-64 Linux) is skipped
 # with the reason.  Run from the repository root after make.
 # Usage: scripts/peers.sh [BUILD_DIR]
@@ -77,6 +83,22 @@ if ! PYTHONPATH=$cache/lmeval "$py" -c 'import lm_eval, tenacity, transformers' 
 else
     check "lm-evaluation-harness $(PYTHONPATH=$cache/lmeval "$py" -c 'import importlib.metadata as m; print(m.version("lm_eval"))' 2>/dev/null) against ds4ref-server" \
         env PYTHONPATH="$cache/lmeval" "$py" scripts/peers_lmeval.py . models/tiny.gguf "$tmp/lmeval"
+fi
+
+# llama-cpp-python's server behind ds4ref-conform: skipped, not failed,
+# when pip cannot install (build) it.
+lcp="llama-cpp-python[server]==0.3.36"
+if ! PYTHONPATH=$cache/llamacpp "$py" -c 'import llama_cpp.server.app' 2> /dev/null &&
+     ! { echo "peers: pip install $lcp into $cache/llamacpp (it builds llama.cpp: minutes)" &&
+         "$py" -m pip install -q --upgrade --target "$cache/llamacpp" "$lcp" > "$tmp/pip-lcp.log" 2>&1; }; then
+    echo "peers: llama-cpp-python skipped: pip install failed (offline, or no C++ compiler?): $(tail -1 "$tmp/pip-lcp.log")"
+else
+    check "llama-cpp-python's server, ds4ref-conform's documented invocation: exit status 0" status_is 0 \
+        env PYTHONPATH="$cache/llamacpp" ./ds4ref-conform -q --no-cache --server-cmd llama-cpp-python \
+        --json "$tmp/lcp.json"
+    check "... every cell passes" bash -c 'grep -q "\"status\":\"pass\"" "$1" &&
+        ! grep "^{\"draft\"" "$1" | grep -qv "^{\"draft\":[0-9]*,\"chunk\":[^{]*\"status\":\"pass\""' \
+        _ "$tmp/lcp.json"
 fi
 
 # Hugging Face transformers' DeepseekV4 (>= 5.8) in float64 on the

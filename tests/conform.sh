@@ -261,6 +261,26 @@ check "--server URL (one running): every cell exact" all_pass "$tmp/srv2.json"
 conform --server-cmd "'$server_bin' -m {model} --port {port}" --server-dialect text "${srv_args[@]}" \
     --json "$tmp/srv5.json" > "$tmp/srv5.txt" 2>&1
 check "--server-dialect text (tokens named by text, matched by bytes): every cell exact" all_pass "$tmp/srv5.json"
+# Text prompts go out less their BOS, which an engine such as llama.cpp adds;
+# ds4ref-server adds nothing, so its count says the prompt was not read as
+# the reference's: an error, not a verdict.
+check "--server-prompt text to an engine that adds no BOS -> 13" status_is 13 conform \
+    --server-cmd "'$server_bin' -m {model} --port {port}" --server-prompt text -m models/tiny.gguf \
+    --prompts "$tmp/one" -n 4 --exact --matrix "draft=0 chunk=whole batch=1"
+check "... naming both counts" grep -q "the engine read the prompt as 72 tokens, the reference's has 73" "$tmp/out.txt"
+# ds4's dialect: chat completions answered with text alone, read as the
+# reference's tokens while they explain it and judged by teacher forcing;
+# ds4ref-server's chat answers pass, and the proxy's text fault (a "Q" put
+# into the answer) fails exactly the cells of several rows.
+ds4_args=(--server-dialect ds4 -m models/tiny-spec.gguf --prompts "$tmp/one" -n 8 --matrix "draft=0 chunk=whole batch=1,3")
+conform --server-cmd "'$server_bin' -m {model} --port {port}" "${ds4_args[@]}" --json "$tmp/srv6.json" \
+    > "$tmp/srv6.txt" 2>&1
+check "--server-dialect ds4 (text only, teacher forcing): every cell passes" all_pass "$tmp/srv6.json"
+check "... saying that logprobs were not available" grep -q "^logprobs: not available" "$tmp/srv6.txt"
+conform --server-cmd "python3 tests/faulty_proxy.py --mode batch --port {port} -- '$server_bin' -m {model} --port 0" \
+    "${ds4_args[@]}" --json "$tmp/srv7.json" > "$tmp/srv7.txt" 2>&1
+check "--server-dialect ds4, a wrong token only with another request in flight: exactly the batch > 1 cells fail" \
+    flagged_exactly "$tmp/srv7.json" 'b > 1'
 conform --server-cmd "python3 tests/faulty_proxy.py --mode batch --port {port} -- '$server_bin' -m {model} --port 0" \
     "${srv_args[@]}" --json "$tmp/srv3.json" > "$tmp/srv3.txt" 2>&1
 check "a server wrong only with another request in flight: exactly the batch > 1 cells fail" \

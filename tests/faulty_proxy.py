@@ -8,8 +8,9 @@ on stderr, as ds4ref-server does with --port 0), listens on PORT of the
 loopback and forwards every request to it.  --mode batch: a completion
 answered while another completion was in flight at any moment of its life
 gets its third token's logprob, and that token's entry among the
-alternatives, raised by 0.25: exactly the cells with several rows must
-fail.  --mode cache: the same to a completion whose prompt it has seen
+alternatives, raised by 0.25 (a chat completion, which ds4's dialect reads
+as text alone, gets a "Q" put into its text after the third character):
+exactly the cells with several rows must fail.  --mode cache: the same to a completion whose prompt it has seen
 before (a prefix cache that changes logits): exactly the warm cells must
 fail.  It stops its server when it gets SIGTERM."""
 import argparse
@@ -44,6 +45,10 @@ seen = set()     # the prompts of the completions so far (--mode cache)
 
 def perturb(body):
     r = json.loads(body)
+    if "message" in r["choices"][0]:
+        msg = r["choices"][0]["message"]
+        msg["content"] = msg["content"][:3] + "Q" + msg["content"][3:]
+        return json.dumps(r).encode()
     lp = r["choices"][0]["logprobs"]
     if len(lp["tokens"]) > 2:
         tok = lp["tokens"][2]
@@ -62,7 +67,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     def forward(self, data):
         global in_flight, generation
         completion = self.path.endswith("/completions")
-        prompt = json.dumps(json.loads(data).get("prompt")) if completion and data else None
+        asked = json.loads(data) if completion and data else {}
+        prompt = json.dumps(asked.get("prompt", asked.get("messages"))) if completion and data else None
         with lock:
             repeated = prompt in seen
             if prompt is not None:

@@ -21,6 +21,8 @@
 #include "format/golden.h"
 #include "conform/template.h"
 #include "conform/verdict.h"
+#include "testutil.h"
+#include "text/tokenizer.h"
 
 /* ---- templates ---- */
 
@@ -115,6 +117,42 @@ static void test_template_server(void **state) {
         assert_int_equal(ds4chk_template_check_server(tmpl, &uses, &err), 0);
     assert_true(n >= 2);
     assert_null(ds4chk_template_server_preset("nope"));
+    /* How each preset's engine reads prompts and names tokens. */
+    assert_string_equal(ds4chk_template_server_dialect("llama-cpp-python"), "lossy-text");
+    assert_string_equal(ds4chk_template_server_prompt("llama-cpp-python"), "text");
+    assert_string_equal(ds4chk_template_server_dialect("llama-server"), "llama");
+    assert_string_equal(ds4chk_template_server_prompt("vllm"), "ids");
+    assert_string_equal(ds4chk_template_server_dialect("nope"), "ids");
+}
+
+/* A text prompt goes out as a JSON string; an answer whose usage counts
+ * other than the reference's prompt tokens is refused with both counts,
+ * and one without usage is taken. */
+static void test_server_prompt_count(void **state) {
+    (void)state;
+    const int32_t p0[3] = {1, 2, 3};
+    const int32_t *ids[1] = {p0};
+    const uint32_t n[1] = {3};
+    const char *text[1] = {"a\"b"};
+    const size_t text_len[1] = {3};
+    ds4_cf_server_cell c = {.ids = ids, .n = n, .text = text, .text_len = text_len, .rows = 1,
+                            .n_tokens = 1, .top_k = 1, .ctx = 64, .dialect = DS4_CF_DIALECT_IDS};
+    const char *steps = "{\"choices\": [{\"logprobs\": {\"tokens\": [\"token_id:7\"], "
+                        "\"top_logprobs\": [{\"token_id:7\": -0.5}]}}]%s}";
+    char body[512];
+    ds4_buf out = {0};
+    ds4err err = {0};
+    snprintf(body, sizeof(body), steps, ", \"usage\": {\"prompt_tokens\": 4}");
+    assert_int_not_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    assert_non_null(strstr(err.msg, "row 0: the engine read the prompt as 4 tokens, the reference's has 3"));
+    assert_non_null(strstr(err.msg, "--server-prompt ids"));
+    ds4_buf_free(&out);
+    snprintf(body, sizeof(body), steps, ", \"usage\": {\"prompt_tokens\": 3}");
+    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    ds4_buf_free(&out);
+    snprintf(body, sizeof(body), steps, "");
+    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    ds4_buf_free(&out);
 }
 
 /* Each dialect's answer (in the shape its engine documents) becomes the
@@ -170,6 +208,124 @@ static void test_server_answers(void **state) {
         assert_non_null(strstr(err.msg, "row 0"));
         ds4_buf_free(&out);
     }
+}
+
+/* The first id of tok whose bytes are b[0..n), or -1. */
+static int32_t id_of_bytes(const ds4_tokenizer *tok, const char *b, size_t n) {
+    for (uint32_t i = 0; i < tok->n_vocab; i++) {
+        ds4_buf out = {0};
+        ds4err err = {0};
+        const int32_t id = (int32_t)i;
+        const bool same = !ds4_tok_decode(tok, &id, 1, &out, &err) && out.len == n &&
+                          !memcmp(out.p, b, n);
+        ds4_buf_free(&out);
+        if (same) return id;
+    }
+    return -1;
+}
+
+/* A lossy engine (llama-cpp-python) names the byte token 0x9b "", as it
+ * names every lone byte that is not UTF-8: an alternative so named is
+ * left out; a chosen token so named is the reference's where the stream
+ * has followed it and the reference's token may be named so, else it ends
+ * what is judged. */
+static void test_server_lossy(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    const ds4_tokenizer *tok;
+    if (ds4_model_tokenizer(&t->m, &tok, &err)) fail_msg("%s", err.msg);
+    const int32_t b9b = id_of_bytes(tok, "\x9b", 1), h = id_of_bytes(tok, "h", 1);
+    assert_true(b9b >= 0 && h >= 0);
+    ds4_cf_vocab_index *ix;
+    assert_int_equal(ds4chk_server_index_new(tok, true, &ix, &err), 0);
+    const int32_t p0[3] = {1, 2, 3}, ref0[3] = {h, b9b, h};
+    const int32_t *ids[1] = {p0}, *refs[1] = {ref0};
+    const uint32_t n[1] = {3}, ref_n[1] = {3};
+    int32_t cut[1];
+    ds4_cf_server_cell c = {.ids = ids, .n = n, .ref_ids = refs, .ref_n = ref_n, .cut = cut,
+                            .rows = 1, .n_tokens = 3, .top_k = 3, .ctx = 64,
+                            .dialect = DS4_CF_DIALECT_LOSSY, .vocab = ix};
+    const char *body = "{\"choices\": [{\"logprobs\": {\"tokens\": [\"h\", \"\", \"h\"], "
+                       "\"top_logprobs\": [{\"h\": -0.5, \"\": -1.0}, {\"\": -0.25, \"h\": -2.0}, "
+                       "{\"h\": -0.5}]}}]}";
+    ds4_buf out = {0};
+    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    ds4_golden g;
+    if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
+    assert_int_equal(cut[0], -1);
+    assert_int_equal(g.n_steps, 3);
+    assert_int_equal(g.steps[1].tok.id, b9b);   /* the reference's, which "" may name */
+    assert_int_equal(g.steps[0].n_top, 1);      /* "" left out */
+    assert_int_equal(g.steps[0].top[0].id, h);
+    ds4_golden_free(&g);
+    ds4_buf_free(&out);
+    /* Where the reference had another token, "" cannot be told: judged up
+     * to there. */
+    const int32_t ref1[3] = {h, h, h};
+    refs[0] = ref1;
+    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
+    assert_int_equal(cut[0], 1);
+    assert_int_equal(g.n_steps, 1);
+    ds4_golden_free(&g);
+    ds4_buf_free(&out);
+    ds4chk_server_index_free(ix);
+    tu_model_free(t);
+}
+
+/* ds4's chat answer is text: read as the reference's tokens while they
+ * explain it (a lone byte that is not UTF-8 may come as U+FFFD), the rest
+ * tokenized again, the end token after a "stop" short of max_tokens. */
+static void test_server_ds4(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    const ds4_tokenizer *tok;
+    if (ds4_model_tokenizer(&t->m, &tok, &err)) fail_msg("%s", err.msg);
+    const int32_t b9b = id_of_bytes(tok, "\x9b", 1), h = id_of_bytes(tok, "h", 1);
+    const int32_t x = id_of_bytes(tok, "x", 1), eos = ds4_tok_special(tok, DS4_SPECIAL_EOS);
+    assert_true(b9b >= 0 && h >= 0 && x >= 0 && eos >= 0);
+    const int32_t p0[3] = {1, 2, 3}, ref0[3] = {h, b9b, h};
+    const int32_t *ids[1] = {p0}, *refs[1] = {ref0};
+    const uint32_t n[1] = {3}, ref_n[1] = {3};
+    ds4_cf_server_cell c = {.ids = ids, .n = n, .ref_ids = refs, .ref_n = ref_n, .rows = 1,
+                            .n_tokens = 3, .top_k = 3, .ctx = 64, .dialect = DS4_CF_DIALECT_DS4,
+                            .tok = tok};
+    static const struct {
+        const char *body;
+        int32_t want[3];
+    } cases[] = {
+        {"{\"choices\": [{\"message\": {\"content\": \"h\\ufffdh\"}, \"finish_reason\": \"length\"}], "
+         "\"usage\": {\"prompt_tokens\": 3}}", {0, 1, 0}},
+        {"{\"choices\": [{\"message\": {\"content\": \"hx\"}, \"finish_reason\": \"stop\"}]}",
+         {0, 2, 3}},
+    };
+    for (size_t k = 0; k < 2; k++) {
+        const int32_t names[4] = {h, b9b, x, eos};
+        ds4_buf out = {0};
+        assert_int_equal(ds4chk_server_answer(&c, 0, cases[k].body, strlen(cases[k].body), &out, &err), 0);
+        ds4_golden g;
+        if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
+        assert_int_equal(g.n_steps, 3);
+        for (uint32_t i = 0; i < 3; i++) {
+            assert_int_equal(g.steps[i].tok.id, names[cases[k].want[i]]);
+            assert_int_equal(g.steps[i].n_top, 0);
+        }
+        ds4_golden_free(&g);
+        ds4_buf_free(&out);
+    }
+    /* A prompt the engine counted otherwise: rendered with a system prompt,
+     * or thinking on. */
+    const char *sys = "{\"choices\": [{\"message\": {\"content\": \"h\"}, \"finish_reason\": "
+                      "\"length\"}], \"usage\": {\"prompt_tokens\": 9}}";
+    ds4_buf out = {0};
+    assert_int_not_equal(ds4chk_server_answer(&c, 0, sys, strlen(sys), &out, &err), 0);
+    assert_non_null(strstr(err.msg, "system prompt"));
+    ds4_buf_free(&out);
+    tu_model_free(t);
 }
 
 static void test_template_check(void **state) {
@@ -514,6 +670,9 @@ int main(void) {
         cmocka_unit_test(test_template_expand), cmocka_unit_test(test_template_groups),
         cmocka_unit_test(test_template_check), cmocka_unit_test(test_template_server),
         cmocka_unit_test(test_server_answers),
+        cmocka_unit_test(test_server_prompt_count),
+        cmocka_unit_test(test_server_lossy),
+        cmocka_unit_test(test_server_ds4),
         cmocka_unit_test(test_matrix),
         cmocka_unit_test(test_accept_lines),    cmocka_unit_test(test_verdict_row),
         cmocka_unit_test(test_verdict_usable),  cmocka_unit_test(test_verdict_same),

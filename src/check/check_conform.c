@@ -51,13 +51,22 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
     in->server_cmd = server_preset ? server_preset : o->server_cmd;
     const char *dialect = o->server_dialect ? o->server_dialect
                           : server_preset ? ds4chk_template_server_dialect(o->server_cmd) : "ids";
-    static const char *const dialects[] = {"ids", "text", "llama", "sglang"};
+    static const char *const dialects[] = {"ids", "text", "llama", "sglang", "lossy-text", "ds4"};
     int d = 0;
-    while (d < 4 && strcmp(dialect, dialects[d])) d++;
-    if (d == 4)
-        return ds4_err_set(e, DS4_E_ARG, "the server dialect is ids, text, llama or sglang, not '%s'",
-                           dialect);
+    while (d < 6 && strcmp(dialect, dialects[d])) d++;
+    if (d == 6)
+        return ds4_err_set(e, DS4_E_ARG, "the server dialect is ids, text, lossy-text, llama, "
+                           "sglang or ds4, not '%s'", dialect);
     in->server_dialect = d;   /* the order of enum ds4_cf_dialect */
+    const char *prompt = o->server_prompt ? o->server_prompt
+                         : server_preset ? ds4chk_template_server_prompt(o->server_cmd) : "ids";
+    if (strcmp(prompt, "ids") && strcmp(prompt, "text"))
+        return ds4_err_set(e, DS4_E_ARG, "the server prompt form is ids or text, not '%s'", prompt);
+    if (!strcmp(prompt, "text") &&
+        (d == DS4_CF_DIALECT_LLAMA || d == DS4_CF_DIALECT_SGLANG || d == DS4_CF_DIALECT_DS4))
+        return ds4_err_set(e, DS4_E_ARG, "text prompts are for the OpenAI dialects (ids, text), "
+                           "not '%s'", dialect);
+    in->server_text_prompt = !strcmp(prompt, "text");
     in->model_path = o->model_path;
     in->mtp_path = o->mtp_path;
     in->ds4ref_path = o->ds4ref_path ? o->ds4ref_path : "ds4ref";

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "base/utf8.h"
 #include "conform/backend.h"
 #include "conform/server.h"
 #include "conform/template.h"
@@ -70,6 +71,14 @@ static int prepare_prompts(ds4_cf_ref *ref, const ds4_tokenizer *tok, const ds4_
         p->n = (uint32_t)t.n;
         if (ds4_tok_decode(tok, p->ids, p->n, &p->rendered, err)) return -1;
         if (p->rendered.failed) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        ds4_buf bos = {0};
+        if (p->n && p->ids[0] == ds4_tok_special(tok, DS4_SPECIAL_BOS) &&
+            ds4_tok_decode(tok, p->ids, 1, &bos, err)) {
+            ds4_buf_free(&bos);
+            return -1;
+        }
+        p->bos_len = bos.len;
+        ds4_buf_free(&bos);
         if ((uint64_t)p->n + o->n_tokens - 1 > res->ctx)
             return ds4_err_set(err, DS4_E_RANGE, "prompt %s: %u tokens and %u steps do not fit a "
                               "context of %u: give --ctx %u or more", p->name, p->n, o->n_tokens,
@@ -126,6 +135,7 @@ static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
                     for (uint32_t r = 0; r < cell->batch; r++) {
                         cell->rows[r].prompt = (p + r) % res->n_prompts;
                         cell->rows[r].tf = -1;
+                        cell->rows[r].cut = -1;
                         ds4chk_verdict_finding_pass(&cell->rows[r].f);
                         uint32_t np = res->prompts[cell->rows[r].prompt].n;
                         if (np > longest) longest = np;
@@ -312,6 +322,8 @@ static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *
     int rc = 0;
     ds4_cf_row *row = &c->rows[r];
     const ds4_cf_prompt *p = &res->prompts[row->prompt];
+    const uint32_t want = row->cut >= 0 && (uint32_t)row->cut < o->n_tokens ? (uint32_t)row->cut
+                                                                            : o->n_tokens;
     char *path = path_in(dir, "out", c->batch > 1 ? (int)r : -1);
     ds4_golden out;
     ds4err e = {0};
@@ -331,8 +343,7 @@ static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *
     } else if ((rc = same_model(&out, p, o, path, err))) {
         row->f.status = DS4_CF_ERROR;
         snprintf(row->f.detail, sizeof(row->f.detail), "%.390s", err->msg);
-    } else if (!ds4chk_verdict_usable(&out, p->ids, p->n, o->n_tokens, ref->e->m->cfg.n_vocab,
-                                      &row->f)) {
+    } else if (!ds4chk_verdict_usable(&out, p->ids, p->n, want, ref->e->m->cfg.n_vocab, &row->f)) {
         ds4chk_verdict_findings_push(&row->all, &row->f);
     } else {
         row->tf = tf_of(ref, res, row->prompt, &out, &e);
@@ -343,7 +354,7 @@ static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *
         } else {
             int32_t eos = ds4_tok_special(tok, DS4_SPECIAL_EOS);
             row->margin = ds4chk_verdict_margins(&out);
-            ds4chk_verdict_row(&p->ref, &out, &res->forced[row->tf].tf, o->n_tokens, eos,
+            ds4chk_verdict_row(&p->ref, &out, &res->forced[row->tf].tf, want, eos,
                                &o->limits, tok, &row->all, &row->f);
         }
     }
@@ -399,7 +410,7 @@ static int server_alive(void *ud) {
  * stopped after), or the one at o->server_url; its rows sent together.
  * Returns 0, or -1 with why: the cell's error. */
 static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_vars *v,
-                       const ds4_cf_cell *c, const char *out, const char *log, ds4err *why) {
+                       ds4_cf_cell *c, const char *out, const char *log, ds4err *why) {
     char url[96];
     pid_t pid = 0;
     ds4_buf cmd = {0};
@@ -418,14 +429,38 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     }
     const int32_t *ids[DS4_CF_MAX_BATCH];
     uint32_t n[DS4_CF_MAX_BATCH];
+    const char *text[DS4_CF_MAX_BATCH];
+    size_t text_len[DS4_CF_MAX_BATCH];
+    int32_t *ref_ids[DS4_CF_MAX_BATCH] = {0};
+    uint32_t ref_n[DS4_CF_MAX_BATCH] = {0};
+    int32_t cut[DS4_CF_MAX_BATCH];
     for (uint32_t r = 0; r < c->batch; r++) {
-        ids[r] = res->prompts[c->rows[r].prompt].ids;
-        n[r] = res->prompts[c->rows[r].prompt].n;
+        const ds4_cf_prompt *p = &res->prompts[c->rows[r].prompt];
+        ids[r] = p->ids;
+        n[r] = p->n;
+        ref_ids[r] = malloc(sizeof(int32_t) * (p->ref.n_steps ? p->ref.n_steps : 1));
+        if (!ref_ids[r] && rc == 0) rc = ds4_err_set(why, DS4_E_NOMEM, "out of memory");
+        for (uint32_t i = 0; ref_ids[r] && i < p->ref.n_steps; i++) ref_ids[r][i] = p->ref.steps[i].tok.id;
+        ref_n[r] = ref_ids[r] ? p->ref.n_steps : 0;
+        const bool chat = o->server_dialect == DS4_CF_DIALECT_DS4;
+        const ds4_cf_text *raw = &o->corpus->p[c->rows[r].prompt];
+        text[r] = chat ? (const char *)raw->bytes : p->rendered.p + p->bos_len;
+        text_len[r] = chat ? raw->len : p->rendered.len - p->bos_len;
+        if (rc == 0 && (chat || o->server_text_prompt) &&
+            !ds4_utf8_valid((const unsigned char *)text[r], text_len[r]))
+            rc = ds4_err_set(why, DS4_E_ARG, "prompt %s is not UTF-8 text, which a text prompt "
+                             "must be: use --server-prompt ids", p->name);
     }
-    ds4_cf_server_cell sc = {url, NULL, ids, n, c->batch, o->n_tokens, o->top_k, res->ctx,
-                             o->temp, o->seed, out, log, o->timeout > 0 ? 10 * o->timeout : 0,
-                             c->cache == DS4_CF_WARM, o->server_dialect, o->vocab};
+    const bool as_text = o->server_text_prompt || o->server_dialect == DS4_CF_DIALECT_DS4;
+    ds4_cf_server_cell sc = {url, NULL, ids, n, as_text ? text : NULL, text_len,
+                             (const int32_t *const *)ref_ids, ref_n, cut, c->batch, o->n_tokens, o->top_k, res->ctx, o->temp, o->seed, out,
+                             log, o->timeout > 0 ? 10 * o->timeout : 0, c->cache == DS4_CF_WARM,
+                             o->server_dialect, o->vocab, o->tok};
     if (rc == 0) rc = ds4chk_server_cell(&sc, why);
+    for (uint32_t r = 0; r < c->batch; r++) {
+        free(ref_ids[r]);
+        if (rc == 0) c->rows[r].cut = cut[r];
+    }
     if (pid > 0) ds4chk_backend_stop(pid, 10);
     ds4_buf_free(&cmd);
     return rc;
@@ -810,9 +845,13 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         snprintf(c->f.detail, sizeof(c->f.detail), "%s", na);
     }
     ds4_cf_vocab_index *vocab = NULL;
-    if (rc == 0 && run.server_dialect == DS4_CF_DIALECT_TEXT &&
-        (rc = ds4chk_server_index_new(tok, &vocab, err)) == 0)
+    const bool texts = run.server_dialect == DS4_CF_DIALECT_TEXT ||
+                       run.server_dialect == DS4_CF_DIALECT_LOSSY;
+    if (rc == 0 && texts &&
+        (rc = ds4chk_server_index_new(tok, run.server_dialect == DS4_CF_DIALECT_LOSSY, &vocab,
+                                      err)) == 0)
         run.vocab = vocab;
+    run.tok = tok;
     if (rc == 0) rc = launch_all(res, &run, work, err);
     ds4chk_server_index_free(vocab);
     if (rc == 0 && run.calibrate && !run.limits.exact) rc = calibrate(&ref, m, res, &run, err);

@@ -65,7 +65,9 @@ typedef struct ds4_cf_opts {
      * backend template. */
     const char *server_url, *server_cmd;
     int server_dialect;        /* enum ds4_cf_dialect (server.h) */
-    const struct ds4_cf_vocab_index *vocab;   /* made by the run for the text dialect */
+    bool server_text_prompt;   /* prompts sent as text less BOS (server.h) */
+    const struct ds4_cf_vocab_index *vocab;   /* made by the run for the text dialects */
+    const ds4_tokenizer *tok;  /* the run's, for the ds4 dialect */
     uint32_t jobs;             /* cells whose commands run at once (0, 1: one) */
     volatile sig_atomic_t *stop;   /* NULL, or set asynchronously (SIGINT): the run stops */
     ds4_cf_progress_fn progress;
@@ -78,6 +80,7 @@ typedef struct ds4_cf_prompt {
     int32_t *ids;
     uint32_t n;
     ds4_buf rendered;          /* the bytes of ids: what {prompt_file} holds */
+    size_t bos_len;            /* its leading BOS string's bytes (0: none) */
     ds4_golden ref;
     bool cached;               /* the reference came from the cache */
 } ds4_cf_prompt;
@@ -94,6 +97,8 @@ typedef struct ds4_cf_row {
     ds4_cf_findings all;       /* every finding, the cross-cell one included */
     int32_t tf;                /* index of its teacher-forced record, -1 none */
     double *margin;            /* [its steps] the backend's own top-two margins, or NULL */
+    int32_t cut;               /* a server's answer named its token at this step ambiguously:
+                                * judged up to it; -1: every step */
 } ds4_cf_row;
 
 typedef struct ds4_cf_cell {

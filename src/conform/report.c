@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "conform/server.h"
 #include "text/json.h"
 
 static const char *base_name(const char *p) {
@@ -35,6 +36,10 @@ static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o)
                    base_name(o->model_path));
     if (o->mtp_path) ds4_buf_printf(b, " (MTP %s)", base_name(o->mtp_path));
     ds4_buf_printf(b, ", %u tokens a row, context %u\n", o->n_tokens, r->ctx);
+    if ((o->server_url || o->server_cmd) && o->server_dialect == DS4_CF_DIALECT_DS4)
+        ds4_buf_puts(b, "logprobs: not available (ds4's server answers text): each row's text, read "
+                        "as the reference's tokens while they explain it and tokenized again "
+                        "after, judged by the reference's teacher forcing alone (the gap)\n");
     const ds4_cf_limits *l = &r->limits;
     if (l->exact) {
         ds4_buf_puts(b, "mode: exact (tokens and logprobs bit-identical to ds4ref)\n");
@@ -169,6 +174,22 @@ static void put_smallest(ds4_buf *b, const ds4_cf_result *r) {
     }
 }
 
+/* Rows of a text-dialect server judged only in part: the engine named a
+ * token by a text that several ids (or none) have. */
+static void put_cuts(ds4_buf *b, const ds4_cf_result *r) {
+    uint32_t rows = 0, least = UINT32_MAX;
+    for (uint32_t i = 0; i < r->n_cells; i++)
+        for (uint32_t k = 0; k < r->cells[i].batch; k++)
+            if (r->cells[i].rows[k].cut >= 0) {
+                rows++;
+                if ((uint32_t)r->cells[i].rows[k].cut < least) least = (uint32_t)r->cells[i].rows[k].cut;
+            }
+    if (rows)
+        ds4_buf_printf(b, "\n%u rows judged only up to a token the engine named by an ambiguous "
+                       "text (the first after %u steps; --json: judged_steps, the cell's log)\n",
+                       rows, least);
+}
+
 int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
     put_header(b, r, o);
     put_table(b, r);
@@ -176,6 +197,7 @@ int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b)
     put_list(b, r, DS4_CF_TIE, DS4_CF_TIE, "ties (a reference near-tie, not failed)");
     put_list(b, r, DS4_CF_NOT_EXERCISED, DS4_CF_NOT_EXERCISED, "not exercised");
     put_smallest(b, r);
+    put_cuts(b, r);
     ds4_buf_printf(b, "\n%u cells: %u pass, %u fail, %u error, %u tie, %u not exercised, %u n/a\n",
                    r->n_cells, r->count[DS4_CF_PASS], r->count[DS4_CF_FAIL],
                    r->count[DS4_CF_ERROR], r->count[DS4_CF_TIE],
@@ -252,7 +274,9 @@ static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell 
             if (k) ds4_buf_putc(b, ',');
             put_finding_json(b, &row->all.v[k]);
         }
-        ds4_buf_printf(b, "],\"findings_complete\":%s}", row->all.failed ? "false" : "true");
+        ds4_buf_printf(b, "],\"findings_complete\":%s", row->all.failed ? "false" : "true");
+        if (row->cut >= 0) ds4_buf_printf(b, ",\"judged_steps\":%d", row->cut);
+        ds4_buf_putc(b, '}');
     }
     ds4_buf_puts(b, "]}");
 }

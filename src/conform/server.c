@@ -10,63 +10,107 @@
 
 #include "base/buf.h"
 #include "base/file.h"
+#include "base/utf8.h"
 #include "conform/http.h"
 #include "text/json.h"
 
 /* ---- texts to ids ---- */
 
+/* One way a token may be named: its bytes, or (for a lossy engine) a lenient
+ * decoding of them, at off[0..n) of the index's names. */
 typedef struct vocab_entry {
-    const uint8_t *b;
+    size_t off;
     uint32_t n;
     int32_t id;
 } vocab_entry;
 
 struct ds4_cf_vocab_index {
-    vocab_entry *e;
-    uint32_t n;
-    ds4_buf bytes;       /* every token's bytes, back to back */
+    vocab_entry *e;      /* sorted by name, then id */
+    size_t n_e;
+    uint32_t n_vocab;
+    ds4_buf names;       /* every token's bytes by id, then the lenient names */
 };
 
-static int entry_cmp(const void *a, const void *b) {
-    const vocab_entry *x = a, *y = b;
-    const uint32_t n = x->n < y->n ? x->n : y->n;
-    const int c = memcmp(x->b, y->b, n);
+static const ds4_cf_vocab_index *sort_ix;   /* qsort has no context argument */
+
+static int entry_cmp_in(const ds4_cf_vocab_index *ix, const vocab_entry *x, const uint8_t *yb,
+                        uint32_t yn, int32_t yid) {
+    const uint32_t n = x->n < yn ? x->n : yn;
+    const int c = memcmp(ix->names.p + x->off, yb, n);
     if (c) return c;
-    if (x->n != y->n) return x->n < y->n ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+    if (x->n != yn) return x->n < yn ? -1 : 1;
+    return (x->id > yid) - (x->id < yid);
 }
 
-int ds4chk_server_index_new(const ds4_tokenizer *tok, ds4_cf_vocab_index **out, ds4err *err) {
+static int entry_cmp(const void *a, const void *b) {
+    const vocab_entry *y = b;
+    return entry_cmp_in(sort_ix, a, (const uint8_t *)sort_ix->names.p + y->off, y->n, y->id);
+}
+
+/* b[0..n) as an engine that decodes a token leniently names it: each
+ * well-formed sequence as itself, each other byte dropped (Python's
+ * errors="ignore", as llama-cpp-python) or, with replace, U+FFFD
+ * (errors="replace").  Appended to out; false when nothing was lenient. */
+static bool put_lenient(ds4_buf *out, const uint8_t *b, size_t n, bool replace) {
+    bool lossy = false;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        const size_t k = ds4_utf8_next(b + i, n - i, &cp);
+        if (k) ds4_buf_put(out, b + i, k);
+        else if (replace) ds4_buf_put(out, "\xEF\xBF\xBD", 3);
+        lossy |= !k;
+        i += k ? k : 1;
+    }
+    return lossy;
+}
+
+int ds4chk_server_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_index **out,
+                            ds4err *err) {
     ds4_cf_vocab_index *ix = calloc(1, sizeof(*ix));
     const uint32_t V = tok->n_vocab;
     size_t *off = malloc(sizeof(size_t) * (V + 1));
-    if (ix) ix->e = calloc(V ? V : 1, sizeof(vocab_entry));
+    if (ix) ix->e = calloc(V ? 3 * (size_t)V : 1, sizeof(vocab_entry));
     if (!ix || !ix->e || !off) {
         if (ix) free(ix->e);
         free(ix), free(off);
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     }
+    ix->n_vocab = V;
     for (uint32_t i = 0; i < V; i++) {
-        off[i] = ix->bytes.len;
+        off[i] = ix->names.len;
         const int32_t id = (int32_t)i;
-        if (ds4_tok_decode(tok, &id, 1, &ix->bytes, err)) {
+        if (ds4_tok_decode(tok, &id, 1, &ix->names, err)) {
             free(off);
             ds4chk_server_index_free(ix);
             return -1;
         }
     }
-    off[V] = ix->bytes.len;
-    if (ix->bytes.failed) {
-        free(off);
+    off[V] = ix->names.len;
+    for (uint32_t i = 0; i < V; i++)
+        ix->e[ix->n_e++] = (vocab_entry){off[i], (uint32_t)(off[i + 1] - off[i]), (int32_t)i};
+    for (uint32_t i = 0; lossy && i < V; i++)
+        for (int replace = 0; replace < 2; replace++) {
+            const size_t at = ix->names.len;
+            /* names.p may move as it grows: the token's bytes are read
+             * through a copy of their offset each time. */
+            ds4_buf tmp = {0};
+            ds4_buf_put(&tmp, ix->names.p + off[i], off[i + 1] - off[i]);
+            const bool differs = !tmp.failed && put_lenient(&ix->names, (const uint8_t *)tmp.p,
+                                                            tmp.len, replace);
+            ds4_buf_free(&tmp);
+            if (differs)
+                ix->e[ix->n_e++] = (vocab_entry){at, (uint32_t)(ix->names.len - at), (int32_t)i};
+            else
+                ix->names.len = at;
+        }
+    free(off);
+    if (ix->names.failed) {
         ds4chk_server_index_free(ix);
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     }
-    for (uint32_t i = 0; i < V; i++)
-        ix->e[i] = (vocab_entry){(const uint8_t *)ix->bytes.p + off[i], (uint32_t)(off[i + 1] - off[i]),
-                                 (int32_t)i};
-    ix->n = V;
-    free(off);
-    qsort(ix->e, ix->n, sizeof(vocab_entry), entry_cmp);
+    sort_ix = ix;
+    qsort(ix->e, ix->n_e, sizeof(vocab_entry), entry_cmp);
+    sort_ix = NULL;
     *out = ix;
     return 0;
 }
@@ -74,21 +118,24 @@ int ds4chk_server_index_new(const ds4_tokenizer *tok, ds4_cf_vocab_index **out, 
 void ds4chk_server_index_free(ds4_cf_vocab_index *ix) {
     if (!ix) return;
     free(ix->e);
-    ds4_buf_free(&ix->bytes);
+    ds4_buf_free(&ix->names);
     free(ix);
 }
 
-/* The ids whose bytes are b[0..n): the lowest, and how many there are. */
-static uint32_t ids_of(const ds4_cf_vocab_index *ix, const uint8_t *b, uint32_t n, int32_t *lowest) {
-    vocab_entry key = {b, n, INT32_MIN};
-    size_t lo = 0, hi = ix->n;
+/* The ids a token may be named b[0..n) by: how many, the lowest, and
+ * whether want is among them. */
+static uint32_t ids_of(const ds4_cf_vocab_index *ix, const uint8_t *b, uint32_t n, int32_t want,
+                       int32_t *lowest, bool *has_want) {
+    size_t lo = 0, hi = ix->n_e;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (entry_cmp(&ix->e[mid], &key) < 0) lo = mid + 1;
+        if (entry_cmp_in(ix, &ix->e[mid], b, n, INT32_MIN) < 0) lo = mid + 1;
         else hi = mid;
     }
     uint32_t k = 0;
-    while (lo + k < ix->n && ix->e[lo + k].n == n && !memcmp(ix->e[lo + k].b, b, n)) k++;
+    *has_want = false;
+    for (; lo + k < ix->n_e && ix->e[lo + k].n == n && !memcmp(ix->names.p + ix->e[lo + k].off, b, n); k++)
+        *has_want |= ix->e[lo + k].id == want;
     *lowest = k ? ix->e[lo].id : -1;
     return k;
 }
@@ -148,6 +195,16 @@ static const char *request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf
                        "\"seed\": %llu}", c->n_tokens, k, c->temp, seed);
         return "/completion";
     }
+    /* ds4's server: the user's message, rendered by the engine with the
+     * official template, thinking off (which also makes temperature 0
+     * greedy there); no logprobs to ask for. */
+    if (c->dialect == DS4_CF_DIALECT_DS4) {
+        ds4_buf_puts(b, "{\"messages\": [{\"role\": \"user\", \"content\": ");
+        ds4_json_put_str(b, c->text[r], c->text_len[r]);
+        ds4_buf_printf(b, "}], \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
+                       "\"thinking\": false}", c->n_tokens, c->temp, seed);
+        return "/v1/chat/completions";
+    }
     if (c->dialect == DS4_CF_DIALECT_SGLANG) {
         ds4_buf_puts(b, "{\"input_ids\": ");
         put_ids(b, c, r);
@@ -163,7 +220,8 @@ static const char *request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf
         ds4_buf_puts(b, ", ");
     }
     ds4_buf_puts(b, "\"prompt\": ");
-    put_ids(b, c, r);
+    if (c->text) ds4_json_put_str(b, c->text[r], c->text_len[r]);
+    else put_ids(b, c, r);
     ds4_buf_printf(b, ", \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
                    "\"logprobs\": %u%s}", c->n_tokens, c->temp, seed, k,
                    c->dialect == DS4_CF_DIALECT_IDS ? ", \"return_tokens_as_token_ids\": true" : "");
@@ -192,21 +250,26 @@ typedef struct alt {
 } alt;
 
 /* The id a token's name stands for in the cell's dialect; a text that is
- * no id's bytes, or several ids', is logged (row r, step i). */
+ * no id's bytes, or several ids', is ambiguous: logged (row r, step i),
+ * and 1 is returned.  It is taken as hint (the reference's token, where the
+ * stream has followed the reference so far) when hint's bytes could be
+ * named so, else as the lowest id with those bytes (0 for none). */
 static int name_to_id(const ds4_cf_server_cell *c, uint32_t r, size_t i, const ds4_json *v,
-                      int32_t *id) {
+                      int32_t hint, int32_t *id) {
     if (c->dialect == DS4_CF_DIALECT_IDS) return token_id(v, id);
     if (!v || v->type != DS4_JSON_STRING) return -1;
     uint8_t b[1024];
     const uint32_t n = text_bytes(v, b, sizeof(b));
     if (n == UINT32_MAX) return -1;
-    const uint32_t k = ids_of(c->vocab, b, n, id);
+    bool fits;
+    const uint32_t k = ids_of(c->vocab, b, n, hint, id, &fits);
     if (k == 1) return 0;
-    log_line(c->log, "row %u step %zu: the text \"%.*s\" is %s id%s%s", r, i, (int)v->len, v->str,
-             k ? "the bytes of several" : "no", k ? "s: taken as the lowest" : "'s bytes",
-             k ? "" : " (the engine lost bytes?): ambiguous");
-    if (!k) *id = 0;
-    return 0;
+    if (fits) *id = hint;
+    else if (!k) *id = 0;
+    log_line(c->log, "row %u step %zu: the text \"%.*s\" is %s: ambiguous, taken as %d%s", r, i,
+             (int)v->len, v->str, k ? "the bytes of several ids" : "no id's bytes (the engine lost bytes?)",
+             *id, fits ? " (the reference's token there, which it can name)" : "");
+    return 1;
 }
 
 /* By logprob descending, then id ascending: the order of a top list. */
@@ -220,7 +283,7 @@ static int by_logprob(const void *a, const void *b) {
  * top list, at most top_k, each logprob written as the engine wrote it. */
 static void put_step(const ds4_cf_server_cell *c, ds4_buf *out, size_t i, int32_t id, alt *a,
                      size_t n) {
-    qsort(a, n, sizeof(*a), by_logprob);
+    if (n) qsort(a, n, sizeof(*a), by_logprob);
     ds4_buf_printf(out, "%s\n{\"step\":%zu,\"selected\":{\"id\":%d},\"top_logprobs\":[",
                    i ? "," : "", i, id);
     for (size_t k = 0; k < n && k < c->top_k; k++)
@@ -231,6 +294,86 @@ static void put_step(const ds4_cf_server_cell *c, ds4_buf *out, size_t i, int32_
 
 static int bad_answer(uint32_t r, const char *what, ds4err *err) {
     return ds4_err_set(err, DS4_E_FORMAT, "row %u: the answer has no %s", r, what);
+}
+
+/* usage.prompt_tokens, where the engine gives it, must be the reference's
+ * count: an engine that tokenized a text prompt its own way, or added a BOS
+ * to one that had it, answered another question. */
+static int check_prompt_count(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
+                              ds4err *err) {
+    const ds4_json *pt = ds4_json_get(ds4_json_get(root, "usage"), "prompt_tokens");
+    uint64_t used;
+    if (pt && ds4_json_uint(pt, UINT32_MAX, &used) && used != c->n[r])
+        return ds4_err_set(err, DS4_E_FORMAT, "row %u: the engine read the prompt as %llu tokens, "
+                           "the reference's has %u (%s)", r, (unsigned long long)used, c->n[r],
+                           c->dialect == DS4_CF_DIALECT_DS4
+                               ? "did it render the chat with a system prompt, or thinking on?"
+                           : c->text ? "a text prompt tokenized otherwise, or its BOS not added: "
+                                       "try --server-prompt ids"
+                                     : "were the ids read as given?");
+    return 0;
+}
+
+/* How many bytes of s[0..n) token id stands for, as its bytes or with each
+ * byte that is not UTF-8 written U+FFFD (an engine that sanitizes each
+ * token's text); SIZE_MAX when neither starts s. */
+static size_t explains(const ds4_tokenizer *tok, int32_t id, const uint8_t *s, size_t n) {
+    ds4_buf b = {0}, lenient = {0};
+    ds4err e = {0};
+    size_t used = SIZE_MAX;
+    if (!ds4_tok_decode(tok, &id, 1, &b, &e) && !b.failed) {
+        put_lenient(&lenient, (const uint8_t *)b.p, b.len, true);
+        if (b.len && b.len <= n && !memcmp(s, b.p, b.len)) used = b.len;
+        else if (!lenient.failed && lenient.len && lenient.len <= n && !memcmp(s, lenient.p, lenient.len))
+            used = lenient.len;
+    }
+    ds4_buf_free(&b);
+    ds4_buf_free(&lenient);
+    return used;
+}
+
+/* ds4's chat answer: choices[0].message.content, as ids.  Text has no ids,
+ * and tokenizing it again need not give the ones the engine chose, so the
+ * reference's stream is followed while it explains the text (the engine
+ * agreeing, as it should), and only what is left after the first token it
+ * does not explain is tokenized as ds4ref tokenizes text, and kept to
+ * max_tokens (tokenizing again may make more tokens than the engine did).
+ * The end token follows when the engine stopped before max_tokens
+ * ("stop").  Steps
+ * without logprobs: the reference's teacher forcing alone judges them. */
+static int ds4_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root, ds4_buf *out,
+                     ds4err *err) {
+    const ds4_json *ch = ds4_json_get(root, "choices");
+    const ds4_json *c0 = ch && ch->type == DS4_JSON_ARRAY && ch->n ? &ch->elems[0] : NULL;
+    const ds4_json *content = ds4_json_get(ds4_json_get(c0, "message"), "content");
+    const ds4_json *finish = ds4_json_get(c0, "finish_reason");
+    if (!content || content->type != DS4_JSON_STRING || !finish || finish->type != DS4_JSON_STRING)
+        return bad_answer(r, "choices[0].message.content and finish_reason (a chat completion)", err);
+    ds4_tokens t = {0};
+    const uint8_t *s = (const uint8_t *)content->str;
+    size_t left = content->len;
+    for (uint32_t i = 0; c->ref_ids && i < c->ref_n[r] && i < c->n_tokens && left; i++) {
+        const size_t used = explains(c->tok, c->ref_ids[r][i], s, left);
+        if (used == SIZE_MAX) break;
+        if (ds4_tokens_push(&t, c->ref_ids[r][i], err)) {
+            ds4_tokens_free(&t);
+            return -1;
+        }
+        s += used;
+        left -= used;
+    }
+    if (left) log_line(c->log, "row %u: the text from step %zu on is not the reference's: "
+                       "tokenized again", r, t.n);
+    if (ds4_tok_encode(c->tok, (const char *)s, left, 0, &t, err)) {
+        ds4_tokens_free(&t);
+        return -1;
+    }
+    if (t.n > c->n_tokens) t.n = c->n_tokens;
+    const bool eos = finish->len == 4 && !memcmp(finish->str, "stop", 4) && t.n < c->n_tokens;
+    for (size_t i = 0; i < t.n + eos; i++)
+        put_step(c, out, i, i < t.n ? t.ids[i] : ds4_tok_special(c->tok, DS4_SPECIAL_EOS), NULL, 0);
+    ds4_tokens_free(&t);
+    return 0;
 }
 
 /* OpenAI's completion: choices[0].logprobs' tokens and top_logprobs, named
@@ -244,27 +387,46 @@ static int openai_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
         tops->n != toks->n)
         return bad_answer(r, "choices[0].logprobs with tokens and top_logprobs (an OpenAI "
                           "completion with logprobs)", err);
+    bool agree = true;   /* the stream so far is the reference's */
     for (size_t i = 0; i < toks->n; i++) {
         int32_t id;
-        if (name_to_id(c, r, i, &toks->elems[i], &id))
+        const int32_t hint = agree && c->ref_ids && i < c->ref_n[r] ? c->ref_ids[r][i] : -1;
+        const int named = name_to_id(c, r, i, &toks->elems[i], hint, &id);
+        if (named < 0)
             return ds4_err_set(err, DS4_E_FORMAT, "row %u: token %zu is not %s", r, i,
                                c->dialect == DS4_CF_DIALECT_IDS
                                    ? "\"token_id:N\": the engine ignored return_tokens_as_token_ids"
                                    : "a string");
+        /* A chosen token that cannot be told ends what can be judged: the
+         * reference would be teacher-forced on a guess.  Not in an answer
+         * longer than asked for, a fault the verdict must see whole. */
+        if (named && id != hint && toks->n <= c->n_tokens) {
+            if (c->cut) c->cut[r] = (int32_t)i;
+            log_line(c->log, "row %u: judged up to step %zu, whose token cannot be told", r, i);
+            break;
+        }
         const ds4_json *d = &tops->elems[i];
         if (d->type != DS4_JSON_OBJECT)
             return ds4_err_set(err, DS4_E_FORMAT, "row %u: top_logprobs[%zu] is not an object", r, i);
+        /* An alternative whose text is ambiguous is left out: its logprob
+         * is some id's, and which one cannot be told. */
         alt *a = calloc(d->n ? d->n : 1, sizeof(*a));
         if (!a) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        size_t n = 0;
         for (size_t k = 0; k < d->n; k++) {
-            if (name_to_id(c, r, i, &d->keys[k], &a[k].id) || d->elems[k].type != DS4_JSON_NUMBER) {
+            const int alt_named = name_to_id(c, r, i, &d->keys[k], -1, &a[n].id);
+            if (alt_named < 0 || d->elems[k].type != DS4_JSON_NUMBER) {
                 free(a);
                 return ds4_err_set(err, DS4_E_FORMAT, "row %u: top_logprobs[%zu] has an entry "
                                    "that is not a token and its logprob", r, i);
             }
-            a[k] = (alt){a[k].id, d->elems[k].num, d->elems[k].str, d->elems[k].len};
+            if (alt_named == 0) {
+                a[n] = (alt){a[n].id, d->elems[k].num, d->elems[k].str, d->elems[k].len};
+                n++;
+            }
         }
-        put_step(c, out, i, id, a, d->n);
+        put_step(c, out, i, id, a, n);
+        agree = agree && id == hint;
         free(a);
     }
     return 0;
@@ -349,12 +511,15 @@ static int sglang_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
 int ds4chk_server_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
                          ds4_buf *out, ds4err *err) {
     ds4_json_doc *doc;
+    if (c->cut) c->cut[r] = -1;
     if (ds4_json_parse(body, len, "answer", &doc, err)) return -1;
     const ds4_json *root = ds4_json_root(doc);
     ds4_buf_printf(out, "{\"source\":\"server\",\"prompt_tokens\":%u,\"ctx\":%u,\"top_k\":%u,"
                    "\"steps\":[", c->n[r], c->ctx, c->top_k);
     int rc = c->dialect == DS4_CF_DIALECT_LLAMA    ? llama_steps(c, r, root, out, err)
              : c->dialect == DS4_CF_DIALECT_SGLANG ? sglang_steps(c, r, root, out, err)
+             : check_prompt_count(c, r, root, err) ? -1
+             : c->dialect == DS4_CF_DIALECT_DS4    ? ds4_steps(c, r, root, out, err)
                                                    : openai_steps(c, r, root, out, err);
     ds4_json_free(doc);
     ds4_buf_puts(out, "\n]}\n");

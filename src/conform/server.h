@@ -3,17 +3,22 @@
  * answer written as the row's output ({out}, or {out}.ROW with several
  * rows) in ds4's dump layout, token ids and logprobs, without logits.
  *
- * The request is OpenAI's completions: the prompt as token ids, greedy or
+ * The request is OpenAI's completions: the prompt as token ids (or, for an
+ * engine that reads text only, as text less its leading BOS, which the
+ * engine adds itself), greedy or
  * sampled at the cell's temperature and seed (row r: seed + r, as
  * ds4ref's batches), logprobs top_k (at most 20).  The answer names its
  * tokens by id (vLLM's return_tokens_as_token_ids: ds4ref-server, vLLM) or
  * by text (plain OpenAI), each text then matched to the vocabulary's ids
  * by its bytes: a text that several ids share, or none, is ambiguous; it
  * is taken as the lowest such id and each one is listed in the cell's
- * log. */
+ * log.  An answer whose usage counts other than the reference's prompt
+ * tokens is the cell's error: the engine did not read the prompt as the
+ * reference tokenized it. */
 #ifndef DS4_CONFORM_SERVER_H
 #define DS4_CONFORM_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/buf.h"
@@ -26,12 +31,20 @@ enum ds4_cf_dialect {
     DS4_CF_DIALECT_TEXT,   /* the token's text (plain OpenAI: llama-cpp-python, ...) */
     DS4_CF_DIALECT_LLAMA,  /* llama.cpp server's /completion with n_probs (ids) */
     DS4_CF_DIALECT_SGLANG, /* SGLang's /generate with return_logprob (ids) */
+    DS4_CF_DIALECT_LOSSY,  /* the token's text, bytes that are not UTF-8 dropped or made
+                            * U+FFFD (llama-cpp-python): ambiguous where two ids may be
+                            * named so */
+    DS4_CF_DIALECT_DS4,    /* ds4's server: chat completions, the answer's text only (no
+                            * logprobs), tokenized again */
 };
 
 /* Every token's bytes, sorted, to find the ids a text names. */
 typedef struct ds4_cf_vocab_index ds4_cf_vocab_index;
 
-int ds4chk_server_index_new(const ds4_tokenizer *tok, ds4_cf_vocab_index **out, ds4err *err);
+/* Every token's bytes, sorted, to find the ids a text names; with lossy,
+ * also each token as a lenient decoding names it (DS4_CF_DIALECT_LOSSY). */
+int ds4chk_server_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_index **out,
+                            ds4err *err);
 void ds4chk_server_index_free(ds4_cf_vocab_index *ix);
 
 typedef struct ds4_cf_server_cell {
@@ -39,6 +52,13 @@ typedef struct ds4_cf_server_cell {
     const char *model;             /* the request's "model", or NULL */
     const int32_t *const *ids;     /* [rows] each row's prompt */
     const uint32_t *n;
+    const char *const *text;       /* [rows] the prompts as text (less BOS; for ds4, the user's
+                                    * message, which it renders), or NULL: ids */
+    const size_t *text_len;
+    const int32_t *const *ref_ids; /* [rows] the reference's stream, or NULL: an ambiguous */
+    const uint32_t *ref_n;         /* chosen text is taken as its token where it fits */
+    int32_t *cut;                  /* [rows] out, or NULL: the step whose chosen token could not
+                                    * be told (the answer is written up to it), -1 none */
     uint32_t rows, n_tokens, top_k, ctx;
     double temp;
     uint64_t seed;
@@ -47,7 +67,8 @@ typedef struct ds4_cf_server_cell {
     double timeout;                /* seconds a request may take (0: none) */
     int warm;                      /* each row's prompt sent once, alone, first */
     int dialect;                   /* enum ds4_cf_dialect */
-    const ds4_cf_vocab_index *vocab;   /* DS4_CF_DIALECT_TEXT: texts to ids */
+    const ds4_cf_vocab_index *vocab;   /* the text dialects: texts to ids */
+    const ds4_tokenizer *tok;      /* DS4_CF_DIALECT_DS4: the answer's text to ids */
 } ds4_cf_server_cell;
 
 /* Send the rows and write their outputs.  An error is the cell's (an engine

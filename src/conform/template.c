@@ -12,8 +12,11 @@ static const char *const var_names[DS4_CF_NVARS] = {
     "model_f32", "mtp_f32", "port",
 };
 
+/* A preset; a server's also says how its API reads prompts and names
+ * tokens (dialect and prompt form, server.h), NULL for a command's. */
 typedef struct preset {
     const char *name, *tmpl, *about;
+    const char *dialect, *prompt;
 } preset;
 
 /* ds4 has no option for the prefill chunk or for token ids: the chunk is
@@ -32,23 +35,24 @@ static const preset presets[] = {
      "{ds4ref} -m {model} {[--mtp {mtp} --mtp-draft {draft} --spec-report]} "
      "--batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} --logprobs-top-k {top_k} "
      "--golden-out {out}",
-     "this build of ds4ref: the self-check (every row of a batch in shared passes, goldens)"},
+     "this build of ds4ref: the self-check (every row of a batch in shared passes, goldens)",
+     NULL, NULL},
     {"ds4ref-f32",
      "{ds4ref} -m {model_f32} {[--mtp {mtp_f32} --mtp-draft {draft} --spec-report]} "
      "--batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} --logprobs-top-k {top_k} "
      "--golden-out {out}",
      "this build of ds4ref on the models' unquantized twins: the same numbers as the models "
-     "(a check of {model_f32})"},
+     "(a check of {model_f32})", NULL, NULL},
     {"ds4",
      "DS4_METAL_PREFILL_CHUNK={chunk} DS4_MTP_SPEC_LOG=1 ds4 -m {model} "
      "{[--mtp {mtp} --mtp-draft {draft}]} --prompt-file {prompt_file} -n {n} -c {ctx} "
      "--temp {temp} {[--seed {seed}]} --logprobs-top-k {top_k} --dump-logprobs {out}",
-     "antirez/ds4's command line (ds4 on the PATH): one row, --dump-logprobs"},
+     "antirez/ds4's command line (ds4 on the PATH): one row, --dump-logprobs", NULL, NULL},
     {"llama.cpp",
      "{ds4ref}-llama -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} "
      "--top-k {top_k} --out {out}",
      "llama.cpp's CPU backend through ds4ref-llama (DS4REF_LLAMA_LIB: its prebuilt libraries; "
-     "make peers): every row a sequence of one context, depth 0 only"},
+     "make peers): every row a sequence of one context, depth 0 only", NULL, NULL},
 };
 
 /* Engines behind HTTP (--server-cmd NAME): each listens on {port} of the
@@ -57,7 +61,7 @@ static const preset presets[] = {
  * the same run. */
 static const preset server_presets[] = {
     {"ds4ref-server", "{ds4ref}-server -m {model} --host 127.0.0.1 --port {port} --ctx {ctx} "
-     "--chunk {chunk}", "this build's ds4ref-server (the self-check over HTTP)"},
+     "--chunk {chunk}", "this build's ds4ref-server (the self-check over HTTP)", "ids", "ids"},
     /* vLLM 0.22 (DeepSeek V4's MTP: method "mtp"; chunked prefill is on,
      * its chunk the batch's token budget; batch invariance by
      * VLLM_BATCH_INVARIANT=1).  Written from its documentation, not run
@@ -66,13 +70,18 @@ static const preset server_presets[] = {
      "--max-model-len {ctx} --max-num-batched-tokens {chunk_total} --max-logprobs 20 "
      "{[--speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": {draft}}']}",
      "vLLM's OpenAI server on a checkpoint folder ({model}), MTP drafts of {draft}, "
-     "batch-invariant kernels"},
+     "batch-invariant kernels", "ids", "ids"},
     /* llama-cpp-python's OpenAI server (its [server] extra): llama.cpp on
-     * the GGUF, n_batch the prefill chunk, no MTP; it names tokens by
-     * text. */
+     * the GGUF, no MTP; it reads prompts as text only (adding BOS) and
+     * names tokens by text.  It answers one request at a time, so its one
+     * context is a row's.  n_ubatch 1: its llama.cpp (0.3.36's) aborts
+     * building the graph of a longer pass of deepseek4 (CONFORM.md), so
+     * every pass is one token and n_batch, the chunk, only splits the
+     * prompt. */
     {"llama-cpp-python", "python3 -m llama_cpp.server --model {model} --host 127.0.0.1 "
-     "--port {port} --n_ctx {ctx_total} --n_batch {chunk}",
-     "llama.cpp behind llama-cpp-python's OpenAI server (tokens named by text), depth 0 only"},
+     "--port {port} --n_ctx {ctx} --n_batch {chunk} --n_ubatch 1",
+     "llama.cpp behind llama-cpp-python's OpenAI server (text prompts, tokens named by text), "
+     "depth 0 only", "lossy-text", "text"},
     /* llama.cpp's own server: a slot a row ({batch} of them, sharing
      * {ctx_total}), the prefill chunk as its batch sizes; /completion with
      * n_probs.  SGLang: deterministic inference on, its chunked prefill the
@@ -81,46 +90,65 @@ static const preset server_presets[] = {
      * not run here. */
     {"llama-server", "llama-server -m {model} --host 127.0.0.1 --port {port} -c {ctx_total} "
      "-np {batch} -b {chunk_total} -ub {chunk_total}",
-     "llama.cpp's server on the GGUF (/completion, n_probs), depth 0 only"},
+     "llama.cpp's server on the GGUF (/completion, n_probs), depth 0 only", "llama", "ids"},
+    /* antirez/ds4's server (ds4-server on the PATH): one request at a time,
+     * MTP drafts of {draft} from its --mtp head; no prefill-chunk flag.  It
+     * returns text only: the ds4 dialect.  Written from its source, not
+     * run here. */
+    {"ds4-server", "ds4-server -m {model} {[--mtp {mtp} --mtp-draft {draft}]} --host 127.0.0.1 "
+     "--port {port} --ctx {ctx}",
+     "antirez/ds4's server (its chat, text only: tokens judged by teacher forcing)", "ds4", "text"},
     {"sglang", "python3 -m sglang.launch_server --model-path {model} --host 127.0.0.1 --port {port} "
      "--context-length {ctx} --chunked-prefill-size {chunk_total} --enable-deterministic-inference",
-     "SGLang on a checkpoint folder (/generate, return_logprob), deterministic mode, depth 0 only"},
+     "SGLang on a checkpoint folder (/generate, return_logprob), deterministic mode, depth 0 only",
+     "sglang", "ids"},
 };
 
-const char *ds4chk_template_server_dialect(const char *name) {
-    if (!strcmp(name, "llama-cpp-python")) return "text";
-    if (!strcmp(name, "llama-server")) return "llama";
-    if (!strcmp(name, "sglang")) return "sglang";
-    return "ids";
+static const size_t n_presets = sizeof(presets) / sizeof(presets[0]);
+static const size_t n_server_presets = sizeof(server_presets) / sizeof(server_presets[0]);
+
+static const preset *find(const preset *t, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    return NULL;
+}
+
+static bool nth(const preset *t, size_t n, uint32_t i, const char **name, const char **tmpl,
+                const char **about) {
+    if (i >= n) return false;
+    *name = t[i].name;
+    *tmpl = t[i].tmpl;
+    *about = t[i].about;
+    return true;
+}
+
+const char *ds4chk_template_preset(const char *name) {
+    const preset *p = find(presets, n_presets, name);
+    return p ? p->tmpl : NULL;
+}
+
+bool ds4chk_template_preset_at(uint32_t i, const char **name, const char **tmpl, const char **about) {
+    return nth(presets, n_presets, i, name, tmpl, about);
+}
+
+const char *ds4chk_template_server_preset(const char *name) {
+    const preset *p = find(server_presets, n_server_presets, name);
+    return p ? p->tmpl : NULL;
 }
 
 bool ds4chk_template_server_preset_at(uint32_t i, const char **name, const char **tmpl,
                                       const char **about) {
-    if (i >= sizeof(server_presets) / sizeof(server_presets[0])) return false;
-    *name = server_presets[i].name;
-    *tmpl = server_presets[i].tmpl;
-    *about = server_presets[i].about;
-    return true;
+    return nth(server_presets, n_server_presets, i, name, tmpl, about);
 }
 
-const char *ds4chk_template_server_preset(const char *name) {
-    for (size_t i = 0; i < sizeof(server_presets) / sizeof(server_presets[0]); i++)
-        if (!strcmp(server_presets[i].name, name)) return server_presets[i].tmpl;
-    return NULL;
+const char *ds4chk_template_server_dialect(const char *name) {
+    const preset *p = find(server_presets, n_server_presets, name);
+    return p ? p->dialect : "ids";
 }
 
-const char *ds4chk_template_preset(const char *name) {
-    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
-        if (!strcmp(presets[i].name, name)) return presets[i].tmpl;
-    return NULL;
-}
-
-bool ds4chk_template_preset_at(uint32_t i, const char **name, const char **tmpl, const char **about) {
-    if (i >= sizeof(presets) / sizeof(presets[0])) return false;
-    *name = presets[i].name;
-    *tmpl = presets[i].tmpl;
-    *about = presets[i].about;
-    return true;
+const char *ds4chk_template_server_prompt(const char *name) {
+    const preset *p = find(server_presets, n_server_presets, name);
+    return p ? p->prompt : "ids";
 }
 
 /* ---- scanning ---- */

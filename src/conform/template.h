@@ -70,8 +70,11 @@ const char *ds4chk_template_preset(const char *name);
  * another name. */
 const char *ds4chk_template_server_preset(const char *name);
 
-/* The dialect of server preset `name` ("ids" or "text"). */
+/* The dialect of server preset `name` ("ids", "text", "llama" or
+ * "sglang"), and how it takes prompts ("ids" or "text"); "ids" for a name
+ * that is no preset. */
 const char *ds4chk_template_server_dialect(const char *name);
+const char *ds4chk_template_server_prompt(const char *name);
 
 /* Name and template of server preset i, for --backend-help; false past
  * the last. */

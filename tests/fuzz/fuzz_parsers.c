@@ -1,7 +1,8 @@
 /* libFuzzer target: every reader of vectors and goldens, on arbitrary bytes:
  * the JSON parser, the golden stream reader, ds4's --dump-logprobs reader
- * and the official.vec reader, then the comparison (ds4ref-diff's figures
- * and reports) of whatever they accept.
+ * and the official.vec reader, ds4ref-conform's reader of a server's
+ * answer in each dialect, then the comparison (ds4ref-diff's figures and
+ * reports) of whatever they accept.
  *
  * Properties checked, beyond "no sanitizer report":
  *   - golden: the reader is canonical, so an accepted file formats back to
@@ -9,6 +10,9 @@
  *   - dump: format(parse(x)) parses, and formats back to the same bytes;
  *   - official.vec: every case converts to a golden; a case formatted from
  *     that golden parses back to a trace identical to it;
+ *   - a server's answer, in any dialect, that is accepted becomes a dump
+ *     that parses, with ids inside the vocabulary and at most top_k
+ *     alternatives a step;
  *   - any accepted trace compared with itself is exact, never diverges,
  *     and its text and JSON reports format.
  *
@@ -19,7 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conform/server.h"
 #include "fuzzutil.h"
+#include "model/model.h"
+#include "quant/gguf.h"
 #include "text/json.h"
 #include "diff/diff.h"
 #include "format/dump.h"
@@ -146,6 +153,71 @@ static void json(const char *buf, size_t len) {
     ds4_json_free(doc);
 }
 
+/* The synthetic tiny model's vocabulary, indexed by bytes for the text
+ * dialect: made once. */
+static const ds4_cf_vocab_index *answer_vocab(uint32_t *n_vocab, const ds4_tokenizer **out) {
+    static ds4_cf_vocab_index *ix;
+    static ds4_model model;
+    static const ds4_tokenizer *tok;
+    static uint32_t n;
+    if (!ix) {
+        uint8_t *bytes;
+        size_t len;
+        gguf_file g;
+        ds4err err = {0};
+        fz_tiny_model(false, &bytes, &len);
+        fz_check(!ds4_gguf_parse(&g, bytes, len, "tiny.gguf", &err), err.msg);
+        fz_check(!ds4_model_from_gguf(&model, &g, &err), err.msg);
+        fz_check(!ds4_model_tokenizer(&model, &tok, &err), err.msg);
+        fz_check(!ds4chk_server_index_new(tok, true, &ix, &err), err.msg);
+        n = tok->n_vocab;
+    }
+    *n_vocab = n;
+    *out = tok;
+    return ix;
+}
+
+static void server_answer(const char *buf, size_t len) {
+    static const int32_t p0[3] = {1, 2, 3}, ref0[4] = {104, 105, 256, 300};
+    const int32_t *ids[1] = {p0}, *refs[1] = {ref0};
+    const uint32_t n[1] = {3}, ref_n[1] = {4};
+    int32_t cut[1];
+    uint32_t n_vocab;
+    const ds4_tokenizer *tok;
+    ds4_cf_server_cell c = {.ids = ids, .n = n, .ref_ids = refs, .ref_n = ref_n, .cut = cut,
+                            .rows = 1, .n_tokens = 4, .top_k = 3, .ctx = 64};
+    c.vocab = answer_vocab(&n_vocab, &tok);
+    c.tok = tok;
+    const int dialects[] = {DS4_CF_DIALECT_IDS, DS4_CF_DIALECT_LOSSY, DS4_CF_DIALECT_LLAMA,
+                            DS4_CF_DIALECT_SGLANG, DS4_CF_DIALECT_DS4};
+    for (size_t d = 0; d < sizeof(dialects) / sizeof(dialects[0]); d++) {
+        c.dialect = dialects[d];
+        ds4_buf out = {0};
+        ds4err err = {0};
+        if (ds4chk_server_answer(&c, 0, buf, len, &out, &err)) {
+            fz_check(err.code != DS4_OK && err.msg[0], "a refused answer carries a message");
+            ds4_buf_free(&out);
+            continue;
+        }
+        ds4_golden g;
+        fz_check(!ds4_dump_parse(out.p, out.len, "answer", &g, &err), "an accepted answer's dump parses");
+        fz_check(c.dialect != DS4_CF_DIALECT_DS4 || g.n_steps <= c.n_tokens,
+                 "a text answer makes at most max_tokens steps");
+        for (uint32_t i = 0; i < g.n_steps; i++) {
+            fz_check(g.steps[i].n_top <= c.top_k, "at most top_k alternatives a step");
+            if (c.dialect == DS4_CF_DIALECT_LOSSY || c.dialect == DS4_CF_DIALECT_DS4) {
+                fz_check(g.steps[i].tok.id >= 0 && (uint32_t)g.steps[i].tok.id < n_vocab,
+                         "a text names an id of the vocabulary");
+                for (uint32_t k = 0; k < g.steps[i].n_top; k++)
+                    fz_check(g.steps[i].top[k].id >= 0 && (uint32_t)g.steps[i].top[k].id < n_vocab,
+                             "a text names an id of the vocabulary");
+            }
+        }
+        ds4_golden_free(&g);
+        ds4_buf_free(&out);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* A private copy, so a reader looking past the end is caught. */
     char *buf = malloc(size ? size : 1);
@@ -155,6 +227,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     golden(buf, size);
     dump(buf, size);
     vec(buf, size);
+    server_answer(buf, size);
     free(buf);
     return 0;
 }

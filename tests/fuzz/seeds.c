@@ -14,7 +14,8 @@
  *              messages as JSON, scripts, digits, whitespace, bad UTF-8;
  *   parsers    a committed golden and cut-down ones (complete and
  *              interrupted), a dump and an official.vec case written from
- *              them, vectors/tiny.vec, JSON edge cases;
+ *              them, vectors/tiny.vec, JSON edge cases, a server answer
+ *              in each dialect ds4ref-conform reads;
  *   safetensors  the format's own test vector, headers with metadata, every
  *              type, an empty tensor and tensors out of offset order, a
  *              few refused ones (a gap, an overlap, a bad count), and
@@ -259,6 +260,19 @@ static void parser_seeds(void) {
         {"json-strings", "[\"\\u0000\",\"\\ud83d\\ude00\",\"\\ud800\",\"\\\"\\\\\\/\\b\\f\\n\\r\\t\","
                          "\"\xf0\x9f\x98\x80\"]"},
         {"json-literals", "{\"t\":true,\"f\":false,\"n\":null,\"t\":1}"},
+        /* A server's answer in each dialect ds4ref-conform reads. */
+        {"answer-ids", "{\"choices\": [{\"logprobs\": {\"tokens\": [\"token_id:7\", \"token_id:9\"], "
+                       "\"top_logprobs\": [{\"token_id:8\": -2.0, \"token_id:7\": -0.25}, "
+                       "{\"token_id:9\": -1.5}]}}], \"usage\": {\"prompt_tokens\": 3}}"},
+        {"answer-text", "{\"choices\": [{\"logprobs\": {\"tokens\": [\"a\", \"bytes:\\\\x9b\"], "
+                        "\"top_logprobs\": [{\"a\": -0.25, \"b\": -2.0}, {\"\": -1.5}]}}]}"},
+        {"answer-llama", "{\"completion_probabilities\": [{\"id\": 7, \"logprob\": -0.25, "
+                         "\"top_logprobs\": [{\"id\": 7, \"logprob\": -0.25}, {\"id\": 8, "
+                         "\"logprob\": -2.0}]}]}"},
+        {"answer-ds4", "{\"choices\": [{\"message\": {\"content\": \"hi\\ufffd there\"}, "
+                       "\"finish_reason\": \"stop\"}], \"usage\": {\"prompt_tokens\": 3}}"},
+        {"answer-sglang", "{\"meta_info\": {\"output_token_logprobs\": [[-0.25, 7, null]], "
+                          "\"output_top_logprobs\": [[[-0.25, 7, null], [-2.0, 8, null]]]}}"},
     };
     for (size_t i = 0; i < sizeof(json) / sizeof(json[0]); i++) put_str("parsers", json[i][0], json[i][1]);
 }
