@@ -406,6 +406,23 @@ static int server_alive(void *ud) {
     return ds4chk_backend_alive(*(pid_t *)ud);
 }
 
+/* The reference's stream g as ids, and each step's alternatives, k a step
+ * (-1 past the last): what a server's ambiguous token names are weighed
+ * against (server.h). */
+static int reference_ids(const ds4_golden *g, uint32_t k, int32_t **ids, int32_t **top,
+                         ds4err *why) {
+    const size_t n = g->n_steps ? g->n_steps : 1;
+    *ids = malloc(sizeof(int32_t) * n);
+    *top = malloc(sizeof(int32_t) * n * k);
+    if (!*ids || !*top) return ds4_err_set(why, DS4_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < g->n_steps; i++) {
+        (*ids)[i] = g->steps[i].tok.id;
+        for (uint32_t j = 0; j < k; j++)
+            (*top)[(size_t)i * k + j] = j < g->steps[i].n_top ? g->steps[i].top[j].id : -1;
+    }
+    return 0;
+}
+
 /* Cell c on an engine behind HTTP: started for it from o->server_cmd (and
  * stopped after), or the one at o->server_url; its rows sent together.
  * Returns 0, or -1 with why: the cell's error. */
@@ -431,17 +448,15 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     uint32_t n[DS4_CF_MAX_BATCH];
     const char *text[DS4_CF_MAX_BATCH];
     size_t text_len[DS4_CF_MAX_BATCH];
-    int32_t *ref_ids[DS4_CF_MAX_BATCH] = {0};
+    int32_t *ref_ids[DS4_CF_MAX_BATCH] = {0}, *ref_top[DS4_CF_MAX_BATCH] = {0};
     uint32_t ref_n[DS4_CF_MAX_BATCH] = {0};
     int32_t cut[DS4_CF_MAX_BATCH];
     for (uint32_t r = 0; r < c->batch; r++) {
         const ds4_cf_prompt *p = &res->prompts[c->rows[r].prompt];
         ids[r] = p->ids;
         n[r] = p->n;
-        ref_ids[r] = malloc(sizeof(int32_t) * (p->ref.n_steps ? p->ref.n_steps : 1));
-        if (!ref_ids[r] && rc == 0) rc = ds4_err_set(why, DS4_E_NOMEM, "out of memory");
-        for (uint32_t i = 0; ref_ids[r] && i < p->ref.n_steps; i++) ref_ids[r][i] = p->ref.steps[i].tok.id;
-        ref_n[r] = ref_ids[r] ? p->ref.n_steps : 0;
+        if (rc == 0) rc = reference_ids(&p->ref, o->top_k, &ref_ids[r], &ref_top[r], why);
+        ref_n[r] = p->ref.n_steps;
         const bool chat = o->server_dialect == DS4_CF_DIALECT_DS4;
         const ds4_cf_text *raw = &o->corpus->p[c->rows[r].prompt];
         text[r] = chat ? (const char *)raw->bytes : p->rendered.p + p->bos_len;
@@ -452,13 +467,18 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
                              "must be: use --server-prompt ids", p->name);
     }
     const bool as_text = o->server_text_prompt || o->server_dialect == DS4_CF_DIALECT_DS4;
-    ds4_cf_server_cell sc = {url, NULL, ids, n, as_text ? text : NULL, text_len,
-                             (const int32_t *const *)ref_ids, ref_n, cut, c->batch, o->n_tokens, o->top_k, res->ctx, o->temp, o->seed, out,
-                             log, o->timeout > 0 ? 10 * o->timeout : 0, c->cache == DS4_CF_WARM,
-                             o->server_dialect, o->vocab, o->tok};
+    ds4_cf_server_cell sc = {
+        .url = url, .ids = ids, .n = n, .text = as_text ? text : NULL, .text_len = text_len,
+        .ref_ids = (const int32_t *const *)ref_ids, .ref_n = ref_n,
+        .ref_top = (const int32_t *const *)ref_top, .ref_k = o->top_k, .cut = cut,
+        .rows = c->batch, .n_tokens = o->n_tokens, .top_k = o->top_k, .ctx = res->ctx,
+        .temp = o->temp, .seed = o->seed, .out = out, .log = log,
+        .timeout = o->timeout > 0 ? 10 * o->timeout : 0, .warm = c->cache == DS4_CF_WARM,
+        .dialect = o->server_dialect, .vocab = o->vocab, .tok = o->tok};
     if (rc == 0) rc = ds4chk_server_cell(&sc, why);
     for (uint32_t r = 0; r < c->batch; r++) {
         free(ref_ids[r]);
+        free(ref_top[r]);
         if (rc == 0) c->rows[r].cut = cut[r];
     }
     if (pid > 0) ds4chk_backend_stop(pid, 10);

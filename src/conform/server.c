@@ -122,10 +122,9 @@ void ds4chk_server_index_free(ds4_cf_vocab_index *ix) {
     free(ix);
 }
 
-/* The ids a token may be named b[0..n) by: how many, the lowest, and
- * whether want is among them. */
-static uint32_t ids_of(const ds4_cf_vocab_index *ix, const uint8_t *b, uint32_t n, int32_t want,
-                       int32_t *lowest, bool *has_want) {
+/* The entries that name b[0..n) (one an id, sorted by id): how many, the
+ * first at *first. */
+static uint32_t names_of(const ds4_cf_vocab_index *ix, const uint8_t *b, uint32_t n, size_t *first) {
     size_t lo = 0, hi = ix->n_e;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -133,11 +132,16 @@ static uint32_t ids_of(const ds4_cf_vocab_index *ix, const uint8_t *b, uint32_t 
         else hi = mid;
     }
     uint32_t k = 0;
-    *has_want = false;
-    for (; lo + k < ix->n_e && ix->e[lo + k].n == n && !memcmp(ix->names.p + ix->e[lo + k].off, b, n); k++)
-        *has_want |= ix->e[lo + k].id == want;
-    *lowest = k ? ix->e[lo].id : -1;
+    while (lo + k < ix->n_e && ix->e[lo + k].n == n && !memcmp(ix->names.p + ix->e[lo + k].off, b, n))
+        k++;
+    *first = lo;
     return k;
+}
+
+static bool names_id(const ds4_cf_vocab_index *ix, size_t first, uint32_t k, int32_t id) {
+    for (uint32_t j = 0; j < k; j++)
+        if (ix->e[first + j].id == id) return true;
+    return false;
 }
 
 /* A token's text as bytes: "bytes:\xNN..." (vLLM's and ds4ref-server's
@@ -252,23 +256,32 @@ typedef struct alt {
 /* The id a token's name stands for in the cell's dialect; a text that is
  * no id's bytes, or several ids', is ambiguous: logged (row r, step i),
  * and 1 is returned.  It is taken as hint (the reference's token, where the
- * stream has followed the reference so far) when hint's bytes could be
- * named so, else as the lowest id with those bytes (0 for none). */
+ * stream has followed the reference so far) when the text may name it and
+ * none of rivals[0..n_rivals) (the reference's other likely tokens there,
+ * one of which the engine may have chosen); else as the lowest id the text
+ * may name (0 for none). */
 static int name_to_id(const ds4_cf_server_cell *c, uint32_t r, size_t i, const ds4_json *v,
-                      int32_t hint, int32_t *id) {
+                      int32_t hint, const int32_t *rivals, uint32_t n_rivals, int32_t *id) {
     if (c->dialect == DS4_CF_DIALECT_IDS) return token_id(v, id);
     if (!v || v->type != DS4_JSON_STRING) return -1;
     uint8_t b[1024];
     const uint32_t n = text_bytes(v, b, sizeof(b));
     if (n == UINT32_MAX) return -1;
-    bool fits;
-    const uint32_t k = ids_of(c->vocab, b, n, hint, id, &fits);
-    if (k == 1) return 0;
-    if (fits) *id = hint;
-    else if (!k) *id = 0;
+    const ds4_cf_vocab_index *ix = c->vocab;
+    size_t first;
+    const uint32_t k = names_of(ix, b, n, &first);
+    if (k == 1) {
+        *id = ix->e[first].id;
+        return 0;
+    }
+    bool fits = hint >= 0 && names_id(ix, first, k, hint);
+    for (uint32_t j = 0; fits && j < n_rivals; j++)
+        fits = rivals[j] == hint || !names_id(ix, first, k, rivals[j]);
+    *id = fits ? hint : k ? ix->e[first].id : 0;
     log_line(c->log, "row %u step %zu: the text \"%.*s\" is %s: ambiguous, taken as %d%s", r, i,
              (int)v->len, v->str, k ? "the bytes of several ids" : "no id's bytes (the engine lost bytes?)",
-             *id, fits ? " (the reference's token there, which it can name)" : "");
+             *id, fits ? " (the reference's token there, which it can name, and no other of its "
+                         "likely ones)" : "");
     return 1;
 }
 
@@ -390,8 +403,11 @@ static int openai_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
     bool agree = true;   /* the stream so far is the reference's */
     for (size_t i = 0; i < toks->n; i++) {
         int32_t id;
-        const int32_t hint = agree && c->ref_ids && i < c->ref_n[r] ? c->ref_ids[r][i] : -1;
-        const int named = name_to_id(c, r, i, &toks->elems[i], hint, &id);
+        const bool known = agree && c->ref_ids && i < c->ref_n[r];
+        const int32_t hint = known ? c->ref_ids[r][i] : -1;
+        const int named = name_to_id(c, r, i, &toks->elems[i], hint,
+                                     known && c->ref_top ? c->ref_top[r] + i * c->ref_k : NULL,
+                                     known && c->ref_top ? c->ref_k : 0, &id);
         if (named < 0)
             return ds4_err_set(err, DS4_E_FORMAT, "row %u: token %zu is not %s", r, i,
                                c->dialect == DS4_CF_DIALECT_IDS
@@ -414,7 +430,7 @@ static int openai_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
         if (!a) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
         size_t n = 0;
         for (size_t k = 0; k < d->n; k++) {
-            const int alt_named = name_to_id(c, r, i, &d->keys[k], -1, &a[n].id);
+            const int alt_named = name_to_id(c, r, i, &d->keys[k], -1, NULL, 0, &a[n].id);
             if (alt_named < 0 || d->elems[k].type != DS4_JSON_NUMBER) {
                 free(a);
                 return ds4_err_set(err, DS4_E_FORMAT, "row %u: top_logprobs[%zu] has an entry "

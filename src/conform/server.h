@@ -56,7 +56,9 @@ typedef struct ds4_cf_server_cell {
                                     * message, which it renders), or NULL: ids */
     const size_t *text_len;
     const int32_t *const *ref_ids; /* [rows] the reference's stream, or NULL: an ambiguous */
-    const uint32_t *ref_n;         /* chosen text is taken as its token where it fits */
+    const uint32_t *ref_n;         /* chosen text is taken as its token where it fits and */
+    const int32_t *const *ref_top; /* [rows][ref_n * ref_k] its alternatives (-1 past the */
+    uint32_t ref_k;                /* last) do not: NULL none */
     int32_t *cut;                  /* [rows] out, or NULL: the step whose chosen token could not
                                     * be told (the answer is written up to it), -1 none */
     uint32_t rows, n_tokens, top_k, ctx;
