@@ -224,6 +224,15 @@ static int32_t id_of_bytes(const ds4_tokenizer *tok, const char *b, size_t n) {
     return -1;
 }
 
+/* The synthetic tiny model, its tokenizer in *tok. */
+static tu_model *tiny_tokenizer(const ds4_tokenizer **tok) {
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    if (ds4_model_tokenizer(&t->m, tok, &err)) fail_msg("%s", err.msg);
+    return t;
+}
+
 /* A lossy engine (llama-cpp-python) names the byte token 0x9b "", as it
  * names every lone byte that is not UTF-8: an alternative so named is
  * left out; a chosen token so named is the reference's where the stream
@@ -232,10 +241,8 @@ static int32_t id_of_bytes(const ds4_tokenizer *tok, const char *b, size_t n) {
 static void test_server_lossy(void **state) {
     (void)state;
     ds4err err = {0};
-    tu_model *t = tu_model_new("tiny", 1, false, &err);
-    if (!t) fail_msg("%s", err.msg);
     const ds4_tokenizer *tok;
-    if (ds4_model_tokenizer(&t->m, &tok, &err)) fail_msg("%s", err.msg);
+    tu_model *t = tiny_tokenizer(&tok);
     const int32_t b9b = id_of_bytes(tok, "\x9b", 1), h = id_of_bytes(tok, "h", 1);
     assert_true(b9b >= 0 && h >= 0);
     ds4_cf_vocab_index *ix;
@@ -290,10 +297,8 @@ static void test_server_lossy(void **state) {
 static void test_server_ds4(void **state) {
     (void)state;
     ds4err err = {0};
-    tu_model *t = tu_model_new("tiny", 1, false, &err);
-    if (!t) fail_msg("%s", err.msg);
     const ds4_tokenizer *tok;
-    if (ds4_model_tokenizer(&t->m, &tok, &err)) fail_msg("%s", err.msg);
+    tu_model *t = tiny_tokenizer(&tok);
     const int32_t b9b = id_of_bytes(tok, "\x9b", 1), h = id_of_bytes(tok, "h", 1);
     const int32_t x = id_of_bytes(tok, "x", 1), eos = ds4_tok_special(tok, DS4_SPECIAL_EOS);
     assert_true(b9b >= 0 && h >= 0 && x >= 0 && eos >= 0);
