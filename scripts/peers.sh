@@ -30,6 +30,8 @@
 # $DS4REF_PEERS/lmeval, no torch) runs a loglikelihood task against it, and
 # every loglikelihood it reports is ds4ref's own (scripts/peers_lmeval.py).
 #
+# llama.cpp's llama-server, when one is on the PATH, behind its preset.
+#
 # llama-cpp-python 0.3.36's OpenAI server (its [server] extra, which pip
 # builds from source with its vendored llama.cpp, into $DS4REF_PEERS/llamacpp)
 # behind ds4ref-conform --server-cmd llama-cpp-python: at 16 tokens every
@@ -107,6 +109,17 @@ else
         bash -c 'grep -q "steps written, 32 asked for" "$1" &&
                  ! grep -o "\"detail\":\"[^\"]*\"" "$1" | grep -v "\"detail\":\"\"" |
                    grep -qv "steps written, 32 asked for"' _ "$tmp/lcp.json"
+fi
+
+# llama.cpp's own server behind ds4ref-conform --server-cmd llama-server,
+# when one is on the PATH (docs/CONFORM.md, "llama.cpp's server"): every
+# cell passes.
+if ! command -v llama-server > /dev/null; then
+    echo "peers: llama-server skipped: none on the PATH (build llama.cpp with -DLLAMA_BUILD_SERVER=ON; docs/CONFORM.md)"
+else
+    check "llama-server ($(llama-server --version 2>&1 | grep -m1 version)) behind the preset: exit status 0" \
+        status_is 0 ./ds4ref-conform -q --no-cache --server-cmd llama-server \
+        --matrix "draft=0 chunk=whole batch=1,2 cache=cold,warm" --json "$tmp/ls.json"
 fi
 
 # Hugging Face transformers' DeepseekV4 (>= 5.8) in float64 on the

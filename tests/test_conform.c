@@ -224,6 +224,47 @@ static int32_t id_of_bytes(const ds4_tokenizer *tok, const char *b, size_t n) {
     return -1;
 }
 
+/* llama-server gives a token whose text ends inside a UTF-8 character no
+ * entry of its own (the next entry is for both); its "tokens" list every
+ * step, and a step without an entry has no alternatives.  A null logprob
+ * (logits that are not finite) is named as such. */
+static void test_server_llama_tokens(void **state) {
+    (void)state;
+    const int32_t p0[3] = {1, 2, 3};
+    const int32_t *ids[1] = {p0};
+    const uint32_t n[1] = {3};
+    ds4_cf_server_cell c = {.ids = ids, .n = n, .rows = 1, .n_tokens = 4, .top_k = 2, .ctx = 64,
+                            .dialect = DS4_CF_DIALECT_LLAMA};
+    const char *body = "{\"tokens\": [7, 228, 9, 5], \"completion_probabilities\": ["
+                       "{\"id\": 7, \"logprob\": -0.25, \"top_logprobs\": [{\"id\": 7, \"logprob\": -0.25}]}, "
+                       "{\"id\": 9, \"logprob\": -1.5, \"top_logprobs\": [{\"id\": 9, \"logprob\": -1.5}, "
+                       "{\"id\": 4, \"logprob\": -1.75}]}]}";
+    ds4_buf out = {0};
+    ds4err err = {0};
+    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    ds4_golden g;
+    if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
+    static const int32_t want[4] = {7, 228, 9, 5};
+    static const uint32_t tops[4] = {1, 0, 2, 0};
+    assert_int_equal(g.n_steps, 4);
+    for (uint32_t i = 0; i < 4; i++) {
+        assert_int_equal(g.steps[i].tok.id, want[i]);
+        assert_int_equal(g.steps[i].n_top, tops[i]);
+    }
+    ds4_golden_free(&g);
+    ds4_buf_free(&out);
+    const char *nan = "{\"completion_probabilities\": [{\"id\": 30, \"logprob\": null, "
+                      "\"top_logprobs\": [{\"id\": 0, \"logprob\": null}]}]}";
+    assert_int_not_equal(ds4chk_server_answer(&c, 0, nan, strlen(nan), &out, &err), 0);
+    assert_non_null(strstr(err.msg, "logprob is null: the engine's logits were not finite"));
+    ds4_buf_free(&out);
+    const char *stray = "{\"tokens\": [7], \"completion_probabilities\": [{\"id\": 8, \"logprob\": -1, "
+                        "\"top_logprobs\": []}]}";
+    assert_int_not_equal(ds4chk_server_answer(&c, 0, stray, strlen(stray), &out, &err), 0);
+    assert_non_null(strstr(err.msg, "none of the tokens left"));
+    ds4_buf_free(&out);
+}
+
 /* The synthetic tiny model, its tokenizer in *tok. */
 static tu_model *tiny_tokenizer(const ds4_tokenizer **tok) {
     ds4err err = {0};
@@ -686,6 +727,7 @@ int main(void) {
         cmocka_unit_test(test_server_answers),
         cmocka_unit_test(test_server_prompt_count),
         cmocka_unit_test(test_server_lossy),
+        cmocka_unit_test(test_server_llama_tokens),
         cmocka_unit_test(test_server_ds4),
         cmocka_unit_test(test_matrix),
         cmocka_unit_test(test_accept_lines),    cmocka_unit_test(test_verdict_row),

@@ -196,7 +196,7 @@ static const char *request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf
         ds4_buf_puts(b, "{\"prompt\": ");
         put_ids(b, c, r);
         ds4_buf_printf(b, ", \"n_predict\": %u, \"n_probs\": %u, \"temperature\": %.17g, "
-                       "\"seed\": %llu}", c->n_tokens, k, c->temp, seed);
+                       "\"seed\": %llu, \"return_tokens\": true}", c->n_tokens, k, c->temp, seed);
         return "/completion";
     }
     /* ds4's server: the user's message, rendered by the engine with the
@@ -457,18 +457,48 @@ static int id_logprob(const ds4_json *e, alt *a) {
     return 0;
 }
 
+/* Is v the token id `id`? */
+static bool id_is(const ds4_json *v, int32_t id) {
+    uint64_t x;
+    return ds4_json_uint(v, INT32_MAX, &x) && x == (uint64_t)id;
+}
+
 /* llama.cpp server's /completion with n_probs: completion_probabilities,
- * each the chosen token's id and logprob and its top_logprobs. */
+ * each the chosen token's id and logprob and its top_logprobs.  It gives
+ * one entry for a token whose text ends inside a UTF-8 character together
+ * with the next (the entry is the later token's), so with return_tokens
+ * its "tokens" say which steps those are. */
 static int llama_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
                        ds4_buf *out, ds4err *err) {
     const ds4_json *cp = ds4_json_get(root, "completion_probabilities");
+    const ds4_json *toks = ds4_json_get(root, "tokens");
     if (!cp || cp->type != DS4_JSON_ARRAY) return bad_answer(r, "completion_probabilities (n_probs)", err);
+    if (toks && toks->type != DS4_JSON_ARRAY)
+        return ds4_err_set(err, DS4_E_FORMAT, "row %u: tokens is not an array", r);
+    size_t step = 0, t = 0;
     for (size_t i = 0; i < cp->n; i++) {
-        const ds4_json *tops = ds4_json_get(&cp->elems[i], "top_logprobs");
+        const ds4_json *e = &cp->elems[i], *tops = ds4_json_get(e, "top_logprobs");
+        const ds4_json *lp = ds4_json_get(e, "logprob");
         alt sel;
-        if (id_logprob(&cp->elems[i], &sel) || !tops || tops->type != DS4_JSON_ARRAY)
+        if (lp && lp->type == DS4_JSON_NULL)
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: completion_probabilities[%zu]'s logprob "
+                               "is null: the engine's logits were not finite", r, i);
+        if (id_logprob(e, &sel) || !tops || tops->type != DS4_JSON_ARRAY)
             return ds4_err_set(err, DS4_E_FORMAT, "row %u: completion_probabilities[%zu] has no "
                                "id, logprob and top_logprobs", r, i);
+        /* The tokens it held back (bytes that end inside a UTF-8
+         * character), whose probabilities it does not give: steps of their
+         * own, without alternatives. */
+        for (; toks && t < toks->n && !id_is(&toks->elems[t], sel.id); t++) {
+            uint64_t id;
+            if (!ds4_json_uint(&toks->elems[t], INT32_MAX, &id))
+                return ds4_err_set(err, DS4_E_FORMAT, "row %u: tokens[%zu] is not a token id", r, t);
+            put_step(c, out, step++, (int32_t)id, NULL, 0);
+        }
+        if (toks && t == toks->n)
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: completion_probabilities[%zu] (id %d) is "
+                               "none of the tokens left", r, i, sel.id);
+        t++;
         alt *a = calloc(tops->n ? tops->n : 1, sizeof(*a));
         if (!a) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
         for (size_t k = 0; k < tops->n; k++)
@@ -477,8 +507,14 @@ static int llama_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *
                 return ds4_err_set(err, DS4_E_FORMAT, "row %u: completion_probabilities[%zu]."
                                    "top_logprobs[%zu] has no id and logprob", r, i, k);
             }
-        put_step(c, out, i, sel.id, a, tops->n);
+        put_step(c, out, step++, sel.id, a, tops->n);
         free(a);
+    }
+    for (; toks && t < toks->n; t++) {
+        uint64_t id;
+        if (!ds4_json_uint(&toks->elems[t], INT32_MAX, &id))
+            return ds4_err_set(err, DS4_E_FORMAT, "row %u: tokens[%zu] is not a token id", r, t);
+        put_step(c, out, step++, (int32_t)id, NULL, 0);
     }
     return 0;
 }

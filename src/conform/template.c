@@ -82,14 +82,17 @@ static const preset server_presets[] = {
      "--port {port} --n_ctx {ctx} --n_batch {chunk} --n_ubatch 1",
      "llama.cpp behind llama-cpp-python's OpenAI server (text prompts, tokens named by text), "
      "depth 0 only", "lossy-text", "text"},
-    /* llama.cpp's own server: a slot a row ({batch} of them, sharing
-     * {ctx_total}), the prefill chunk as its batch sizes; /completion with
-     * n_probs.  SGLang: deterministic inference on, its chunked prefill the
-     * chunk; its MTP flags need steps + 1 draft tokens, which a template
-     * cannot say, so depth 0 only.  Both written from their documentation,
-     * not run here. */
-    {"llama-server", "llama-server -m {model} --host 127.0.0.1 --port {port} -c {ctx_total} "
-     "-np {batch} -b {chunk_total} -ub {chunk_total}",
+    /* llama.cpp's own server, /completion with n_probs, the prefill chunk
+     * its batch size.  Run here as llama-cpp-python 0.3.36's llama.cpp
+     * (commit 0c1e570) builds it, whose deepseek4 graph aborts with more
+     * than one slot or more than one token a pass, and whose flash
+     * attention gives logits that are not finite: one slot (requests
+     * queue), -ub 1, -fa off (CONFORM.md).  SGLang: deterministic
+     * inference on, its chunked prefill the chunk; its MTP flags need
+     * steps + 1 draft tokens, which a template cannot say, so depth 0 only;
+     * written from its documentation, not run here. */
+    {"llama-server", "llama-server -m {model} --host 127.0.0.1 --port {port} -c {ctx} -np 1 "
+     "-b {chunk} -ub 1 -fa off",
      "llama.cpp's server on the GGUF (/completion, n_probs), depth 0 only", "llama", "ids"},
     /* antirez/ds4's server (ds4-server on the PATH): one request at a time,
      * MTP drafts of {draft} from its --mtp head; no prefill-chunk flag.  It

@@ -269,6 +269,9 @@ static void parser_seeds(void) {
         {"answer-llama", "{\"completion_probabilities\": [{\"id\": 7, \"logprob\": -0.25, "
                          "\"top_logprobs\": [{\"id\": 7, \"logprob\": -0.25}, {\"id\": 8, "
                          "\"logprob\": -2.0}]}]}"},
+        {"answer-llama-tokens", "{\"tokens\": [7, 228, 9], \"completion_probabilities\": [{\"id\": 7, "
+                                "\"logprob\": -0.25, \"top_logprobs\": []}, {\"id\": 9, \"logprob\": null, "
+                                "\"top_logprobs\": [{\"id\": 9, \"logprob\": -1.5}]}]}"},
         {"answer-ds4", "{\"choices\": [{\"message\": {\"content\": \"hi\\ufffd there\"}, "
                        "\"finish_reason\": \"stop\"}], \"usage\": {\"prompt_tokens\": 3}}"},
         {"answer-sglang", "{\"meta_info\": {\"output_token_logprobs\": [[-0.25, 7, null]], "
