@@ -58,14 +58,18 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
         return ds4_err_set(e, DS4_E_ARG, "the server dialect is ids, text, lossy-text, llama, "
                            "sglang or ds4, not '%s'", dialect);
     in->server_dialect = d;   /* the order of enum ds4_cf_dialect */
-    const char *prompt = o->server_prompt ? o->server_prompt
-                         : server_preset ? ds4chk_template_server_prompt(o->server_cmd) : "ids";
+    /* The preset's prompt form goes with its dialect: a dialect given
+     * instead takes ids unless told. */
+    const char *prompt = o->server_prompt                       ? o->server_prompt
+                         : server_preset && !o->server_dialect ? ds4chk_template_server_prompt(o->server_cmd)
+                                                                : "ids";
     if (strcmp(prompt, "ids") && strcmp(prompt, "text"))
         return ds4_err_set(e, DS4_E_ARG, "the server prompt form is ids or text, not '%s'", prompt);
-    if (!strcmp(prompt, "text") &&
-        (d == DS4_CF_DIALECT_LLAMA || d == DS4_CF_DIALECT_SGLANG || d == DS4_CF_DIALECT_DS4))
-        return ds4_err_set(e, DS4_E_ARG, "text prompts are for the OpenAI dialects (ids, text), "
-                           "not '%s'", dialect);
+    if (o->server_prompt && (d == DS4_CF_DIALECT_LLAMA || d == DS4_CF_DIALECT_SGLANG ||
+                             d == DS4_CF_DIALECT_DS4))
+        return ds4_err_set(e, DS4_E_ARG, "--server-prompt is for the OpenAI dialects (ids, text, "
+                           "lossy-text); '%s' has its own (ds4's is always the chat's text)",
+                           dialect);
     in->server_text_prompt = !strcmp(prompt, "text");
     in->model_path = o->model_path;
     in->mtp_path = o->mtp_path;

@@ -47,6 +47,34 @@ static int entry_cmp(const void *a, const void *b) {
     return entry_cmp_in(sort_ix, a, (const uint8_t *)sort_ix->names.p + y->off, y->n, y->id);
 }
 
+/* The bytes at b[0..n), which do not start a well-formed sequence, that one
+ * U+FFFD stands for as Python's decoder writes it: a lead byte with the
+ * continuation bytes that could still have completed it (Unicode's
+ * "maximal subpart"), else one byte. */
+static size_t bad_run(const uint8_t *b, size_t n) {
+    const uint8_t c = b[0];
+    /* The continuation bytes a lead byte takes, and the range of the first
+     * (narrower after E0, ED, F0 and F4: no overlong forms, surrogates or
+     * code points past U+10FFFF). */
+    size_t need = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    }
+    if (!need || n < 2 || b[1] < lo || b[1] > hi) return 1;
+    size_t k = 2;
+    while (k <= need && k < n && b[k] >= 0x80 && b[k] <= 0xBF) k++;
+    return k;
+}
+
 /* b[0..n) as an engine that decodes a token leniently names it: each
  * well-formed sequence as itself, each other byte dropped (Python's
  * errors="ignore", as llama-cpp-python) or, with replace, U+FFFD
@@ -59,7 +87,7 @@ static bool put_lenient(ds4_buf *out, const uint8_t *b, size_t n, bool replace) 
         if (k) ds4_buf_put(out, b + i, k);
         else if (replace) ds4_buf_put(out, "\xEF\xBF\xBD", 3);
         lossy |= !k;
-        i += k ? k : 1;
+        i += k ? k : bad_run(b + i, n - i);
     }
     return lossy;
 }
@@ -146,20 +174,27 @@ static bool names_id(const ds4_cf_vocab_index *ix, size_t first, uint32_t k, int
 
 /* A token's text as bytes: "bytes:\xNN..." (vLLM's and ds4ref-server's
  * form for bytes that are not UTF-8) decoded, else the string's UTF-8. */
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* UINT32_MAX for a "bytes:" form that is not whole \xNN escapes, or a
+ * name longer than cap (no token's is). */
 static uint32_t text_bytes(const ds4_json *v, uint8_t *out, uint32_t cap) {
     if (v->len > 6 && !memcmp(v->str, "bytes:", 6)) {
+        if ((v->len - 6) % 4 || (v->len - 6) / 4 > cap) return UINT32_MAX;
         uint32_t n = 0;
-        for (size_t i = 6; i + 3 < v->len + 0 && n < cap; i += 4) {
-            if (v->str[i] != '\\' || v->str[i + 1] != 'x') return UINT32_MAX;
-            unsigned x;
-            if (sscanf(v->str + i + 2, "%2x", &x) != 1) return UINT32_MAX;
-            out[n++] = (uint8_t)x;
+        for (size_t i = 6; i < v->len; i += 4) {
+            const int hi = hex_digit(v->str[i + 2]), lo = hex_digit(v->str[i + 3]);
+            if (v->str[i] != '\\' || v->str[i + 1] != 'x' || hi < 0 || lo < 0) return UINT32_MAX;
+            out[n++] = (uint8_t)(16 * hi + lo);
         }
         return n;
     }
-    const uint32_t n = v->len < cap ? (uint32_t)v->len : cap;
-    memcpy(out, v->str, n);
-    return n;
+    if (v->len > cap) return UINT32_MAX;
+    memcpy(out, v->str, v->len);
+    return (uint32_t)v->len;
 }
 
 typedef struct row_job {
@@ -242,6 +277,7 @@ static int token_id(const ds4_json *v, int32_t *id) {
         if (v->str[i] < '0' || v->str[i] > '9' || x > 1 << 30) return -1;
         x = 10 * x + (v->str[i] - '0');
     }
+    if (x > INT32_MAX) return -1;
     *id = (int32_t)x;
     return 0;
 }
@@ -253,13 +289,14 @@ typedef struct alt {
     size_t len;
 } alt;
 
-/* The id a token's name stands for in the cell's dialect; a text that is
- * no id's bytes, or several ids', is ambiguous: logged (row r, step i),
- * and 1 is returned.  It is taken as hint (the reference's token, where the
- * stream has followed the reference so far) when the text may name it and
- * none of rivals[0..n_rivals) (the reference's other likely tokens there,
- * one of which the engine may have chosen); else as the lowest id the text
- * may name (0 for none). */
+/* The id a token's name stands for in the cell's dialect (0; -1 for a name
+ * that is not one).  A text that is no id's bytes, or several ids', is
+ * ambiguous and logged (row r, step i): it is taken as hint (the
+ * reference's token, where the stream has followed the reference so far)
+ * when the text may name it and none of rivals[0..n_rivals) (the
+ * reference's other likely tokens there, one of which the engine may have
+ * chosen), and 0 is returned; else 1, with the lowest id the text may name
+ * (0 for none). */
 static int name_to_id(const ds4_cf_server_cell *c, uint32_t r, size_t i, const ds4_json *v,
                       int32_t hint, const int32_t *rivals, uint32_t n_rivals, int32_t *id) {
     if (c->dialect == DS4_CF_DIALECT_IDS) return token_id(v, id);
@@ -282,7 +319,7 @@ static int name_to_id(const ds4_cf_server_cell *c, uint32_t r, size_t i, const d
              (int)v->len, v->str, k ? "the bytes of several ids" : "no id's bytes (the engine lost bytes?)",
              *id, fits ? " (the reference's token there, which it can name, and no other of its "
                          "likely ones)" : "");
-    return 1;
+    return fits ? 0 : 1;
 }
 
 /* By logprob descending, then id ascending: the order of a top list. */
@@ -416,7 +453,7 @@ static int openai_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
         /* A chosen token that cannot be told ends what can be judged: the
          * reference would be teacher-forced on a guess.  Not in an answer
          * longer than asked for, a fault the verdict must see whole. */
-        if (named && id != hint && toks->n <= c->n_tokens) {
+        if (named && toks->n <= c->n_tokens) {
             if (c->cut) c->cut[r] = (int32_t)i;
             log_line(c->log, "row %u: judged up to step %zu, whose token cannot be told", r, i);
             break;

@@ -10,9 +10,11 @@
  * ds4ref's batches), logprobs top_k (at most 20).  The answer names its
  * tokens by id (vLLM's return_tokens_as_token_ids: ds4ref-server, vLLM) or
  * by text (plain OpenAI), each text then matched to the vocabulary's ids
- * by its bytes: a text that several ids share, or none, is ambiguous; it
- * is taken as the lowest such id and each one is listed in the cell's
- * log.  An answer whose usage counts other than the reference's prompt
+ * by its bytes: a text that several ids share, or none, is ambiguous and
+ * listed in the cell's log.  An ambiguous alternative is left out; an
+ * ambiguous chosen token is the reference's where nothing else the
+ * reference found likely shares its name, else the row is written (and
+ * judged) up to it (CONFORM.md, "Against a server").  An answer whose usage counts other than the reference's prompt
  * tokens is the cell's error: the engine did not read the prompt as the
  * reference tokenized it. */
 #ifndef DS4_CONFORM_SERVER_H
