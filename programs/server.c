@@ -44,6 +44,7 @@ typedef struct server {
     size_t max_body;
     long long created;
     volatile int stopping;
+    int open;                     /* requests begun whose answers are not sent yet */
 } server;
 
 /* ---- responses ---------------------------------------------------------- */
@@ -691,6 +692,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         upload *u = calloc(1, sizeof(*u));
         if (!u) return MHD_NO;
         *con_cls = u;
+        __atomic_add_fetch(&sv->open, 1, __ATOMIC_SEQ_CST);
         return MHD_YES;
     }
     upload *u = *con_cls;
@@ -730,9 +732,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    server *sv = cls;
     upload *u = *con_cls;
     if (!u) return;
+    __atomic_sub_fetch(&sv->open, 1, __ATOMIC_SEQ_CST);
     free(u->body);
     free(u);
     *con_cls = NULL;
@@ -902,6 +906,12 @@ int main(int argc, char **argv) {
     const MHD_socket listener = MHD_quiesce_daemon(d);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     srv_sched_stop(sv.sched);
+    /* A request whose jobs were just cancelled is answered 503 by its
+     * connection's thread; stopping the daemon before that answer is sent
+     * would close its socket under it.  At most 10 s, for a client that
+     * never finishes sending. */
+    for (int i = 0; i < 1000 && __atomic_load_n(&sv.open, __ATOMIC_SEQ_CST) > 0; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
     MHD_stop_daemon(d);
     srv_sched_free(sv.sched);
     ds4ref_model_close(sv.m);
