@@ -7,14 +7,19 @@
  * per frontier:
  *
  *   ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,
- *   rss_bytes,weight_bytes_per_token,gen_gbps,model_rss_bytes,threads,kernels
+ *   rss_bytes,weight_bytes_per_token,gen_gbps,model_rss_bytes,threads,kernels,
+ *   decode_threads,prefill_threads
  *
  * weight_bytes_per_token is what one decode step must read: every matrix of
  * the trunk and the head once, the n_expert_used routed experts of each layer
  * and one embedding row.  gen_gbps = weight_bytes_per_token * gen_tps, the
  * memory bandwidth decode would need if nothing stayed in cache.
  * model_rss_bytes is how much of the mapped model file the process has
- * touched (Linux /proc/self/smaps; 0 elsewhere).
+ * touched (Linux /proc/self/smaps; 0 elsewhere).  threads is OpenMP's count;
+ * decode_threads and prefill_threads are what passes of each kind ran with:
+ * -t's count, or, without it on a machine of more than 16 threads, the count
+ * the engine found fastest so far (src/forward/threads.h; 0 when no pass of
+ * that kind was measured).
  *
  * --layers also times one decode step layer by layer (through the forward
  * pass's debug taps; a single token has no parallel loop a tap would
@@ -28,6 +33,7 @@
  * Unlike the other programs, which use only the public API (ds4ref.h), this
  * one includes internal headers: it times the kernels, the engine and the
  * KV state that the public API deliberately hides. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +65,7 @@ typedef struct bench_cfg {
     int threads;
     int header;
     int layers;
+    int fma;
     int kernels;
     uint32_t kernel_rows;
     int qat;
@@ -75,6 +82,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ds4ref-bench [-m MODEL] [options]\n"
             "       ds4ref-bench --kernels [-t N]\n"
+            "       ds4ref-bench --fma [-t N]\n"
             "\n"
             "  -m, --model FILE     GGUF model (default models/tiny.gguf, the synthetic one\n"
             "                       make builds; or a fullwidth model from ds4ref-mkmodel\n"
@@ -83,12 +91,15 @@ static void usage(FILE *f) {
             "  -n, --gen-tokens N   greedy decode tokens per frontier (default 16)\n"
             "  -c, --ctx N          allocated context (default: last frontier + gen + 1)\n"
             "  --chunk N            tokens per forward pass (default 256)\n"
-            "  -t, --threads N      OpenMP threads (default: OpenMP's)\n"
+            "  -t, --threads N      OpenMP threads (default: OMP_NUM_THREADS, or chosen\n"
+            "                       by measuring passes on machines of more than 16)\n"
             "  --qat on|off         default on\n"
             "  --layers             time one decode step per layer (to stderr)\n"
             "  --warm               read the whole model once before timing (as a\n"
             "                       program that loads its weights does)\n"
             "  --kernels            matrix kernel throughput per block type\n"
+            "  --fma                the machine's peak rate of double FMAs (the kernels'\n"
+            "                       vector width), billions a second, to set --kernels against\n"
             "  --kernel-rows N      rows of the --kernels matrices (default 4096; 256\n"
             "                       keeps them in L2: compute without memory)\n"
             "  --no-header          omit the CSV header\n"
@@ -148,6 +159,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         if (!strcmp(a, "--layers")) { c->layers = 1; continue; }
         if (!strcmp(a, "--warm")) { c->warm = 1; continue; }
         if (!strcmp(a, "--kernels")) { c->kernels = 1; continue; }
+        if (!strcmp(a, "--fma")) { c->fma = c->kernels = 1; continue; }
         if (!strcmp(a, "--no-header")) { c->header = 0; continue; }
         if (!takes_value(a)) {
             fprintf(stderr, "ds4ref-bench: unknown option %s (see --help)\n", a);
@@ -368,6 +380,13 @@ static int32_t bench_token(uint64_t i, uint32_t n_vocab) {
     return (int32_t)(z % n_vocab);
 }
 
+/* The count passes of a class ran with: the fastest measured when the
+ * engine chooses (0 before any was measured), else OpenMP's. */
+static int chosen_threads(const ds4_engine *e, int cls) {
+    return ds4_threads_tuning() && e->threads.n_cand > 1 ? ds4_threads_best(&e->threads, cls)
+                                                          : omp_get_max_threads();
+}
+
 static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
     ds4_model m;
     /* A checkpoint under the official numerics: with --qat on its FP8/FP4
@@ -396,7 +415,8 @@ static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
     const uint64_t wbytes = decode_bytes(&m);
     if (cfg->header)
         fprintf(out, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,"
-                     "rss_bytes,weight_bytes_per_token,gen_gbps,model_rss_bytes,threads,kernels\n");
+                     "rss_bytes,weight_bytes_per_token,gen_gbps,model_rss_bytes,threads,kernels,"
+                     "decode_threads,prefill_threads\n");
     uint32_t prev = 0;
     for (uint32_t f = 0; f < cfg->n_frontiers; f++) {
         uint32_t fr = cfg->frontiers[f];
@@ -410,11 +430,12 @@ static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
         }
         double t2 = now_sec();
         double gen_tps = done_gen ? done_gen / (t2 - t1) : 0;
-        fprintf(out, "%u,%u,%.2f,%u,%.3f,%llu,%llu,%llu,%.2f,%llu,%d,%s\n", fr, fr - prev,
+        fprintf(out, "%u,%u,%.2f,%u,%.3f,%llu,%llu,%llu,%.2f,%llu,%d,%s,%d,%d\n", fr, fr - prev,
                 (fr - prev) / (t1 - t0), done_gen, gen_tps, (unsigned long long)s.kv.bytes,
                 (unsigned long long)rss_bytes(), (unsigned long long)wbytes,
                 gen_tps * (double)wbytes / 1e9, (unsigned long long)mapped_rss(cfg->model),
-                omp_get_max_threads(), ds4_dot_kernels());
+                omp_get_max_threads(), ds4_dot_kernels(), chosen_threads(&e, 0),
+                chosen_threads(&e, 1));
         fflush(out);
         if (cfg->layers && f == cfg->n_frontiers - 1 &&
             time_layers(&s, &e, &m, ds4_sample_argmax(s.logits, c->n_vocab), err))
@@ -507,19 +528,111 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
     return 0;
 }
 
+/* ---- the machine's FMA peak ------------------------------------------------ */
+
+/* What the kernels' multiply-adds are measured against: every thread runs
+ * independent chains of double fused multiply-adds in the widest vectors the
+ * kernels in use have, for long enough that nothing else counts.  Sixteen
+ * chains per thread cover the latency of two FMA units. */
+enum { FMA_CHAINS = 16 };
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f"))) static double fma_avx512(uint64_t iters) {
+    __m512d a[FMA_CHAINS];
+    const __m512d m = _mm512_set1_pd(0.9999999), c = _mm512_set1_pd(1e-7);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_set1_pd(i);
+    for (uint64_t n = 0; n < iters; n++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_fmadd_pd(a[i], m, c);
+    double s = 0;
+    for (int i = 0; i < FMA_CHAINS; i++) s += _mm512_reduce_add_pd(a[i]);
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_avx2(uint64_t iters) {
+    __m256d a[FMA_CHAINS / 2], b[FMA_CHAINS / 2];   /* 12 of 16 registers, with m and c */
+    const __m256d m = _mm256_set1_pd(0.9999999), c = _mm256_set1_pd(1e-7);
+    for (int i = 0; i < FMA_CHAINS / 2; i++) a[i] = b[i] = _mm256_set1_pd(i);
+    for (uint64_t n = 0; n < iters; n++)
+        for (int i = 0; i < FMA_CHAINS / 2 - 2; i++) {
+            a[i] = _mm256_fmadd_pd(a[i], m, c);
+            b[i] = _mm256_fmadd_pd(b[i], m, c);
+        }
+    double s = 0, v[4];
+    for (int i = 0; i < FMA_CHAINS / 2; i++) {
+        _mm256_storeu_pd(v, _mm256_add_pd(a[i], b[i]));
+        s += v[0] + v[1] + v[2] + v[3];
+    }
+    return s;
+}
+#endif
+
+static double fma_scalar(uint64_t iters) {
+    double a[FMA_CHAINS];
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = i;
+    for (uint64_t n = 0; n < iters; n++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = fma(a[i], 0.9999999, 1e-7);
+    double s = 0;
+    for (int i = 0; i < FMA_CHAINS; i++) s += a[i];
+    return s;
+}
+
+/* Double FMAs one call of run(iters) does, per iteration. */
+static int fma_lanes(const char *kern) {
+#if defined(__x86_64__)
+    if (!strcmp(kern, "avx512")) return FMA_CHAINS * 8;
+    if (!strcmp(kern, "avx2")) return (FMA_CHAINS - 4) * 4;
+#endif
+    return FMA_CHAINS;
+}
+
+static double fma_run(const char *kern, uint64_t iters) {
+#if defined(__x86_64__)
+    if (!strcmp(kern, "avx512")) return fma_avx512(iters);
+    if (!strcmp(kern, "avx2")) return fma_avx2(iters);
+#endif
+    return fma_scalar(iters);
+}
+
+static int run_fma(FILE *out, int header) {
+    const char *kern = ds4_dot_kernels();
+    volatile double sink = 0;
+    uint64_t iters = 1u << 16;
+    double sec;
+    for (;;) {   /* long enough: 0.5 s on every thread */
+        double t0 = now_sec();
+        #pragma omp parallel
+        {
+            double s = fma_run(kern, iters);
+            if (s == 0.123) sink = s;
+        }
+        sec = now_sec() - t0;
+        if (sec >= 0.5) break;
+        iters *= 2;
+    }
+    double gfma = (double)omp_get_max_threads() * (double)iters * fma_lanes(kern) / sec / 1e9;
+    if (header) fprintf(out, "threads,kernels,gfma_per_s,gfma_per_s_per_thread\n");
+    fprintf(out, "%d,%s,%.1f,%.2f\n", omp_get_max_threads(), kern, gfma,
+            gfma / omp_get_max_threads());
+    (void)sink;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     ds4ref_wait_policy(argv);
     bench_cfg cfg;
     if (parse_args(argc, argv, &cfg)) return 2;
-    if (cfg.threads) omp_set_num_threads(cfg.threads);
+    if (cfg.threads) ds4_threads_fix(cfg.threads);
     FILE *out = stdout;
     if (cfg.csv && !(out = fopen(cfg.csv, "w"))) {
         perror(cfg.csv);
         return 1;
     }
     ds4err err = {0};
-    int rc = cfg.kernels ? run_kernels(out, cfg.header, cfg.kernel_rows ? cfg.kernel_rows : 4096)
-                         : run_model(&cfg, out, &err);
+    int rc = cfg.fma       ? run_fma(out, cfg.header)
+             : cfg.kernels ? run_kernels(out, cfg.header, cfg.kernel_rows ? cfg.kernel_rows : 4096)
+                           : run_model(&cfg, out, &err);
     if (out != stdout) fclose(out);
     if (rc) {
         fprintf(stderr, "ds4ref-bench: %s\n", err.msg[0] ? err.msg : "out of memory");

@@ -70,7 +70,14 @@ const char *ds4ref_kernels_available(void);
 /* Release memory the library returned (token arrays, strings). */
 void ds4ref_free(void *p);
 
-/* OpenMP threads for every later call (0: the OpenMP default). */
+/* OpenMP threads for every later call.  0 (what a process starts with):
+ * ds4ref chooses.  With OMP_NUM_THREADS set it takes that; otherwise, on a
+ * machine of more than 16 threads, each model times its own forward passes
+ * and climbs from three quarters of the threads towards the fastest count
+ * (in eighths, from a half to all), measuring its neighbours again now and
+ * then: a virtual machine's host can take cores back under load, and then
+ * every core is the slow choice.  The count never changes a bit of any
+ * result. */
 void ds4ref_set_threads(int n);
 
 /* Models are memory-mapped: if a model file is truncated or rewritten while
@@ -129,6 +136,13 @@ typedef struct ds4ref_model_info {
 } ds4ref_model_info;
 
 void ds4ref_model_get_info(const ds4ref_model *m, ds4ref_model_info *info);
+
+/* The thread counts a model's passes run with when ds4ref chooses: for
+ * passes of fewer than 16 tokens (decode) and longer ones (prefill), each
+ * 0 while none was measured; both 0 when the count is fixed
+ * (ds4ref_set_threads, OMP_NUM_THREADS) or the machine has 16 threads or
+ * fewer, where every thread is used. */
+void ds4ref_model_threads(const ds4ref_model *model, int *decode, int *prefill);
 
 /* A weight tensor of the model (names as in the GGUF; the MTP file's are
  * mtp.0.*), dequantized exactly to f32, in GGUF element order (ne[0]

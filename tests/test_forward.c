@@ -87,6 +87,26 @@ static float *eval_all(const ds4_model *m, bool qat, const int32_t *toks, uint32
     return lg;
 }
 
+/* The same, one pass a token, with the engine choosing among the thread
+ * counts of a machine of `machine` threads (src/forward/threads.h). */
+static float *eval_tuned(const ds4_model *m, const int32_t *toks, uint32_t n, int machine,
+                         ds4_threads *out) {
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = true};
+    assert_int_equal(ds4_engine_init(&e, m, &o, 1, &err), 0);
+    ds4_threads_init(&e.threads, machine);
+    ds4_session s;
+    ds4_session_opts so = {.ctx = 1024, .chunk = 1, .rollback = 16};
+    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
+    float *lg = malloc(sizeof(float) * (size_t)n * m->cfg.n_vocab);
+    if (ds4_session_eval(&s, toks, n, lg, NULL, &err)) fail_msg("%s", err.msg);
+    *out = e.threads;
+    ds4_session_free(&s);
+    ds4_engine_free(&e);
+    return lg;
+}
+
 static void chunk_invariance(const ds4_model *m, bool qat) {
     uint32_t n = n_tokens(), V = m->cfg.n_vocab;
     size_t hc_dim = (size_t)m->cfg.n_hc * m->cfg.n_embd;
@@ -140,6 +160,41 @@ static void test_threads(void **state) {
         free(lg);
     }
     omp_set_num_threads(saved);
+    free(ref);
+    free(toks);
+}
+
+/* A pass's thread count, as the engine chooses it on a big machine, moves
+ * from pass to pass and must move no bit; the caller's count comes back
+ * after every pass. */
+static void test_tuned_threads(void **state) {
+    fixture *f = *state;
+    if (under_valgrind()) {
+        tu_skipping("too slow under valgrind; the plain run covers it");
+        skip();
+    }
+    if (!ds4_threads_tuning()) {
+        tu_skipping("OMP_NUM_THREADS is set: the engine does not choose");
+        skip();
+    }
+    uint32_t n = 12, V = f->ds4.cfg.n_vocab;
+    int32_t *toks = tu_random_tokens(n, V, 13);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    float *ref = eval_all(&f->ds4, true, toks, n, 1, NULL);
+    omp_set_num_threads(saved);
+    ds4_threads th;
+    float *lg = eval_tuned(&f->ds4, toks, n, 20, &th);
+    assert_memory_equal(ref, lg, sizeof(float) * n * V);
+    assert_int_equal(omp_get_max_threads(), saved);
+    /* 12 passes, the first not measured, with at least the first count and
+     * a neighbour: the count moved during the run. */
+    assert_int_equal(th.cls[0].passes, n - 1);
+    int measured = 0;
+    for (int k = 0; k < th.n_cand; k++) measured += th.cls[0].sec[k] > 0;
+    assert_true(measured >= 2);
+    assert_int_equal(th.cls[1].passes, 0);
+    free(lg);
     free(ref);
     free(toks);
 }
@@ -339,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_chunks_ds4),
         cmocka_unit_test(test_chunks_f32),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_tuned_threads),
         cmocka_unit_test(test_batched_sequences),
         cmocka_unit_test(test_truncate),
         cmocka_unit_test(test_bad_requests),

@@ -55,11 +55,12 @@ const char *ds4ref_kernels_available(void) { return ds4_dot_available(); }
 
 void ds4ref_free(void *p) { free(p); }
 
-void ds4ref_set_threads(int n) {
-    /* OpenMP's own choice, as it stood before the first call here. */
-    static int initial;
-    if (!initial) initial = omp_get_max_threads();
-    omp_set_num_threads(n > 0 ? n : initial);
+void ds4ref_set_threads(int n) { ds4_threads_fix(n); }
+
+void ds4ref_model_threads(const ds4ref_model *model, int *decode, int *prefill) {
+    bool chosen = model && ds4_threads_tuning();
+    if (decode) *decode = chosen ? ds4_threads_best(&model->e.threads, 0) : 0;
+    if (prefill) *prefill = chosen ? ds4_threads_best(&model->e.threads, 1) : 0;
 }
 
 _Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit status");

@@ -15,6 +15,7 @@
 #include "base/err.h"
 #include "forward/kvstate.h"
 #include "forward/rope.h"
+#include "forward/threads.h"
 #include "model/model.h"
 
 /* Options that change the numbers.  qat: the official FP8 KV / FP4 indexer
@@ -112,6 +113,7 @@ typedef struct ds4_engine {
     ds4_tap_fn tap;        /* NULL: no taps */
     void *tap_ud;
     uint32_t tap_layer;    /* block index the current step reports */
+    ds4_threads threads;   /* thread counts of its passes (threads.h) */
 } ds4_engine;
 
 /* An engine for passes of up to max_batch tokens, or fewer when the

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "forward/attention.h"
 #include "forward/head.h"
 #include "forward/hyperconn.h"
@@ -182,7 +184,7 @@ static void outputs(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs) {
     }
 }
 
-int ds4_forward(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err) {
+static int forward_pass(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err) {
     const ds4_model *m = e->m;
     const ds4_config *c = &m->cfg;
     ds4_fwd_scratch *s = e->scr;
@@ -201,6 +203,17 @@ int ds4_forward(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err) 
     for (uint32_t i = 0; i < n_seqs; i++) advance(seqs[i].kv, seqs[i].n);
     outputs(e, seqs, n_seqs);
     return 0;
+}
+
+/* The pass with the thread count the engine chose (threads.h), timed. */
+int ds4_forward(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4err *err) {
+    uint32_t T = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) T += seqs[i].n;
+    int saved, k = ds4_threads_begin(&e->threads, T, &saved);
+    double t0 = omp_get_wtime();
+    int rc = forward_pass(e, seqs, n_seqs, err);
+    ds4_threads_end(&e->threads, T, k, saved, rc == 0, omp_get_wtime() - t0);
+    return rc;
 }
 
 /* =================================================================== MTP */
@@ -234,7 +247,7 @@ static void mtp_input(ds4_engine *e, const float *const *h_in, uint32_t T) {
         }
 }
 
-int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *err) {
+static int mtp_pass(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *err) {
     const ds4_model *m = e->m;
     const ds4_config *c = &m->cfg;
     ds4_fwd_scratch *s = e->scr;
@@ -281,4 +294,15 @@ int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *e
         base += q->n;
     }
     return 0;
+}
+
+/* One block and the head: the MTP block takes the count the trunk's passes
+ * of its size chose, and is not measured (its cost is not a trunk pass's). */
+int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *err) {
+    uint32_t T = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) T += seqs[i].n;
+    int saved, k = ds4_threads_begin(&e->threads, T, &saved);
+    int rc = mtp_pass(e, seqs, n_seqs, err);
+    ds4_threads_end(&e->threads, T, k, saved, false, 0);
+    return rc;
 }

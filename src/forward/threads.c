@@ -1,0 +1,105 @@
+/* Thread counts of forward passes (threads.h says why they are measured). */
+#include "forward/threads.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include <omp.h>
+
+/* The count fixed by the user for the whole process, 0 when none. */
+static atomic_int fixed_threads;
+
+static int ceil_frac(int n, int num, int den) { return (n * num + den - 1) / den; }
+
+void ds4_threads_init(ds4_threads *t, int max_threads) {
+    *t = (ds4_threads){0};
+    if (max_threads < 1) max_threads = 1;
+    if (max_threads <= DS4_THREADS_TUNED_ABOVE) {
+        t->n_cand = 1;
+        t->cand[0] = max_threads;
+        return;
+    }
+    static const int eighths[DS4_THREADS_CANDIDATES] = {4, 5, 6, 7, 8};
+    for (int i = 0; i < DS4_THREADS_CANDIDATES; i++) {
+        int n = ceil_frac(max_threads, eighths[i], 8);
+        if (t->n_cand && t->cand[t->n_cand - 1] == n) continue;
+        t->cand[t->n_cand++] = n;
+    }
+}
+
+int ds4_threads_class_of(uint32_t T) { return T >= DS4_THREADS_PREFILL_TOKENS; }
+
+static int fastest(const ds4_threads_class *c, int n_cand) {
+    int best = -1;
+    for (int k = 0; k < n_cand; k++)
+        if (c->sec[k] > 0 && (best < 0 || c->sec[k] < c->sec[best])) best = k;
+    return best;
+}
+
+int ds4_threads_next(const ds4_threads *t, int cls) {
+    const ds4_threads_class *c = &t->cls[cls];
+    if (t->n_cand <= 1) return 0;
+    /* A climb from three quarters of the threads: a count's neighbours are
+     * measured until neither is faster.  Counts far from the fastest, such
+     * as all of them on a machine whose host takes cores back, are never
+     * run unless the climb leads there. */
+    int start = t->n_cand / 2;
+    if (c->sec[start] == 0) return start;
+    int best = fastest(c, t->n_cand);
+    if (best > 0 && c->sec[best - 1] == 0) return best - 1;
+    if (best + 1 < t->n_cand && c->sec[best + 1] == 0) return best + 1;
+    /* Settled: now and then a neighbour again, below and above in turn,
+     * since the host's load moves. */
+    if (c->passes % DS4_THREADS_REPROBE == 0) {
+        int k = c->reprobe % 2 ? best + 1 : best - 1;
+        if (k < 0 || k >= t->n_cand) k = c->reprobe % 2 ? best - 1 : best + 1;
+        return k;
+    }
+    return best;
+}
+
+void ds4_threads_record(ds4_threads *t, int cls, int k, double sec_per_token) {
+    ds4_threads_class *c = &t->cls[cls];
+    if (k < 0 || k >= t->n_cand || !(sec_per_token > 0)) return;
+    /* The newest pass counts as much as everything before it: the host's
+     * load moves, and a count measured under old conditions should not
+     * hold on to its place for long. */
+    c->sec[k] = c->sec[k] > 0 ? (c->sec[k] + sec_per_token) / 2 : sec_per_token;
+    if (c->passes % DS4_THREADS_REPROBE == 0 && c->passes >= (uint32_t)t->n_cand) c->reprobe++;
+    c->passes++;
+}
+
+int ds4_threads_best(const ds4_threads *t, int cls) {
+    if (t->n_cand <= 1) return 0;
+    int k = fastest(&t->cls[cls], t->n_cand);
+    return k < 0 ? 0 : t->cand[k];
+}
+
+int ds4_threads_begin(const ds4_threads *t, uint32_t T, int *saved) {
+    *saved = 0;
+    if (t->n_cand <= 1 || !ds4_threads_tuning()) return -1;
+    int k = ds4_threads_next(t, ds4_threads_class_of(T));
+    *saved = omp_get_max_threads();
+    omp_set_num_threads(t->cand[k]);
+    return k;
+}
+
+void ds4_threads_end(ds4_threads *t, uint32_t T, int k, int saved, bool measure, double seconds) {
+    if (k < 0) return;
+    omp_set_num_threads(saved);
+    if (measure && T && t->warm) ds4_threads_record(t, ds4_threads_class_of(T), k, seconds / T);
+    t->warm = true;
+}
+
+int ds4_threads_fix(int n) {
+    /* OpenMP's own count, as it stood before the first call here. */
+    static int initial;
+    if (!initial) initial = omp_get_max_threads();
+    atomic_store(&fixed_threads, n > 0 ? n : 0);
+    omp_set_num_threads(n > 0 ? n : initial);
+    return omp_get_max_threads();
+}
+
+bool ds4_threads_tuning(void) {
+    return atomic_load(&fixed_threads) == 0 && !getenv("OMP_NUM_THREADS");
+}
