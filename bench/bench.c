@@ -302,28 +302,64 @@ static uint64_t decode_bytes(const ds4_model *m) {
     return b;
 }
 
+/* ---- fork/joins ----------------------------------------------------------- */
+
+/* How many parallel regions of more than one thread a step starts.  libgomp
+ * starts every region through GOMP_parallel (a region whose `if` clause is
+ * false asks for one thread), so this program defines that function, counts,
+ * and calls libgomp's; the library is linked in statically, so its regions
+ * come here too.  Other OpenMP runtimes (clang's libomp) start regions
+ * elsewhere: there the count is -1. */
+#if defined(__GNUC__) && !defined(__clang__)
+#include <dlfcn.h>
+#include <stdatomic.h>
+
+static atomic_ulong fork_joins;
+
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) {
+    typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+    static gomp_parallel_fn libgomp;
+    if (!libgomp) *(void **)&libgomp = dlsym(RTLD_NEXT, "GOMP_parallel");
+    if (num_threads != 1) atomic_fetch_add(&fork_joins, 1);
+    libgomp(fn, data, num_threads, flags);
+}
+
+static long fork_join_count(void) { return (long)atomic_load(&fork_joins); }
+#else
+static long fork_join_count(void) { return -1; }
+#endif
+
 /* ---- per-layer timing ---------------------------------------------------- */
 
 typedef struct layer_clock {
     double t0;
     double attn_end[256];
     double ffn_end[256];
+    long attn_forks[256];   /* fork_join_count() at the same moments */
+    long ffn_forks[256];
     uint32_t n_layer;
 } layer_clock;
 
 static void on_tap(void *ud, const ds4_tap *t) {
     layer_clock *lc = ud;
     if (t->layer >= lc->n_layer) return;
-    if (!strcmp(t->name, "hc_attn")) lc->attn_end[t->layer] = now_sec();
-    else if (!strcmp(t->name, "hc_ffn")) lc->ffn_end[t->layer] = now_sec();
+    if (!strcmp(t->name, "hc_attn")) {
+        lc->attn_end[t->layer] = now_sec();
+        lc->attn_forks[t->layer] = fork_join_count();
+    } else if (!strcmp(t->name, "hc_ffn")) {
+        lc->ffn_end[t->layer] = now_sec();
+        lc->ffn_forks[t->layer] = fork_join_count();
+    }
 }
 
 /* DeepSeek V4 Flash's layer size as a decoded token meets it (the width,
  * the experts it runs and theirs), which the 43-layer estimate assumes. */
 enum { REAL_N_EMBD = 4096, REAL_N_FF = 2048, REAL_N_USED = 6 };
 
-/* Times one decode step and prints per-layer times and the 43-layer
- * estimate (2 x ratio 0, 21 x ratio 4, 20 x ratio 128, then the head). */
+/* Times one decode step and prints per-layer times, fork/joins (-1 where
+ * they cannot be counted) and the 43-layer estimate (2 x ratio 0, 21 x
+ * ratio 4, 20 x ratio 128, then the head). */
 static int time_layers(ds4_session *s, ds4_engine *e, const ds4_model *m, int32_t tok,
                        ds4err *err) {
     const ds4_config *c = &m->cfg;
@@ -331,27 +367,35 @@ static int time_layers(ds4_session *s, ds4_engine *e, const ds4_model *m, int32_
     lc.n_layer = c->n_layer < 256 ? c->n_layer : 256;
     e->tap = on_tap;
     e->tap_ud = &lc;
+    long forks0 = fork_join_count(), prev_forks = forks0;
     lc.t0 = now_sec();
     int rc = ds4_session_eval(s, &tok, 1, NULL, NULL, err);
     double t_end = now_sec();
+    long forks_end = fork_join_count();
     e->tap = NULL;
     e->tap_ud = NULL;
     if (rc) return -1;
     double sum[3] = {0}, cnt[3] = {0}, prev = lc.t0;
-    fprintf(stderr, "layer,ratio,attn_ms,ffn_ms,total_ms,weight_mb\n");
+    bool counted = forks0 >= 0;
+    fprintf(stderr, "layer,ratio,attn_ms,ffn_ms,total_ms,weight_mb,attn_fork_joins,ffn_fork_joins\n");
     for (uint32_t l = 0; l < lc.n_layer; l++) {
         double a = lc.attn_end[l] - prev, f = lc.ffn_end[l] - lc.attn_end[l];
         uint32_t r = c->ratio[l];
         int k = r == 0 ? 0 : r == 4 ? 1 : 2;
         sum[k] += a + f;
         cnt[k] += 1;
-        fprintf(stderr, "%u,%u,%.3f,%.3f,%.3f,%.1f\n", l, r, a * 1e3, f * 1e3, (a + f) * 1e3,
-                (double)layer_bytes(c, &m->layers[l]) / 1e6);
+        fprintf(stderr, "%u,%u,%.3f,%.3f,%.3f,%.1f,%ld,%ld\n", l, r, a * 1e3, f * 1e3,
+                (a + f) * 1e3, (double)layer_bytes(c, &m->layers[l]) / 1e6,
+                counted ? lc.attn_forks[l] - prev_forks : -1,
+                counted ? lc.ffn_forks[l] - lc.attn_forks[l] : -1);
         prev = lc.ffn_end[l];
+        prev_forks = lc.ffn_forks[l];
     }
     double head = t_end - prev;
-    fprintf(stderr, "head,,,,%.3f,%.1f\n", head * 1e3,
-            (double)(mat_bytes(&m->output) + mat_bytes(&m->output_hc_fn)) / 1e6);
+    fprintf(stderr, "head,,,,%.3f,%.1f,,%ld\n", head * 1e3,
+            (double)(mat_bytes(&m->output) + mat_bytes(&m->output_hc_fn)) / 1e6,
+            counted ? forks_end - prev_forks : -1);
+    fprintf(stderr, "fork_joins_per_step: %ld\n", counted ? forks_end - forks0 : -1);
     /* The estimate stands for the real model only when its layers are the
      * real ones' size (the fullwidth and fulldepth synthetics); on a tiny
      * model it would read like a figure for DeepSeek V4 Flash. */

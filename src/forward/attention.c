@@ -3,7 +3,9 @@
  * grouped low-rank output projection.
  *
  * For a batch of T tokens the order is:
- *   1. projections for the whole batch (matrix products);
+ *   1. projections for the whole batch (matrix products: those of the
+ *      sublayer input, the compressors' and the indexer's included, in one
+ *      parallel region, then those of the normed low-rank query in another);
  *   2. per token: q heads RMS-normed and RoPE'd; the KV row normed, RoPE'd,
  *      FP8-rounded (QAT) and written into the sequence's window ring;
  *   3. compressors: every token's inputs are stored, then the windows the
@@ -78,20 +80,50 @@ static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_s
     for (uint32_t d = 0; d < hd; d++) o[d] = (float)(acc[d] / den);
 }
 
+/* Where compressor `which` (0: attention's, 1: the indexer's) has its
+ * projections: kv and gate rows of `width` for every token. */
+static float *comp_rows(const ds4_engine *e, float *base, int which) {
+    const ds4_config *c = &e->m->cfg;
+    uint64_t cw = 2ull * (c->head_dim > c->idx_dim ? c->head_dim : c->idx_dim);
+    return base + (uint64_t)which * e->scr->cap * cw;
+}
+
+/* Step 1: every product of the layer's attention that reads the sublayer
+ * input (queries' low rank, the KV row, the compressors, the indexer's head
+ * weights) in one parallel region, the q_a RMSNorm, then the two that read
+ * its result (the query heads and the indexer's queries) in another: a
+ * decode step's attention has two fork/joins of products where it had one
+ * for each stage. */
 static void project(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
-    const ds4_matmul_op ops[2] = {
-        {&L->q_a, s->a, c->n_embd, (int)T, s->qr, c->q_lora},
-        {&L->kv, s->a, c->n_embd, (int)T, s->kvrow, c->head_dim},
-    };
-    ds4_dot_matmul_many(ops, 2);
+    ds4_matmul_op ops[7];
+    int n = 0;
+    ops[n++] = (ds4_matmul_op){&L->q_a, s->a, c->n_embd, (int)T, s->qr, c->q_lora};
+    ops[n++] = (ds4_matmul_op){&L->kv, s->a, c->n_embd, (int)T, s->kvrow, c->head_dim};
+    if (L->ratio) {
+        uint64_t w = L->comp_kv.rows;
+        ops[n++] = (ds4_matmul_op){&L->comp_kv, s->a, c->n_embd, (int)T, comp_rows(e, s->ckv, 0), w};
+        ops[n++] = (ds4_matmul_op){&L->comp_gate, s->a, c->n_embd, (int)T, comp_rows(e, s->csc, 0), w};
+    }
+    if (L->ratio == 4) {
+        uint64_t w = L->idx_comp_kv.rows;
+        ops[n++] = (ds4_matmul_op){&L->idx_comp_kv, s->a, c->n_embd, (int)T, comp_rows(e, s->ckv, 1), w};
+        ops[n++] = (ds4_matmul_op){&L->idx_comp_gate, s->a, c->n_embd, (int)T, comp_rows(e, s->csc, 1), w};
+        ops[n++] = (ds4_matmul_op){&L->idx_proj, s->a, c->n_embd, (int)T, s->iw, c->idx_head};
+    }
+    ds4_dot_matmul_many(ops, n);
 #pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * c->q_lora))
     for (uint32_t t = 0; t < T; t++) {
         float *qr = s->qr + (uint64_t)t * c->q_lora;
         ds4_norm_rms(qr, L->q_a_norm.v, c->q_lora, c->rms_eps, qr);
     }
-    ds4_dot_matmul(&L->q_b, s->qr, c->q_lora, (int)T, s->q, (uint64_t)c->n_head * c->head_dim);
+    n = 0;
+    ops[n++] = (ds4_matmul_op){&L->q_b, s->qr, c->q_lora, (int)T, s->q, (uint64_t)c->n_head * c->head_dim};
+    if (L->ratio == 4)
+        ops[n++] = (ds4_matmul_op){&L->idx_q_b, s->qr, c->q_lora, (int)T, s->iq,
+                                   (uint64_t)c->idx_head * c->idx_dim};
+    ds4_dot_matmul_many(ops, n);
 }
 
 /* Step 2: q heads and the KV row, which goes into the window ring. */
@@ -122,23 +154,19 @@ static void prepare_q_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
     }
 }
 
-/* Step 3 for one compressor (attention or indexer) of layer il. */
+/* Step 3 for one compressor (attention or indexer) of layer il, its
+ * projections made in step 1. */
 static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_mat *wkv,
-                     const ds4_mat *wgate, const ds4_mat *ape, const ds4_vec *norm,
-                     const ds4_rope *rope, uint32_t T) {
+                     const ds4_mat *ape, const ds4_vec *norm, const ds4_rope *rope, uint32_t T) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t width = (uint32_t)wkv->rows;
-    const ds4_matmul_op ops[2] = {
-        {wkv, s->a, c->n_embd, (int)T, s->ckv, width},
-        {wgate, s->a, c->n_embd, (int)T, s->csc, width},
-    };
-    ds4_dot_matmul_many(ops, 2);
+    const float *ckv = comp_rows(e, s->ckv, indexer), *csc = comp_rows(e, s->csc, indexer);
 #pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * width))
     for (uint32_t t = 0; t < T; t++) {
         ds4_layer_state *ls = &s->tok[t].kv->L[il];
         ds4_compressor_store(indexer ? &ls->idx : &ls->comp, ape, s->tok[t].pos,
-                       s->ckv + (uint64_t)t * width, s->csc + (uint64_t)t * width);
+                       ckv + (uint64_t)t * width, csc + (uint64_t)t * width);
     }
 #pragma omp parallel for schedule(dynamic, 1) \
     if (!e->tap && ds4_worth_threads(8.0 * T * width))
@@ -154,45 +182,79 @@ static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_m
     }
 }
 
-/* Step 4: indexer queries, head weights and each token's selection. */
-static int run_indexer(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
-                 uint32_t T, ds4err *err) {
+/* The indexer query heads of batch token t, in place: RoPE, Hadamard
+ * rotation, FP4 with QAT. */
+static void index_query(const ds4_engine *e, const ds4_rope *rope, uint32_t t) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    float *q = s->iq + (uint64_t)t * c->idx_head * c->idx_dim;
+    float cs[2 * DS4_ROPE_MAX_PAIRS];
+    ds4_rope_cos_sin(rope, s->tok[t].pos, cs);
+    for (uint32_t h = 0; h < c->idx_head; h++) {
+        float *qh = q + (uint64_t)h * c->idx_dim;
+        ds4_rope_rotate(qh + c->idx_dim - c->n_rot, cs, c->n_rot / 2, false);
+        /* idx_dim is a power of two >= 32 and <= DS4_HADAMARD_MAX
+         * (checked at load), so neither call can fail. */
+        ds4_qat_hadamard_f32(qh, c->idx_dim, NULL);
+        if (e->opts.qat) ds4_qat_fp4_e2m1(qh, c->idx_dim, NULL);
+    }
+}
+
+/* Token t's selection, its scores in `score` (its rows' scores computed
+ * here unless `scored`), and its taps. */
+static void index_pick(ds4_engine *e, uint32_t il, uint32_t t, double *score, bool scored) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    const ds4_tok *tk = &s->tok[t];
+    const ds4_comp_state *idx = &tk->kv->L[il].idx;
+    uint32_t n_scored, n_vis = ds4_indexer_visible(c, idx, tk->pos, &n_scored);
+    if (n_scored && !scored)
+        ds4_indexer_score(c, idx, s->iq + (uint64_t)t * c->idx_head * c->idx_dim,
+                          s->iw + (uint64_t)t * c->idx_head, 0, n_vis, score);
+    uint32_t *sel = s->isel + (uint64_t)t * c->idx_topk;
+    s->nsel[t] = ds4_indexer_pick(c, n_vis, score, sel);
+    if (n_scored) ds4_engine_tap_emit(e, "indexer_scores", t, DS4_TAP_F64, score, n_scored);
+    ds4_engine_tap_emit(e, "indexer_sel", t, DS4_TAP_I32, sel, s->nsel[t]);
+}
+
+/* Step 4: each token's indexer queries and selection (the products were
+ * step 1's).  A
+ * batch of fewer tokens than threads (decode) shares each token's rows
+ * among the threads, which at a long context are thousands; a larger one
+ * shares its tokens. */
+static int run_indexer(ds4_engine *e, uint32_t il, const ds4_rope *rope, uint32_t T,
+                       ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t iq_w = c->idx_head * c->idx_dim;
-    const ds4_matmul_op ops[2] = {
-        {&L->idx_q_b, s->qr, c->q_lora, (int)T, s->iq, iq_w},
-        {&L->idx_proj, s->a, c->n_embd, (int)T, s->iw, c->idx_head},
-    };
-    ds4_dot_matmul_many(ops, 2);
     uint32_t max_vis = 0;
     for (uint32_t t = 0; t < T; t++) {
         uint32_t v = (s->tok[t].pos + 1) / 4;
         if (v > max_vis) max_vis = v;
     }
     if (ds4_engine_thread_doubles(e, max_vis + 1, err)) return -1;
+    if (T < (uint32_t)omp_get_max_threads()) {
+        for (uint32_t t = 0; t < T; t++) {
+            const ds4_tok *tk = &s->tok[t];
+            const ds4_comp_state *idx = &tk->kv->L[il].idx;
+            uint32_t n_scored, n_vis = ds4_indexer_visible(c, idx, tk->pos, &n_scored);
+            const float *q = s->iq + (uint64_t)t * iq_w, *w = s->iw + (uint64_t)t * c->idx_head;
+            index_query(e, rope, t);
+            enum { ROWS = 16 };
+#pragma omp parallel for schedule(dynamic, 1) \
+    if (n_scored && ds4_worth_threads((double)n_scored * iq_w))
+            for (uint32_t r0 = 0; r0 < n_scored; r0 += ROWS)
+                ds4_indexer_score(c, idx, q, w, r0, r0 + ROWS < n_vis ? r0 + ROWS : n_vis,
+                                  s->attn_p);
+            index_pick(e, il, t, s->attn_p, true);
+        }
+        return 0;
+    }
 #pragma omp parallel for schedule(dynamic, 1) \
     if (!e->tap && ds4_worth_threads((double)T * (max_vis + 8) * iq_w))
     for (uint32_t t = 0; t < T; t++) {
-        const ds4_tok *tk = &s->tok[t];
-        float *q = s->iq + (uint64_t)t * iq_w;
-        float cs[2 * DS4_ROPE_MAX_PAIRS];
-        ds4_rope_cos_sin(rope, tk->pos, cs);
-        for (uint32_t h = 0; h < c->idx_head; h++) {
-            float *qh = q + (uint64_t)h * c->idx_dim;
-            ds4_rope_rotate(qh + c->idx_dim - c->n_rot, cs, c->n_rot / 2, false);
-            /* idx_dim is a power of two >= 32 and <= DS4_HADAMARD_MAX
-             * (checked at load), so neither call can fail. */
-            ds4_qat_hadamard_f32(qh, c->idx_dim, NULL);
-            if (e->opts.qat) ds4_qat_fp4_e2m1(qh, c->idx_dim, NULL);
-        }
-        double *score = s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride;
-        uint32_t n_scored;
-        uint32_t *sel = s->isel + (uint64_t)t * c->idx_topk;
-        s->nsel[t] = ds4_indexer_select(c, &tk->kv->L[il].idx, q, s->iw + (uint64_t)t * c->idx_head,
-                                        tk->pos, sel, score, &n_scored);
-        if (n_scored) ds4_engine_tap_emit(e, "indexer_scores", t, DS4_TAP_F64, score, n_scored);
-        ds4_engine_tap_emit(e, "indexer_sel", t, DS4_TAP_I32, sel, s->nsel[t]);
+        index_query(e, rope, t);
+        index_pick(e, il, t, s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride, false);
     }
     return 0;
 }
@@ -248,11 +310,10 @@ int ds4_attention(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope
     project(e, L, T);
     prepare_q_kv(e, L, il, rope, T);
     if (L->ratio) {
-        compress(e, il, false, &L->comp_kv, &L->comp_gate, &L->comp_ape, &L->comp_norm, rope, T);
+        compress(e, il, false, &L->comp_kv, &L->comp_ape, &L->comp_norm, rope, T);
         if (L->ratio == 4) {
-            compress(e, il, true, &L->idx_comp_kv, &L->idx_comp_gate, &L->idx_comp_ape,
-                     &L->idx_comp_norm, rope, T);
-            if (run_indexer(e, L, il, rope, T, err)) return -1;
+            compress(e, il, true, &L->idx_comp_kv, &L->idx_comp_ape, &L->idx_comp_norm, rope, T);
+            if (run_indexer(e, il, rope, T, err)) return -1;
         }
     }
     return attend(e, L, il, rope, T, err);

@@ -56,8 +56,10 @@ static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap, scratch_a
     s->q = alloc_n(a, T * qdim, sizeof(float));
     s->kvrow = alloc_n(a, T * c->head_dim, sizeof(float));
     s->low = alloc_n(a, T * c->o_groups * c->o_lora, sizeof(float));
-    s->ckv = alloc_n(a, T * cw, sizeof(float));
-    s->csc = alloc_n(a, T * cw, sizeof(float));
+    /* Both compressors' projections at once (attention.c computes them in
+     * one parallel region). */
+    s->ckv = alloc_n(a, 2 * T * cw, sizeof(float));
+    s->csc = alloc_n(a, 2 * T * cw, sizeof(float));
     s->iq = alloc_n(a, T * c->idx_head * c->idx_dim, sizeof(float));
     s->iw = alloc_n(a, T * c->idx_head, sizeof(float));
     s->isel = alloc_n(a, T * c->idx_topk, sizeof(uint32_t));

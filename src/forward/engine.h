@@ -51,7 +51,8 @@ typedef struct ds4_fwd_scratch {
                               head's attention output in its place */
     float *kvrow;          /* [cap][head_dim] */
     float *low;            /* [cap][o_groups*o_lora] */
-    float *ckv, *csc;      /* compressor projections [cap][2*max(head_dim, idx_dim)] */
+    float *ckv, *csc;      /* compressor projections [2][cap][2*max(head_dim, idx_dim)]:
+                              the attention compressor's, then the indexer's */
     float *iq;             /* indexer q [cap][idx_head*idx_dim] */
     float *iw;             /* indexer head weights [cap][idx_head] */
     uint32_t *isel;        /* indexer selection [cap][idx_topk] */

@@ -35,19 +35,17 @@ static int cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-uint32_t ds4_indexer_select(const ds4_config *c, const ds4_comp_state *idx, const float *q,
-                            const float *w, uint32_t pos, uint32_t *sel, double *score,
-                            uint32_t *n_scored) {
+uint32_t ds4_indexer_visible(const ds4_config *c, const ds4_comp_state *idx, uint32_t pos,
+                             uint32_t *n_scored) {
     uint32_t n_vis = (pos + 1) / idx->ratio;
-    uint32_t k = n_vis < c->idx_topk ? n_vis : c->idx_topk;
-    *n_scored = k == n_vis ? 0 : n_vis;
-    if (k == n_vis) {
-        /* Everything visible is kept: no need to score. */
-        for (uint32_t t = 0; t < n_vis; t++) sel[t] = t;
-        return n_vis;
-    }
+    *n_scored = n_vis > c->idx_topk ? n_vis : 0;
+    return n_vis;
+}
+
+void ds4_indexer_score(const ds4_config *c, const ds4_comp_state *idx, const float *q,
+                       const float *w, uint32_t r0, uint32_t r1, double *score) {
     double wscale = 1.0 / sqrt((double)c->idx_dim) * (1.0 / sqrt((double)c->idx_head));
-    for (uint32_t t = 0; t < n_vis; t++) {
+    for (uint32_t t = r0; t < r1; t++) {
         const float *kt = ds4_comp_row(idx, t);
         double s = 0;
         for (uint32_t h = 0; h < c->idx_head; h++) {
@@ -55,6 +53,16 @@ uint32_t ds4_indexer_select(const ds4_config *c, const ds4_comp_state *idx, cons
             if (d > 0) s += d * ((double)w[h] * wscale);
         }
         score[t] = s;
+    }
+}
+
+uint32_t ds4_indexer_pick(const ds4_config *c, uint32_t n_vis, const double *score,
+                          uint32_t *sel) {
+    uint32_t k = n_vis < c->idx_topk ? n_vis : c->idx_topk;
+    if (k == n_vis) {
+        /* Everything visible is kept: no need to score. */
+        for (uint32_t t = 0; t < n_vis; t++) sel[t] = t;
+        return n_vis;
     }
     for (uint32_t t = 0; t < k; t++) sel[t] = t;
     for (uint32_t i = k / 2; i-- > 0;) heap_sift_down(sel, k, i, score);
@@ -66,4 +74,12 @@ uint32_t ds4_indexer_select(const ds4_config *c, const ds4_comp_state *idx, cons
     }
     qsort(sel, k, sizeof(uint32_t), cmp_u32);
     return k;
+}
+
+uint32_t ds4_indexer_select(const ds4_config *c, const ds4_comp_state *idx, const float *q,
+                            const float *w, uint32_t pos, uint32_t *sel, double *score,
+                            uint32_t *n_scored) {
+    uint32_t n_vis = ds4_indexer_visible(c, idx, pos, n_scored);
+    if (*n_scored) ds4_indexer_score(c, idx, q, w, 0, n_vis, score);
+    return ds4_indexer_pick(c, n_vis, score, sel);
 }
