@@ -23,8 +23,9 @@
  *
  * --layers also times one decode step layer by layer (through the forward
  * pass's debug taps; a single token has no parallel loop a tap would
- * serialize) and prints the estimate for the real 43-layer model, whose
- * layers are 2 window-only, 21 ratio-4 and 20 ratio-128 (ds4's layout).
+ * serialize), counts each layer's fork/joins, and prints the estimate for
+ * the real 43-layer model, whose layers are 2 window-only, 21 ratio-4 and
+ * 20 ratio-128 (ds4's layout).
  *
  * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
  * each block type (--kernel-rows changes the 4096 rows), T = 1 and T = 16
@@ -94,7 +95,8 @@ static void usage(FILE *f) {
             "  -t, --threads N      OpenMP threads (default: OMP_NUM_THREADS, or chosen\n"
             "                       by measuring passes on machines of more than 16)\n"
             "  --qat on|off         default on\n"
-            "  --layers             time one decode step per layer (to stderr)\n"
+            "  --layers             time one decode step per layer, with its fork/joins\n"
+            "                       (to stderr)\n"
             "  --warm               read the whole model once before timing (as a\n"
             "                       program that loads its weights does)\n"
             "  --kernels            matrix kernel throughput per block type\n"

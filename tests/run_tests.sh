@@ -240,8 +240,10 @@ else
 fi
 
 # A few seconds of benchmark on the tiny model: ds4ref-bench must run end to
-# end (CSV, layer timing, kernels); its numbers are not checked.
-run "bench (tiny, smoke)" bash -c './ds4ref-bench -m models/tiny.gguf -p 8,16 -n 4 -t 2 --layers &&
-    ./ds4ref-bench --kernels --kernel-rows 16 -t 2'
+# end (CSV, layer timing with its fork/join count, kernels, the FMA peak); its
+# numbers are not checked.
+run "bench (tiny, smoke)" bash -c './ds4ref-bench -m models/tiny.gguf -p 8,16 -n 4 -t 2 --layers 2>&1 |
+        grep -Eq "^fork_joins_per_step: (-1|[0-9]+)$" &&
+    ./ds4ref-bench --kernels --kernel-rows 16 -t 2 && ./ds4ref-bench --fma -t 2'
 
 finish
