@@ -118,7 +118,7 @@ $(BINDIR)/ds4ref-llama: $(BUILD)/programs/llama.o
 # The benchmark measures what the API hides (kernels, engine, KV state): the
 # one program that includes internal headers (scripts/layers.sh).
 $(BINDIR)/ds4ref-bench: $(BUILD)/bench/bench.o $(BUILD)/libds4ref.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS) -ldl
 
 DS4T_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tests/ds4t_*.c)))
 

@@ -311,7 +311,8 @@ static uint64_t decode_bytes(const ds4_model *m) {
  * false asks for one thread), so this program defines that function, counts,
  * and calls libgomp's; the library is linked in statically, so its regions
  * come here too.  Other OpenMP runtimes (clang's libomp) start regions
- * elsewhere: there the count is -1. */
+ * elsewhere: there the count is -1.  A region of the default count is
+ * counted even where that count is one thread. */
 #if defined(__GNUC__) && !defined(__clang__)
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -323,6 +324,10 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigne
     typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
     static gomp_parallel_fn libgomp;
     if (!libgomp) *(void **)&libgomp = dlsym(RTLD_NEXT, "GOMP_parallel");
+    if (!libgomp) {   /* libgomp linked in statically: nothing to pass on to */
+        fprintf(stderr, "ds4ref-bench: cannot find libgomp's GOMP_parallel: %s\n", dlerror());
+        abort();
+    }
     if (num_threads != 1) atomic_fetch_add(&fork_joins, 1);
     libgomp(fn, data, num_threads, flags);
 }
@@ -426,7 +431,7 @@ static int32_t bench_token(uint64_t i, uint32_t n_vocab) {
     return (int32_t)(z % n_vocab);
 }
 
-/* The count passes of a class ran with: the fastest measured when the
+/* The count passes of a class (0: one token, 2: prefill) ran with: the fastest measured when the
  * engine chooses (0 before any was measured), else OpenMP's. */
 static int chosen_threads(const ds4_engine *e, int cls) {
     return ds4_threads_tuning() && e->threads.n_cand > 1 ? ds4_threads_best(&e->threads, cls)
@@ -481,7 +486,7 @@ static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
                 (unsigned long long)rss_bytes(), (unsigned long long)wbytes,
                 gen_tps * (double)wbytes / 1e9, (unsigned long long)mapped_rss(cfg->model),
                 omp_get_max_threads(), ds4_dot_kernels(), chosen_threads(&e, 0),
-                chosen_threads(&e, 1));
+                chosen_threads(&e, 2));
         fflush(out);
         if (cfg->layers && f == cfg->n_frontiers - 1 &&
             time_layers(&s, &e, &m, ds4_sample_argmax(s.logits, c->n_vocab), err))

@@ -70,13 +70,14 @@ const char *ds4ref_kernels_available(void);
 /* Release memory the library returned (token arrays, strings). */
 void ds4ref_free(void *p);
 
-/* OpenMP threads for every later call.  0 (what a process starts with):
- * ds4ref chooses.  With OMP_NUM_THREADS set it takes that; otherwise, on a
- * machine of more than 16 threads, each model times its own forward passes
- * and climbs from three quarters of the threads towards the fastest count
- * (in eighths, from a half to all), measuring its neighbours again now and
- * then: a virtual machine's host can take cores back under load, and then
- * every core is the slow choice.  The count never changes a bit of any
+/* OpenMP threads for every later call made from the calling thread (OpenMP
+ * keeps its count per thread, and so does this).  0, what a thread starts
+ * with: ds4ref chooses.  With OMP_NUM_THREADS set it takes that; otherwise,
+ * on a machine of more than 16 threads, each model times its own forward
+ * passes and climbs from three quarters of the threads towards the fastest
+ * count (in eighths, from a half to all), measuring its neighbours again now
+ * and then: a virtual machine's host can take cores back under load, and
+ * then every core is the slow choice.  The count never changes a bit of any
  * result. */
 void ds4ref_set_threads(int n);
 
@@ -138,8 +139,8 @@ typedef struct ds4ref_model_info {
 void ds4ref_model_get_info(const ds4ref_model *m, ds4ref_model_info *info);
 
 /* The thread counts a model's passes run with when ds4ref chooses: for
- * passes of fewer than 16 tokens (decode) and longer ones (prefill), each
- * 0 while none was measured; both 0 when the count is fixed
+ * passes of one token (decode) and of 16 or more (prefill), each 0 while
+ * none was measured; both 0 when the count is fixed
  * (ds4ref_set_threads, OMP_NUM_THREADS) or the machine has 16 threads or
  * fewer, where every thread is used. */
 void ds4ref_model_threads(const ds4ref_model *model, int *decode, int *prefill);

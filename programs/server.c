@@ -874,7 +874,7 @@ int main(int argc, char **argv) {
     if (sv.info.context_length && sv.ctx > sv.info.context_length) sv.ctx = sv.info.context_length;
     const char *base = strrchr(mo.path, '/');
     sv.name = name ? name : base && base[1] ? base + 1 : mo.path;
-    srv_sched_options so = {(uint32_t)parallel, (uint32_t)queue, (uint32_t)chunk};
+    srv_sched_options so = {(uint32_t)parallel, (uint32_t)queue, (uint32_t)chunk, (int)threads};
     char msg[256];
     if (srv_sched_start(sv.m, &so, &sv.sched, msg, sizeof(msg))) {
         fprintf(stderr, "ds4ref-server: %s\n", msg);

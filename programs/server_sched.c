@@ -230,6 +230,8 @@ static void pass(srv_sched *s, srv_job **rows, uint32_t n) {
 
 static void *run(void *arg) {
     srv_sched *s = arg;
+    /* The passes run on this thread, and a thread count is the thread's. */
+    ds4ref_set_threads(s->o.threads);
     srv_job **batch = malloc(sizeof(*batch) * s->o.max_rows);
     pthread_mutex_lock(&s->lock);
     for (;;) {

@@ -64,6 +64,7 @@ typedef struct srv_sched_options {
     uint32_t max_rows;            /* rows decoded together */
     uint32_t max_queue;           /* jobs waiting beyond them (then 429) */
     uint32_t chunk;               /* session chunk (0: the model's) */
+    int threads;                  /* -t (0: ds4ref chooses) */
 } srv_sched_options;
 
 int srv_sched_start(ds4ref_model *m, const srv_sched_options *o, srv_sched **out, char *err,

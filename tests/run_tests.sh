@@ -242,8 +242,9 @@ fi
 # A few seconds of benchmark on the tiny model: ds4ref-bench must run end to
 # end (CSV, layer timing with its fork/join count, kernels, the FMA peak); its
 # numbers are not checked.
-run "bench (tiny, smoke)" bash -c './ds4ref-bench -m models/tiny.gguf -p 8,16 -n 4 -t 2 --layers 2>&1 |
-        grep -Eq "^fork_joins_per_step: (-1|[0-9]+)$" &&
+run "bench (tiny, smoke)" bash -c 'set -o pipefail
+    out=$(./ds4ref-bench -m models/tiny.gguf -p 8,16 -n 4 -t 2 --layers 2>&1) || { echo "$out"; exit 1; }
+    grep -Eq "^fork_joins_per_step: (-1|[0-9]+)$" <<<"$out" || { echo "$out"; exit 1; }
     ./ds4ref-bench --kernels --kernel-rows 16 -t 2 && ./ds4ref-bench --fma -t 2'
 
 finish

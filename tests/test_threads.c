@@ -153,20 +153,22 @@ static void test_follows_the_machine(void **state) {
 static void test_decode_and_prefill_apart(void **state) {
     (void)state;
     assert_int_equal(ds4_threads_class_of(1), 0);
-    assert_int_equal(ds4_threads_class_of(DS4_THREADS_PREFILL_TOKENS - 1), 0);
-    assert_int_equal(ds4_threads_class_of(DS4_THREADS_PREFILL_TOKENS), 1);
-    assert_int_equal(ds4_threads_class_of(4096), 1);
+    assert_int_equal(ds4_threads_class_of(2), 1);
+    assert_int_equal(ds4_threads_class_of(DS4_THREADS_PREFILL_TOKENS - 1), 1);
+    assert_int_equal(ds4_threads_class_of(DS4_THREADS_PREFILL_TOKENS), 2);
+    assert_int_equal(ds4_threads_class_of(4096), 2);
     ds4_threads t;
     ds4_threads_init(&t, 64);
     const machine prefill = {{32, 40, 48, 56, 64}, {1.3, 1.1, 1.0, 1.05, 1.2}};
     for (int i = 0; i < 100; i++) {
         run(&t, 0, &lent64, 1, 40);
-        run(&t, 1, &prefill, 1, 48);
+        run(&t, 2, &prefill, 1, 48);
     }
     assert_int_equal(ds4_threads_best(&t, 0), 40);
-    assert_int_equal(ds4_threads_best(&t, 1), 48);
+    assert_int_equal(ds4_threads_best(&t, 2), 48);
+    assert_int_equal(ds4_threads_best(&t, 1), 0);
     assert_int_equal(t.cls[0].passes, 100);
-    assert_int_equal(t.cls[1].passes, 100);
+    assert_int_equal(t.cls[2].passes, 100);
 }
 
 /* Nonsense figures (a clock that went backwards, an empty pass) are not
@@ -196,28 +198,46 @@ static void test_begin_end(void **state) {
     int saved, k = ds4_threads_begin(&t, 1, &saved);
     assert_int_equal(k, 2);
     assert_int_equal(omp_get_max_threads(), 48);
-    ds4_threads_end(&t, 1, k, saved, true, 0.5);
+    /* A failed pass is not measured, and the next one is still the first. */
+    ds4_threads_end(&t, 1, k, saved, false, 0.5);
     assert_int_equal(omp_get_max_threads(), before);
+    assert_false(t.warm);
+    k = ds4_threads_begin(&t, 1, &saved);
+    ds4_threads_end(&t, 1, k, saved, true, 0.5);
+    assert_true(t.warm);
     assert_int_equal(t.cls[0].passes, 0);
     k = ds4_threads_begin(&t, 4, &saved);
     ds4_threads_end(&t, 4, k, saved, true, 0.5);
-    assert_int_equal(t.cls[0].passes, 1);
-    assert_true(t.cls[0].sec[k] == 0.125);
+    assert_int_equal(t.cls[1].passes, 1);
+    assert_true(t.cls[1].sec[k] == 0.125);
     k = ds4_threads_begin(&t, 1, &saved);
     ds4_threads_end(&t, 1, k, saved, false, 0.5);
-    assert_int_equal(t.cls[0].passes, 1);
+    assert_int_equal(t.cls[0].passes, 0);
 
+    /* A fixed count is this thread's, applied to each pass it runs. */
     assert_int_equal(ds4_threads_fix(3), 3);
     assert_false(ds4_threads_tuning());
-    assert_int_equal(ds4_threads_begin(&t, 1, &saved), -1);
+    omp_set_num_threads(5);
+    k = ds4_threads_begin(&t, 1, &saved);
+    assert_int_equal(k, DS4_THREADS_FIXED);
     assert_int_equal(omp_get_max_threads(), 3);
+    ds4_threads_end(&t, 1, k, saved, true, 0.5);
+    assert_int_equal(omp_get_max_threads(), 5);
+    assert_int_equal(t.cls[0].passes, 0);
+    int other = -1;   /* does another thread choose? (its count is not fixed) */
+    #pragma omp parallel num_threads(2)
+    {
+        if (omp_get_thread_num() == 1) other = ds4_threads_tuning();
+    }
+    assert_true(other == 1 || other == -1);   /* -1: no second thread was given */
     ds4_threads_fix(0);
     assert_true(ds4_threads_tuning());
     assert_int_equal(omp_get_max_threads(), before);
 
     setenv("OMP_NUM_THREADS", "2", 1);
     assert_false(ds4_threads_tuning());
-    assert_int_equal(ds4_threads_begin(&t, 1, &saved), -1);
+    assert_int_equal(ds4_threads_begin(&t, 1, &saved), DS4_THREADS_UNTOUCHED);
+    assert_int_equal(omp_get_max_threads(), before);
     unsetenv("OMP_NUM_THREADS");
 }
 

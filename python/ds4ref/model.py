@@ -133,8 +133,10 @@ class Model:
     """A DeepSeek V4 Flash GGUF opened with ds4ref (ds4ref_model_open).
 
     mtp: the MTP head GGUF (needed for generate(draft=...)).  threads: the
-    OpenMP threads of every call on this model (None: OpenMP's default,
-    OMP_NUM_THREADS or else every CPU available), `self.threads`.  The
+    OpenMP threads of every call on this model, `self.threads` (None:
+    ds4ref's choice, ds4ref_set_threads(0): OMP_NUM_THREADS, else every CPU,
+    or on a machine of more than 16 the count its passes measure fastest;
+    `self.threads` is then OpenMP's default count, the most it uses).  The
     thread count never changes a bit, but one model must always run with
     the same one: the library sizes some per-thread scratch with the count
     of an earlier call, and a later call with more threads would overrun
@@ -152,6 +154,8 @@ class Model:
         lib = _lib.lib()
         self._handle = None
         self.threads = _lib.default_threads if threads is None else _u32(threads, "threads")
+        # What ds4ref_set_threads gets before every call: 0 lets ds4ref choose.
+        self._set_threads = 0 if threads is None else self.threads
         if self.threads < 1:
             raise Error(Status.E_RANGE, f"threads: expected at least 1, got {self.threads}")
         # Reentrant: a session dropped by the garbage collector while this
@@ -169,7 +173,7 @@ class Model:
         # exactly ("ggml-act", "ds4-act", "f16-kv", "ds4" or a comma list).
         opts.numerics = None if numerics is None else str(numerics).encode("utf-8")
         handle = ctypes.c_void_p()
-        lib.ds4ref_set_threads(self.threads)
+        lib.ds4ref_set_threads(self._set_threads)
         _lib.call(lib.ds4ref_model_open, ctypes.byref(opts), ctypes.byref(handle))
         self._handle = handle.value
         raw = _lib.ModelInfoStruct()
@@ -400,7 +404,7 @@ class _Call:
         if m._handle is None:
             m._lock.release()
             raise Error(Status.E_ARG, "the model is closed")
-        _lib.lib().ds4ref_set_threads(m.threads)
+        _lib.lib().ds4ref_set_threads(m._set_threads)
         return m._handle
 
     def __exit__(self, *exc):

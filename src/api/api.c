@@ -60,7 +60,7 @@ void ds4ref_set_threads(int n) { ds4_threads_fix(n); }
 void ds4ref_model_threads(const ds4ref_model *model, int *decode, int *prefill) {
     bool chosen = model && ds4_threads_tuning();
     if (decode) *decode = chosen ? ds4_threads_best(&model->e.threads, 0) : 0;
-    if (prefill) *prefill = chosen ? ds4_threads_best(&model->e.threads, 1) : 0;
+    if (prefill) *prefill = chosen ? ds4_threads_best(&model->e.threads, 2) : 0;
 }
 
 _Static_assert((int)DS4REF_EXIT_SIGBUS == (int)DS4_EXIT_SIGBUS, "one SIGBUS exit status");

@@ -6,8 +6,9 @@
 
 #include <omp.h>
 
-/* The count fixed by the user for the whole process, 0 when none. */
-static atomic_int fixed_threads;
+/* The count the user fixed, 0 when none.  Per thread, as OpenMP's own
+ * count is: two models used from two threads may each have theirs. */
+static _Thread_local int fixed_threads;
 
 static int ceil_frac(int n, int num, int den) { return (n * num + den - 1) / den; }
 
@@ -27,7 +28,9 @@ void ds4_threads_init(ds4_threads *t, int max_threads) {
     }
 }
 
-int ds4_threads_class_of(uint32_t T) { return T >= DS4_THREADS_PREFILL_TOKENS; }
+int ds4_threads_class_of(uint32_t T) {
+    return T <= 1 ? 0 : T < DS4_THREADS_PREFILL_TOKENS ? 1 : 2;
+}
 
 static int fastest(const ds4_threads_class *c, int n_cand) {
     int best = -1;
@@ -76,30 +79,36 @@ int ds4_threads_best(const ds4_threads *t, int cls) {
 }
 
 int ds4_threads_begin(const ds4_threads *t, uint32_t T, int *saved) {
-    *saved = 0;
-    if (t->n_cand <= 1 || !ds4_threads_tuning()) return -1;
-    int k = ds4_threads_next(t, ds4_threads_class_of(T));
     *saved = omp_get_max_threads();
+    if (fixed_threads) {
+        omp_set_num_threads(fixed_threads);
+        return DS4_THREADS_FIXED;
+    }
+    if (t->n_cand <= 1 || getenv("OMP_NUM_THREADS")) return DS4_THREADS_UNTOUCHED;
+    int k = ds4_threads_next(t, ds4_threads_class_of(T));
     omp_set_num_threads(t->cand[k]);
     return k;
 }
 
 void ds4_threads_end(ds4_threads *t, uint32_t T, int k, int saved, bool measure, double seconds) {
-    if (k < 0) return;
+    if (k == DS4_THREADS_UNTOUCHED) return;
     omp_set_num_threads(saved);
-    if (measure && T && t->warm) ds4_threads_record(t, ds4_threads_class_of(T), k, seconds / T);
+    if (k < 0 || !measure || !T) return;
+    if (t->warm) ds4_threads_record(t, ds4_threads_class_of(T), k, seconds / T);
     t->warm = true;
 }
 
 int ds4_threads_fix(int n) {
     /* OpenMP's own count, as it stood before the first call here. */
-    static int initial;
-    if (!initial) initial = omp_get_max_threads();
-    atomic_store(&fixed_threads, n > 0 ? n : 0);
-    omp_set_num_threads(n > 0 ? n : initial);
+    static atomic_int initial;
+    int first = atomic_load(&initial);
+    if (!first) {
+        first = omp_get_max_threads();
+        atomic_store(&initial, first);
+    }
+    fixed_threads = n > 0 ? n : 0;
+    omp_set_num_threads(n > 0 ? n : first);
     return omp_get_max_threads();
 }
 
-bool ds4_threads_tuning(void) {
-    return atomic_load(&fixed_threads) == 0 && !getenv("OMP_NUM_THREADS");
-}
+bool ds4_threads_tuning(void) { return !fixed_threads && !getenv("OMP_NUM_THREADS"); }

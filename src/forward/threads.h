@@ -16,10 +16,11 @@
  * that count, and every DS4_THREADS_REPROBE passes runs one neighbour again
  * (below and above in turn), since the host's load moves.  A count far from
  * the fastest (all of them, on a machine whose host takes cores back) is
- * never run unless the climb leads there.  Passes of fewer than 16 tokens
- * (decode, verification) and longer ones (prefill) keep separate figures:
- * decode is bound by reading weights and prefill by arithmetic, and they
- * want different counts.
+ * never run unless the climb leads there.  Passes of one token (decode),
+ * of 2 to 15 (verification, small batches) and longer ones (prefill) keep
+ * separate figures: a pass's cost a token falls with its tokens, decode is
+ * bound by reading weights and prefill by arithmetic, and they want
+ * different counts.
  *
  * The thread count never changes a bit of the output (forward.h), so this
  * changes speed only.  A count set by the user (ds4_threads_fix, the
@@ -36,6 +37,10 @@ enum {
     DS4_THREADS_TUNED_ABOVE = 16,
     DS4_THREADS_REPROBE = 32,
     DS4_THREADS_PREFILL_TOKENS = 16,
+    DS4_THREADS_CLASSES = 3,
+    /* ds4_threads_begin's answers when no candidate runs. */
+    DS4_THREADS_UNTOUCHED = -1,   /* OpenMP's count, as the caller has it */
+    DS4_THREADS_FIXED = -2,       /* the user's count, set for the pass */
 };
 
 /* One kind of pass: seconds per token of each candidate (0: not measured
@@ -47,17 +52,18 @@ typedef struct ds4_threads_class {
 } ds4_threads_class;
 
 typedef struct ds4_threads {
-    bool warm;                           /* a pass has run: the weights were read once */
+    bool warm;                           /* a measured pass has run: the weights were read once */
     int n_cand;                          /* 1: nothing to choose */
     int cand[DS4_THREADS_CANDIDATES];    /* thread counts, ascending */
-    ds4_threads_class cls[2];            /* decode-sized passes, prefill-sized */
+    ds4_threads_class cls[DS4_THREADS_CLASSES];   /* by ds4_threads_class_of */
 } ds4_threads;
 
 /* The candidates for a machine of max_threads threads (one, max_threads,
  * when it has DS4_THREADS_TUNED_ABOVE or fewer). */
 void ds4_threads_init(ds4_threads *t, int max_threads);
 
-/* Which of t's two classes a pass of T tokens is. */
+/* Which class a pass of T tokens is: 0 one token, 1 up to
+ * DS4_THREADS_PREFILL_TOKENS - 1, 2 more. */
 int ds4_threads_class_of(uint32_t T);
 
 /* The candidate (an index into t->cand) the next pass of class cls runs
@@ -71,25 +77,28 @@ void ds4_threads_record(ds4_threads *t, int cls, int k, double sec_per_token);
  * measured (or nothing is tuned). */
 int ds4_threads_best(const ds4_threads *t, int cls);
 
-/* A pass about to run: returns the candidate it runs with (-1: the count
- * stays what OpenMP has, because nothing is tuned or the user chose), and
- * sets the calling thread's OpenMP count for it; *saved keeps what to give
- * back to ds4_threads_end. */
+/* A pass about to run: sets the calling thread's OpenMP count for it and
+ * returns the candidate it runs with, DS4_THREADS_FIXED when the user's
+ * count is set instead, or DS4_THREADS_UNTOUCHED (nothing to choose, or
+ * OMP_NUM_THREADS chose); *saved keeps what to give back to
+ * ds4_threads_end. */
 int ds4_threads_begin(const ds4_threads *t, uint32_t T, int *saved);
 
-/* The pass begun with candidate k is over and took `seconds`: record it
- * when `measure`, and give the calling thread its count back.  The first
- * pass is never recorded: it reads the weights from wherever they were
- * (the disk, for a model just mapped), which says nothing of its count. */
+/* The pass begun with k (ds4_threads_begin's answer) is over and took
+ * `seconds`: give the calling thread its count back, and record it when
+ * `measure`.  The first pass measured is never recorded: it reads the
+ * weights from wherever they were (the disk, for a model just mapped),
+ * which says nothing of its count. */
 void ds4_threads_end(ds4_threads *t, uint32_t T, int k, int saved, bool measure, double seconds);
 
-/* The user's choice for the whole process: n > 0 threads for every pass
- * (tuning off), 0 for ds4ref's own (OMP_NUM_THREADS if set, else tuned).
- * Returns the count OpenMP now has. */
+/* The user's choice for the calling thread (OpenMP keeps its count per
+ * thread too): n > 0 threads for every pass it runs (tuning off), 0 for
+ * ds4ref's own (OMP_NUM_THREADS if set, else tuned).  Returns the count
+ * OpenMP now has. */
 int ds4_threads_fix(int n);
 
-/* Does the engine choose (no count fixed by ds4_threads_fix or
- * OMP_NUM_THREADS)? */
+/* Does the engine choose for the calling thread (no count fixed by
+ * ds4_threads_fix there, no OMP_NUM_THREADS)? */
 bool ds4_threads_tuning(void);
 
 #endif
