@@ -69,42 +69,49 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* Logits of every position, evaluated in passes of `chunk` tokens. */
-static float *eval_all(const ds4_model *m, bool qat, const int32_t *toks, uint32_t n,
-                       uint32_t chunk, float **hc) {
-    ds4err err = {0};
+/* An engine and a session on it, as every test here opens them. */
+typedef struct runner {
     ds4_engine e;
-    ds4_fwd_opts o = {.qat = qat};
-    assert_int_equal(ds4_engine_init(&e, m, &o, chunk, &err), 0);
     ds4_session s;
-    ds4_session_opts so = {.ctx = 1024, .chunk = chunk, .rollback = 16};
-    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
+} runner;
+
+static void runner_open(runner *r, const ds4_model *m, bool qat, uint32_t chunk, uint32_t ctx) {
+    ds4err err = {0};
+    ds4_fwd_opts o = {.qat = qat};
+    assert_int_equal(ds4_engine_init(&r->e, m, &o, chunk, &err), 0);
+    ds4_session_opts so = {.ctx = ctx, .chunk = chunk, .rollback = 16};
+    assert_int_equal(ds4_session_init(&r->s, &r->e, &so, &err), 0);
+}
+
+static void runner_eval(runner *r, const int32_t *toks, uint32_t n, float *lg, float *hc) {
+    ds4err err = {0};
+    if (ds4_session_eval(&r->s, toks, n, lg, hc, &err)) fail_msg("%s", err.msg);
+}
+
+static void runner_close(runner *r) {
+    ds4_session_free(&r->s);
+    ds4_engine_free(&r->e);
+}
+
+/* Logits of every position, evaluated in passes of `chunk` tokens, with the
+ * engine choosing among the thread counts of a machine of `machine` threads
+ * (src/forward/threads.h) when `tuned` is not NULL, where its figures go. */
+static float *eval_all_tuned(const ds4_model *m, bool qat, const int32_t *toks, uint32_t n,
+                             uint32_t chunk, float **hc, int machine, ds4_threads *tuned) {
+    runner r;
+    runner_open(&r, m, qat, chunk, 1024);
+    if (tuned) ds4_threads_init(&r.e.threads, machine);
     float *lg = malloc(sizeof(float) * (size_t)n * m->cfg.n_vocab);
     if (hc) *hc = malloc(sizeof(float) * (size_t)n * m->cfg.n_hc * m->cfg.n_embd);
-    if (ds4_session_eval(&s, toks, n, lg, hc ? *hc : NULL, &err)) fail_msg("%s", err.msg);
-    ds4_session_free(&s);
-    ds4_engine_free(&e);
+    runner_eval(&r, toks, n, lg, hc ? *hc : NULL);
+    if (tuned) *tuned = r.e.threads;
+    runner_close(&r);
     return lg;
 }
 
-/* The same, one pass a token, with the engine choosing among the thread
- * counts of a machine of `machine` threads (src/forward/threads.h). */
-static float *eval_tuned(const ds4_model *m, const int32_t *toks, uint32_t n, int machine,
-                         ds4_threads *out) {
-    ds4err err = {0};
-    ds4_engine e;
-    ds4_fwd_opts o = {.qat = true};
-    assert_int_equal(ds4_engine_init(&e, m, &o, 1, &err), 0);
-    ds4_threads_init(&e.threads, machine);
-    ds4_session s;
-    ds4_session_opts so = {.ctx = 1024, .chunk = 1, .rollback = 16};
-    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
-    float *lg = malloc(sizeof(float) * (size_t)n * m->cfg.n_vocab);
-    if (ds4_session_eval(&s, toks, n, lg, NULL, &err)) fail_msg("%s", err.msg);
-    *out = e.threads;
-    ds4_session_free(&s);
-    ds4_engine_free(&e);
-    return lg;
+static float *eval_all(const ds4_model *m, bool qat, const int32_t *toks, uint32_t n,
+                       uint32_t chunk, float **hc) {
+    return eval_all_tuned(m, qat, toks, n, chunk, hc, 0, NULL);
 }
 
 static void chunk_invariance(const ds4_model *m, bool qat) {
@@ -178,24 +185,16 @@ static void test_long_indexer(void **state) {
     int32_t *toks = tu_random_tokens(n, V, 14);
     int saved = omp_get_max_threads();
     omp_set_num_threads(2);
-    ds4err err = {0};
-    ds4_engine e;
-    ds4_fwd_opts o = {.qat = true};
-    assert_int_equal(ds4_engine_init(&e, &f->ds4, &o, 256, &err), 0);
     float *ref = malloc(sizeof(float) * (size_t)n * V), *lg = malloc(sizeof(float) * tail * V);
-    ds4_session s;
-    ds4_session_opts so = {.ctx = 2048, .chunk = 256, .rollback = 16};
-    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
-    if (ds4_session_eval(&s, toks, n, ref, NULL, &err)) fail_msg("%s", err.msg);
-    ds4_session_free(&s);
-    assert_int_equal(ds4_session_init(&s, &e, &so, &err), 0);
-    if (ds4_session_eval(&s, toks, n - tail, NULL, NULL, &err)) fail_msg("%s", err.msg);
-    for (uint32_t i = 0; i < tail; i++)
-        if (ds4_session_eval(&s, toks + n - tail + i, 1, lg + (size_t)i * V, NULL, &err))
-            fail_msg("%s", err.msg);
+    runner r;
+    runner_open(&r, &f->ds4, true, 256, 2048);
+    runner_eval(&r, toks, n, ref, NULL);
+    runner_close(&r);
+    runner_open(&r, &f->ds4, true, 256, 2048);
+    runner_eval(&r, toks, n - tail, NULL, NULL);
+    for (uint32_t i = 0; i < tail; i++) runner_eval(&r, toks + n - tail + i, 1, lg + (size_t)i * V, NULL);
     assert_memory_equal(ref + (size_t)(n - tail) * V, lg, sizeof(float) * tail * V);
-    ds4_session_free(&s);
-    ds4_engine_free(&e);
+    runner_close(&r);
     omp_set_num_threads(saved);
     free(ref);
     free(lg);
@@ -222,7 +221,7 @@ static void test_tuned_threads(void **state) {
     float *ref = eval_all(&f->ds4, true, toks, n, 1, NULL);
     omp_set_num_threads(saved);
     ds4_threads th;
-    float *lg = eval_tuned(&f->ds4, toks, n, 20, &th);
+    float *lg = eval_all_tuned(&f->ds4, true, toks, n, 1, NULL, 20, &th);
     assert_memory_equal(ref, lg, sizeof(float) * n * V);
     assert_int_equal(omp_get_max_threads(), saved);
     /* 12 passes, the first not measured, with at least the first count and
