@@ -434,8 +434,8 @@ static int32_t bench_token(uint64_t i, uint32_t n_vocab) {
 /* The count passes of a class (0: one token, 2: prefill) ran with: the fastest measured when the
  * engine chooses (0 before any was measured), else OpenMP's. */
 static int chosen_threads(const ds4_engine *e, int cls) {
-    return ds4_threads_tuning() && e->threads.n_cand > 1 ? ds4_threads_best(&e->threads, cls)
-                                                          : omp_get_max_threads();
+    return ds4_threads_tuning(&e->threads) ? ds4_threads_best(&e->threads, cls)
+                                           : omp_get_max_threads();
 }
 
 static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {

@@ -77,8 +77,9 @@ void ds4ref_free(void *p);
  * passes and climbs from three quarters of the threads towards the fastest
  * count (in eighths, from a half to all), measuring its neighbours again now
  * and then: a virtual machine's host can take cores back under load, and
- * then every core is the slow choice.  The count never changes a bit of any
- * result. */
+ * then every core is the slow choice.  A thread whose count was set through
+ * OpenMP itself (omp_set_num_threads) keeps that count.  The count never
+ * changes a bit of any result. */
 void ds4ref_set_threads(int n);
 
 /* Models are memory-mapped: if a model file is truncated or rewritten while
@@ -140,9 +141,9 @@ void ds4ref_model_get_info(const ds4ref_model *m, ds4ref_model_info *info);
 
 /* The thread counts a model's passes run with when ds4ref chooses: for
  * passes of one token (decode) and of 16 or more (prefill), each 0 while
- * none was measured; both 0 when the count is fixed
- * (ds4ref_set_threads, OMP_NUM_THREADS) or the machine has 16 threads or
- * fewer, where every thread is used. */
+ * none was measured; both 0 when the calling thread's count is fixed
+ * (ds4ref_set_threads, OMP_NUM_THREADS, omp_set_num_threads) or the machine
+ * has 16 threads or fewer, where every thread is used. */
 void ds4ref_model_threads(const ds4ref_model *model, int *decode, int *prefill);
 
 /* A weight tensor of the model (names as in the GGUF; the MTP file's are

@@ -187,14 +187,18 @@ static void test_bad_figures(void **state) {
 
 /* begin/end: the pass runs with the candidate's count, the caller gets its
  * own back, the first pass is not measured, and a count the user fixed (or
- * OMP_NUM_THREADS) turns the choice off. */
+ * OMP_NUM_THREADS, or omp_set_num_threads) turns the choice off.  The
+ * machine is a simulated one of 64 threads, where a thread nobody set has
+ * OpenMP's count 64. */
 static void test_begin_end(void **state) {
     (void)state;
     unsetenv("OMP_NUM_THREADS");
     ds4_threads_fix(0);
-    int before = omp_get_max_threads();
+    const int real = omp_get_max_threads(), before = 64;
+    omp_set_num_threads(before);
     ds4_threads t;
     ds4_threads_init(&t, 64);
+    assert_true(ds4_threads_tuning(&t));
     int saved, k = ds4_threads_begin(&t, 1, &saved);
     assert_int_equal(k, 2);
     assert_int_equal(omp_get_max_threads(), 48);
@@ -214,9 +218,16 @@ static void test_begin_end(void **state) {
     ds4_threads_end(&t, 1, k, saved, false, 0.5);
     assert_int_equal(t.cls[0].passes, 0);
 
+    /* A count the thread set through OpenMP is left as it is. */
+    omp_set_num_threads(8);
+    assert_false(ds4_threads_tuning(&t));
+    assert_int_equal(ds4_threads_begin(&t, 1, &saved), DS4_THREADS_UNTOUCHED);
+    assert_int_equal(omp_get_max_threads(), 8);
+    omp_set_num_threads(before);
+
     /* A fixed count is this thread's, applied to each pass it runs. */
     assert_int_equal(ds4_threads_fix(3), 3);
-    assert_false(ds4_threads_tuning());
+    assert_false(ds4_threads_tuning(&t));
     omp_set_num_threads(5);
     k = ds4_threads_begin(&t, 1, &saved);
     assert_int_equal(k, DS4_THREADS_FIXED);
@@ -227,18 +238,22 @@ static void test_begin_end(void **state) {
     int other = -1;   /* does another thread choose? (its count is not fixed) */
     #pragma omp parallel num_threads(2)
     {
-        if (omp_get_thread_num() == 1) other = ds4_threads_tuning();
+        if (omp_get_thread_num() == 1) {
+            omp_set_num_threads(before);
+            other = ds4_threads_tuning(&t);
+        }
     }
     assert_true(other == 1 || other == -1);   /* -1: no second thread was given */
     ds4_threads_fix(0);
-    assert_true(ds4_threads_tuning());
-    assert_int_equal(omp_get_max_threads(), before);
+    omp_set_num_threads(before);
+    assert_true(ds4_threads_tuning(&t));
 
     setenv("OMP_NUM_THREADS", "2", 1);
-    assert_false(ds4_threads_tuning());
+    assert_false(ds4_threads_tuning(&t));
     assert_int_equal(ds4_threads_begin(&t, 1, &saved), DS4_THREADS_UNTOUCHED);
     assert_int_equal(omp_get_max_threads(), before);
     unsetenv("OMP_NUM_THREADS");
+    omp_set_num_threads(real);
 }
 
 int main(void) {

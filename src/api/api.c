@@ -58,7 +58,7 @@ void ds4ref_free(void *p) { free(p); }
 void ds4ref_set_threads(int n) { ds4_threads_fix(n); }
 
 void ds4ref_model_threads(const ds4ref_model *model, int *decode, int *prefill) {
-    bool chosen = model && ds4_threads_tuning();
+    bool chosen = model && ds4_threads_tuning(&model->e.threads);
     if (decode) *decode = chosen ? ds4_threads_best(&model->e.threads, 0) : 0;
     if (prefill) *prefill = chosen ? ds4_threads_best(&model->e.threads, 2) : 0;
 }

@@ -122,7 +122,9 @@ int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
         ds4_rope_init(&e->rope_comp, c->n_rot, c->compress_rope_base, c->yarn ? &yarn : NULL, err))
         return -1;
     e->cap = pass_tokens(m, e->cap);
-    ds4_threads_init(&e->threads, omp_get_max_threads());
+    /* The machine's count, not the opening thread's: passes may run on
+     * another thread (a server's scheduler), whose count is its own. */
+    ds4_threads_init(&e->threads, omp_get_num_procs());
     /* A batch too large for this machine is refused before allocating
      * (src/base/reslimit.h says why). */
     scratch_alloc sizing = {.count_only = true};

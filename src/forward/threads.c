@@ -15,6 +15,7 @@ static int ceil_frac(int n, int num, int den) { return (n * num + den - 1) / den
 void ds4_threads_init(ds4_threads *t, int max_threads) {
     *t = (ds4_threads){0};
     if (max_threads < 1) max_threads = 1;
+    t->machine = max_threads;
     if (max_threads <= DS4_THREADS_TUNED_ABOVE) {
         t->n_cand = 1;
         t->cand[0] = max_threads;
@@ -84,7 +85,7 @@ int ds4_threads_begin(const ds4_threads *t, uint32_t T, int *saved) {
         omp_set_num_threads(fixed_threads);
         return DS4_THREADS_FIXED;
     }
-    if (t->n_cand <= 1 || getenv("OMP_NUM_THREADS")) return DS4_THREADS_UNTOUCHED;
+    if (!ds4_threads_tuning(t)) return DS4_THREADS_UNTOUCHED;
     int k = ds4_threads_next(t, ds4_threads_class_of(T));
     omp_set_num_threads(t->cand[k]);
     return k;
@@ -111,4 +112,7 @@ int ds4_threads_fix(int n) {
     return omp_get_max_threads();
 }
 
-bool ds4_threads_tuning(void) { return !fixed_threads && !getenv("OMP_NUM_THREADS"); }
+bool ds4_threads_tuning(const ds4_threads *t) {
+    return t->n_cand > 1 && !fixed_threads && !getenv("OMP_NUM_THREADS") &&
+           omp_get_max_threads() == t->machine;
+}

@@ -24,8 +24,9 @@
  *
  * The thread count never changes a bit of the output (forward.h), so this
  * changes speed only.  A count set by the user (ds4_threads_fix, the
- * OMP_NUM_THREADS variable) turns it off, and so does a machine of
- * DS4_THREADS_TUNED_ABOVE threads or fewer, where every core is the choice. */
+ * OMP_NUM_THREADS variable, or omp_set_num_threads on the thread that runs
+ * the pass) turns it off, and so does a machine of DS4_THREADS_TUNED_ABOVE
+ * threads or fewer, where every core is the choice. */
 #ifndef DS4_THREADS_H
 #define DS4_THREADS_H
 
@@ -53,13 +54,16 @@ typedef struct ds4_threads_class {
 
 typedef struct ds4_threads {
     bool warm;                           /* a measured pass has run: the weights were read once */
+    int machine;                         /* OpenMP's count for a thread nobody set it for */
     int n_cand;                          /* 1: nothing to choose */
     int cand[DS4_THREADS_CANDIDATES];    /* thread counts, ascending */
     ds4_threads_class cls[DS4_THREADS_CLASSES];   /* by ds4_threads_class_of */
 } ds4_threads;
 
 /* The candidates for a machine of max_threads threads (one, max_threads,
- * when it has DS4_THREADS_TUNED_ABOVE or fewer). */
+ * when it has DS4_THREADS_TUNED_ABOVE or fewer).  max_threads is also the
+ * count OpenMP gives a thread nobody set it for (omp_get_num_procs()): a
+ * thread with another count chose it, and the engine leaves it alone. */
 void ds4_threads_init(ds4_threads *t, int max_threads);
 
 /* Which class a pass of T tokens is: 0 one token, 1 up to
@@ -97,8 +101,9 @@ void ds4_threads_end(ds4_threads *t, uint32_t T, int k, int saved, bool measure,
  * OpenMP now has. */
 int ds4_threads_fix(int n);
 
-/* Does the engine choose for the calling thread (no count fixed by
- * ds4_threads_fix there, no OMP_NUM_THREADS)? */
-bool ds4_threads_tuning(void);
+/* Does the engine choose for the calling thread: more than one candidate,
+ * no count fixed by ds4_threads_fix there, no OMP_NUM_THREADS, and the
+ * thread's OpenMP count is still t->machine? */
+bool ds4_threads_tuning(const ds4_threads *t);
 
 #endif
