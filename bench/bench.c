@@ -23,8 +23,10 @@
  *
  * --layers also times one decode step layer by layer (through the forward
  * pass's debug taps; a single token has no parallel loop a tap would
- * serialize), counts each layer's fork/joins, and prints the estimate for
- * the real 43-layer model, whose layers are 2 window-only, 21 ratio-4 and
+ * serialize), counts each layer's fork/joins, times each kind of parallel
+ * region of the step (by the function the compiler outlined for it, such
+ * as attend._omp_fn.0: where a step's threads wait), and prints the
+ * estimate for the real 43-layer model, whose layers are 2 window-only, 21 ratio-4 and
  * 20 ratio-128 (ds4's layout).
  *
  * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
@@ -96,7 +98,7 @@ static void usage(FILE *f) {
             "                       by measuring passes on machines of more than 16)\n"
             "  --qat on|off         default on\n"
             "  --layers             time one decode step per layer, with its fork/joins\n"
-            "                       (to stderr)\n"
+            "                       and each parallel region's time (to stderr)\n"
             "  --warm               read the whole model once before timing (as a\n"
             "                       program that loads its weights does)\n"
             "  --kernels            matrix kernel throughput per block type\n"
@@ -306,18 +308,35 @@ static uint64_t decode_bytes(const ds4_model *m) {
 
 /* ---- fork/joins ----------------------------------------------------------- */
 
-/* How many parallel regions of more than one thread a step starts.  libgomp
- * starts every region through GOMP_parallel (a region whose `if` clause is
- * false asks for one thread), so this program defines that function, counts,
- * and calls libgomp's; the library is linked in statically, so its regions
- * come here too.  Other OpenMP runtimes (clang's libomp) start regions
- * elsewhere: there the count is -1.  A region of the default count is
- * counted even where that count is one thread. */
+/* How many parallel regions of more than one thread a step starts, and how
+ * long each kind took.  libgomp starts every region through GOMP_parallel (a
+ * region whose `if` clause is false asks for one thread), so this program
+ * defines that function, counts, times, and calls libgomp's; the library is
+ * linked in statically, so its regions come here too.  Other OpenMP runtimes
+ * (clang's libomp) start regions elsewhere: there the count is -1 and no
+ * region is timed.  A region of the default count is counted even where that
+ * count is one thread. */
 #if defined(__GNUC__) && !defined(__clang__)
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static atomic_ulong fork_joins;
+
+/* The outermost regions' time by the function GCC outlined for each (such
+ * as attend._omp_fn.0), while region_timing is on. */
+enum { MAX_REGIONS = 128 };
+typedef struct region_time {
+    void (*fn)(void *);
+    unsigned long calls, threaded;   /* calls, and those of more than one thread */
+    double sec;
+} region_time;
+static region_time regions[MAX_REGIONS];
+static bool region_timing;
 
 void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
 void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags) {
@@ -329,12 +348,95 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigne
         abort();
     }
     if (num_threads != 1) atomic_fetch_add(&fork_joins, 1);
+    /* Only the outermost regions, which the calling thread starts one at a
+     * time: nested ones run inside another region's time. */
+    if (!region_timing || omp_get_level() != 0) {
+        libgomp(fn, data, num_threads, flags);
+        return;
+    }
+    double t0 = now_sec();
     libgomp(fn, data, num_threads, flags);
+    double sec = now_sec() - t0;
+    for (int i = 0; i < MAX_REGIONS; i++) {
+        if (regions[i].fn && regions[i].fn != fn) continue;
+        regions[i].fn = fn;
+        regions[i].calls++;
+        regions[i].threaded += num_threads != 1;
+        regions[i].sec += sec;
+        break;
+    }
 }
 
 static long fork_join_count(void) { return (long)atomic_load(&fork_joins); }
+
+/* The name of this program's function at p, from its ELF symbol table: the
+ * outlined region bodies are local symbols, which dladdr cannot name. */
+static void symbol_name(void (*fn)(void *), char *out, size_t n) {
+    snprintf(out, n, "?");
+    Dl_info info;
+    int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return;
+    if (!dladdr(*(void **)&fn, &info) || fstat(fd, &st) || (size_t)st.st_size < sizeof(Elf64_Ehdr)) {
+        close(fd);
+        return;
+    }
+    const unsigned char *f = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (f == MAP_FAILED) return;
+    const Elf64_Ehdr *eh = (const void *)f;
+    uint64_t addr = (uint64_t)(uintptr_t)*(void **)&fn;
+    /* A position-independent program's symbols are offsets from where it was loaded. */
+    if (eh->e_type == ET_DYN) addr -= (uint64_t)(uintptr_t)info.dli_fbase;
+    bool ok = !memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+              eh->e_shentsize == sizeof(Elf64_Shdr) &&
+              eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) <= (uint64_t)st.st_size;
+    const Elf64_Shdr *sh = ok ? (const void *)(f + eh->e_shoff) : NULL;
+    for (int i = 0; ok && i < eh->e_shnum; i++) {
+        if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+        const Elf64_Shdr *str = &sh[sh[i].sh_link];
+        if (sh[i].sh_offset + sh[i].sh_size > (uint64_t)st.st_size ||
+            str->sh_offset + str->sh_size > (uint64_t)st.st_size)
+            continue;
+        const Elf64_Sym *sym = (const void *)(f + sh[i].sh_offset);
+        for (uint64_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); k++) {
+            if (ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC || addr < sym[k].st_value ||
+                addr >= sym[k].st_value + sym[k].st_size || sym[k].st_name >= str->sh_size)
+                continue;
+            snprintf(out, n, "%.*s", (int)(str->sh_size - sym[k].st_name),
+                     (const char *)f + str->sh_offset + sym[k].st_name);
+            ok = false;
+            break;
+        }
+    }
+    munmap((void *)f, (size_t)st.st_size);
+}
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const region_time *)a)->sec, y = ((const region_time *)b)->sec;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The regions of the step just timed, the longest first. */
+static void print_regions(void) {
+    int n = 0;
+    while (n < MAX_REGIONS && regions[n].fn) n++;
+    qsort(regions, (size_t)n, sizeof(regions[0]), by_time);
+    fprintf(stderr, "region,calls,threaded_calls,ms,mean_us\n");
+    for (int i = 0; i < n; i++) {
+        char name[128];
+        symbol_name(regions[i].fn, name, sizeof(name));
+        fprintf(stderr, "%s,%lu,%lu,%.3f,%.1f\n", name, regions[i].calls, regions[i].threaded,
+                regions[i].sec * 1e3, regions[i].sec / (double)regions[i].calls * 1e6);
+    }
+    memset(regions, 0, sizeof(regions));
+}
+
+static void time_regions(bool on) { region_timing = on; }
 #else
 static long fork_join_count(void) { return -1; }
+static void print_regions(void) {}
+static void time_regions(bool on) { (void)on; }
 #endif
 
 /* ---- per-layer timing ---------------------------------------------------- */
@@ -375,9 +477,11 @@ static int time_layers(ds4_session *s, ds4_engine *e, const ds4_model *m, int32_
     e->tap = on_tap;
     e->tap_ud = &lc;
     long forks0 = fork_join_count(), prev_forks = forks0;
+    time_regions(true);
     lc.t0 = now_sec();
     int rc = ds4_session_eval(s, &tok, 1, NULL, NULL, err);
     double t_end = now_sec();
+    time_regions(false);
     long forks_end = fork_join_count();
     e->tap = NULL;
     e->tap_ud = NULL;
@@ -403,6 +507,7 @@ static int time_layers(ds4_session *s, ds4_engine *e, const ds4_model *m, int32_
             (double)(mat_bytes(&m->output) + mat_bytes(&m->output_hc_fn)) / 1e6,
             counted ? forks_end - prev_forks : -1);
     fprintf(stderr, "fork_joins_per_step: %ld\n", counted ? forks_end - forks0 : -1);
+    print_regions();
     /* The estimate stands for the real model only when its layers are the
      * real ones' size (the fullwidth and fulldepth synthetics); on a tiny
      * model it would read like a figure for DeepSeek V4 Flash. */

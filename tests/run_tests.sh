@@ -245,6 +245,10 @@ fi
 run "bench (tiny, smoke)" bash -c 'set -o pipefail
     out=$(./ds4ref-bench -m models/tiny.gguf -p 8,16 -n 4 -t 2 --layers 2>&1) || { echo "$out"; exit 1; }
     grep -Eq "^fork_joins_per_step: (-1|[0-9]+)$" <<<"$out" || { echo "$out"; exit 1; }
+    # Where the regions are counted (GCC), each is timed by its name.
+    grep -q "^fork_joins_per_step: -1$" <<<"$out" ||
+        grep -Eq "^matmul_many_plain\._omp_fn\.[0-9]+,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+$" <<<"$out" ||
+        { echo "$out"; exit 1; }
     ./ds4ref-bench --kernels --kernel-rows 16 -t 2 && ./ds4ref-bench --fma -t 2'
 
 finish
