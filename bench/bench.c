@@ -320,6 +320,7 @@ static uint64_t decode_bytes(const ds4_model *m) {
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -361,7 +362,8 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigne
         if (regions[i].fn && regions[i].fn != fn) continue;
         regions[i].fn = fn;
         regions[i].calls++;
-        regions[i].threaded += num_threads != 1;
+        /* 0 asks for the default count, which may itself be one thread. */
+        regions[i].threaded += (num_threads ? num_threads : (unsigned)omp_get_max_threads()) > 1;
         regions[i].sec += sec;
         break;
     }
@@ -369,47 +371,61 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigne
 
 static long fork_join_count(void) { return (long)atomic_load(&fork_joins); }
 
-/* The name of this program's function at p, from its ELF symbol table: the
- * outlined region bodies are local symbols, which dladdr cannot name. */
+/* Does [off, off + len) lie within a file of `size` bytes? */
+static bool in_file(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
+
+/* The name of this program's function fn, from its ELF symbol table: the
+ * outlined region bodies are local symbols, which dladdr cannot name.  "?"
+ * where it cannot say (a stripped program, a function of a shared library).
+ * The headers are copied out, since the file gives no alignment. */
 static void symbol_name(void (*fn)(void *), char *out, size_t n) {
     snprintf(out, n, "?");
     Dl_info info;
+    struct link_map *lm = NULL;
+    void *p = *(void **)&fn;
+    /* The program's own link map has an empty name; a library's has its path. */
+    if (!dladdr1(p, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm || (lm->l_name && lm->l_name[0])) return;
     int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-    struct stat st;
     if (fd < 0) return;
-    if (!dladdr(*(void **)&fn, &info) || fstat(fd, &st) || (size_t)st.st_size < sizeof(Elf64_Ehdr)) {
+    struct stat st;
+    if (fstat(fd, &st) || (uint64_t)st.st_size < sizeof(Elf64_Ehdr)) {
         close(fd);
         return;
     }
-    const unsigned char *f = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const uint64_t size = (uint64_t)st.st_size;
+    const unsigned char *f = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (f == MAP_FAILED) return;
-    const Elf64_Ehdr *eh = (const void *)f;
-    uint64_t addr = (uint64_t)(uintptr_t)*(void **)&fn;
-    /* A position-independent program's symbols are offsets from where it was loaded. */
-    if (eh->e_type == ET_DYN) addr -= (uint64_t)(uintptr_t)info.dli_fbase;
-    bool ok = !memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
-              eh->e_shentsize == sizeof(Elf64_Shdr) &&
-              eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) <= (uint64_t)st.st_size;
-    const Elf64_Shdr *sh = ok ? (const void *)(f + eh->e_shoff) : NULL;
-    for (int i = 0; ok && i < eh->e_shnum; i++) {
-        if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
-        const Elf64_Shdr *str = &sh[sh[i].sh_link];
-        if (sh[i].sh_offset + sh[i].sh_size > (uint64_t)st.st_size ||
-            str->sh_offset + str->sh_size > (uint64_t)st.st_size)
+    Elf64_Ehdr eh;
+    memcpy(&eh, f, sizeof(eh));
+    /* Symbol values are addresses before the load offset (l_addr: 0 for a
+     * program that is not position-independent). */
+    const uint64_t addr = (uint64_t)(uintptr_t)p - (uint64_t)lm->l_addr;
+    bool searching = !memcmp(eh.e_ident, ELFMAG, SELFMAG) && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+                     eh.e_shentsize == sizeof(Elf64_Shdr) &&
+                     in_file(eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr), size);
+    for (unsigned i = 0; searching && i < eh.e_shnum; i++) {
+        Elf64_Shdr sh, str;
+        memcpy(&sh, f + eh.e_shoff + i * sizeof(sh), sizeof(sh));
+        if (sh.sh_type != SHT_SYMTAB || sh.sh_link >= eh.e_shnum) continue;
+        memcpy(&str, f + eh.e_shoff + sh.sh_link * sizeof(str), sizeof(str));
+        if (!in_file(sh.sh_offset, sh.sh_size, size) || !in_file(str.sh_offset, str.sh_size, size))
             continue;
-        const Elf64_Sym *sym = (const void *)(f + sh[i].sh_offset);
-        for (uint64_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); k++) {
-            if (ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC || addr < sym[k].st_value ||
-                addr >= sym[k].st_value + sym[k].st_size || sym[k].st_name >= str->sh_size)
+        for (uint64_t k = 0; k < sh.sh_size / sizeof(Elf64_Sym); k++) {
+            Elf64_Sym sym;
+            memcpy(&sym, f + sh.sh_offset + k * sizeof(sym), sizeof(sym));
+            if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || addr < sym.st_value ||
+                addr - sym.st_value >= sym.st_size || sym.st_name >= str.sh_size)
                 continue;
-            snprintf(out, n, "%.*s", (int)(str->sh_size - sym[k].st_name),
-                     (const char *)f + str->sh_offset + sym[k].st_name);
-            ok = false;
+            /* The name ends at its NUL or at the end of the table. */
+            const char *name = (const char *)f + str.sh_offset + sym.st_name;
+            size_t len = strnlen(name, (size_t)(str.sh_size - sym.st_name));
+            snprintf(out, n, "%.*s", (int)(len < n ? len : n - 1), name);
+            searching = false;
             break;
         }
     }
-    munmap((void *)f, (size_t)st.st_size);
+    munmap((void *)f, (size_t)size);
 }
 
 static int by_time(const void *a, const void *b) {

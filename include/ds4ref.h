@@ -72,14 +72,15 @@ void ds4ref_free(void *p);
 
 /* OpenMP threads for every later call made from the calling thread (OpenMP
  * keeps its count per thread, and so does this).  0, what a thread starts
- * with: ds4ref chooses.  With OMP_NUM_THREADS set it takes that; otherwise,
- * on a machine of more than 16 threads, each model times its own forward
- * passes and climbs from three quarters of the threads towards the fastest
- * count (in eighths, from a half to all), measuring its neighbours again now
- * and then: a virtual machine's host can take cores back under load, and
- * then every core is the slow choice.  A thread whose count was set through
- * OpenMP itself (omp_set_num_threads) keeps that count.  The count never
- * changes a bit of any result. */
+ * with, undoes an earlier n (the thread gets back the OpenMP count it had):
+ * ds4ref chooses.  With OMP_NUM_THREADS set it takes that; otherwise, on a
+ * machine of more than 16 threads, each model times its own forward passes
+ * and climbs from three quarters of the threads towards the fastest count
+ * (in eighths, from a half to all), measuring its neighbours again now and
+ * then: a virtual machine's host can take cores back under load, and then
+ * every core is the slow choice.  A thread whose count was set through
+ * OpenMP itself (omp_set_num_threads) to another than OpenMP's default
+ * keeps that count.  The count never changes a bit of any result. */
 void ds4ref_set_threads(int n);
 
 /* Models are memory-mapped: if a model file is truncated or rewritten while

@@ -339,17 +339,17 @@ export TMPDIR
     2> "$tmp/int.err" &
 pid=$!
 # Interrupt once the cell's command has run for a while (the reference
-# comes first, and on a loaded machine takes more than a second). The
-# pattern wants a substituted path after echo: ds4ref-conform's own command
-# line holds the template, "{out}", and would match at once.
-for _ in $(seq 300); do pgrep -f "sleep 3[0]; echo /" > /dev/null && break; sleep 0.1; done
+# comes first, and on a loaded machine takes more than a second): the
+# shell ds4ref-conform starts for it is its child (its own command line,
+# which holds the template too, is not).
+for _ in $(seq 300); do pgrep -P $pid -f "sleep 3[0]" > /dev/null && break; sleep 0.1; done
 sleep 1
 kill -INT $pid
 wait $pid
 check "Ctrl-C -> 10" test $? -eq 10
 check "... said so" grep -q 'interrupted in cell 1 of 1' "$tmp/int.err"
 check "... and the temporary work folder is gone" test -z "$(ls "$TMPDIR")"
-check "... and so is the backend" bash -c '! pgrep -f "sleep 3[0]; echo /" > /dev/null'
+check "... and so is the backend" bash -c '! pgrep -f "sleep 3[0]; echo .?$1" > /dev/null' _ "$TMPDIR"
 unset TMPDIR
 
 # The progress line, on a pseudo-terminal: one per cell, erased at the end.

@@ -9,6 +9,7 @@
  * all ours) without running the slowest, spends at most one pass in
  * DS4_THREADS_REPROBE on others, follows the machine when the fastest count
  * changes, and keeps decode and prefill apart. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,6 +186,20 @@ static void test_bad_figures(void **state) {
     assert_int_equal(ds4_threads_best(&t, 0), 0);
 }
 
+/* Whether the engine chooses on a thread of its own, whose OpenMP count
+ * is the simulated machine's. */
+typedef struct other_ask {
+    const ds4_threads *t;
+    int count, tuning;
+} other_ask;
+
+static void *other_tuning(void *arg) {
+    other_ask *a = arg;
+    omp_set_num_threads(a->count);
+    a->tuning = ds4_threads_tuning(a->t);
+    return NULL;
+}
+
 /* begin/end: the pass runs with the candidate's count, the caller gets its
  * own back, the first pass is not measured, and a count the user fixed (or
  * OMP_NUM_THREADS, or omp_set_num_threads) turns the choice off.  The
@@ -218,11 +233,13 @@ static void test_begin_end(void **state) {
     ds4_threads_end(&t, 1, k, saved, false, 0.5);
     assert_int_equal(t.cls[0].passes, 0);
 
-    /* A count the thread set through OpenMP is left as it is. */
+    /* A count the thread set through OpenMP is left as it is, and so is it
+     * by "ds4ref chooses" on a thread that fixed no count. */
     omp_set_num_threads(8);
     assert_false(ds4_threads_tuning(&t));
     assert_int_equal(ds4_threads_begin(&t, 1, &saved), DS4_THREADS_UNTOUCHED);
     assert_int_equal(omp_get_max_threads(), 8);
+    assert_int_equal(ds4_threads_fix(0), 8);
     omp_set_num_threads(before);
 
     /* A fixed count is this thread's, applied to each pass it runs. */
@@ -235,24 +252,45 @@ static void test_begin_end(void **state) {
     ds4_threads_end(&t, 1, k, saved, true, 0.5);
     assert_int_equal(omp_get_max_threads(), 5);
     assert_int_equal(t.cls[0].passes, 0);
-    int other = -1;   /* does another thread choose? (its count is not fixed) */
+    /* Another thread, with the machine's count, still has the choice. */
+    other_ask ask = {&t, before, -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, other_tuning, &ask), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(ask.tuning, 1);
+    /* Undone: the count the thread had before it fixed one. */
+    assert_int_equal(ds4_threads_fix(0), before);
+    assert_true(ds4_threads_tuning(&t));
+    /* Inside a parallel region nothing is chosen. */
+    int inside = -1;
     #pragma omp parallel num_threads(2)
     {
-        if (omp_get_thread_num() == 1) {
+        if (omp_get_thread_num() == 0 && omp_get_num_threads() > 1) {
             omp_set_num_threads(before);
-            other = ds4_threads_tuning(&t);
+            inside = ds4_threads_tuning(&t);
         }
     }
-    assert_true(other == 1 || other == -1);   /* -1: no second thread was given */
-    ds4_threads_fix(0);
-    omp_set_num_threads(before);
-    assert_true(ds4_threads_tuning(&t));
+    assert_true(inside == 0 || inside == -1);   /* -1: no second thread was given */
 
     setenv("OMP_NUM_THREADS", "2", 1);
     assert_false(ds4_threads_tuning(&t));
     assert_int_equal(ds4_threads_begin(&t, 1, &saved), DS4_THREADS_UNTOUCHED);
     assert_int_equal(omp_get_max_threads(), before);
     unsetenv("OMP_NUM_THREADS");
+    omp_set_num_threads(real);
+}
+
+/* OpenMP's default count, whatever the calling thread's: asked of a new
+ * thread.  This process was started without OMP_NUM_THREADS by the test
+ * runner, or with it, which the default then is. */
+static void test_default(void **state) {
+    (void)state;
+    int real = omp_get_max_threads(), want = ds4_threads_default();
+    omp_set_num_threads(real + 3);
+    assert_int_equal(ds4_threads_default(), want);
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0) assert_int_equal(want, atoi(env));
+    else assert_int_equal(want, omp_get_num_procs());
     omp_set_num_threads(real);
 }
 
@@ -265,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_follows_the_machine),
         cmocka_unit_test(test_decode_and_prefill_apart),
         cmocka_unit_test(test_bad_figures),
+        cmocka_unit_test(test_default),
         cmocka_unit_test(test_begin_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

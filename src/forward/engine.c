@@ -124,7 +124,7 @@ int ds4_engine_init(ds4_engine *e, const ds4_model *m, const ds4_fwd_opts *opts,
     e->cap = pass_tokens(m, e->cap);
     /* The machine's count, not the opening thread's: passes may run on
      * another thread (a server's scheduler), whose count is its own. */
-    ds4_threads_init(&e->threads, omp_get_num_procs());
+    ds4_threads_init(&e->threads, ds4_threads_default());
     /* A batch too large for this machine is refused before allocating
      * (src/base/reslimit.h says why). */
     scratch_alloc sizing = {.count_only = true};

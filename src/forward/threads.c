@@ -1,14 +1,16 @@
 /* Thread counts of forward passes (threads.h says why they are measured). */
 #include "forward/threads.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include <omp.h>
 
-/* The count the user fixed, 0 when none.  Per thread, as OpenMP's own
- * count is: two models used from two threads may each have theirs. */
-static _Thread_local int fixed_threads;
+/* The count the user fixed, 0 when none, and the thread's OpenMP count
+ * before it fixed one.  Per thread, as OpenMP's own count is: two models
+ * used from two threads may each have theirs. */
+static _Thread_local int fixed_threads, own_threads;
 
 static int ceil_frac(int n, int num, int den) { return (n * num + den - 1) / den; }
 
@@ -100,19 +102,40 @@ void ds4_threads_end(ds4_threads *t, uint32_t T, int k, int saved, bool measure,
 }
 
 int ds4_threads_fix(int n) {
-    /* OpenMP's own count, as it stood before the first call here. */
-    static atomic_int initial;
-    int first = atomic_load(&initial);
-    if (!first) {
-        first = omp_get_max_threads();
-        atomic_store(&initial, first);
+    if (n > 0) {
+        if (!fixed_threads) own_threads = omp_get_max_threads();
+        fixed_threads = n;
+        omp_set_num_threads(n);
+    } else if (fixed_threads) {
+        fixed_threads = 0;
+        omp_set_num_threads(own_threads);
     }
-    fixed_threads = n > 0 ? n : 0;
-    omp_set_num_threads(n > 0 ? n : first);
     return omp_get_max_threads();
 }
 
+static void *ask_count(void *out) {
+    *(int *)out = omp_get_max_threads();
+    return NULL;
+}
+
+int ds4_threads_default(void) {
+    static atomic_int known;
+    int n = atomic_load(&known);
+    if (n) return n;
+    /* A thread's count may have been set, and omp_get_num_procs counts the
+     * CPUs of the calling thread's affinity, which may be narrower than the
+     * process's was when OpenMP started: a new thread has the default. */
+    pthread_t th;
+    n = 0;
+    if (pthread_create(&th, NULL, ask_count, &n) || pthread_join(th, NULL) || n < 1)
+        n = omp_get_num_procs();
+    atomic_store(&known, n);
+    return n;
+}
+
 bool ds4_threads_tuning(const ds4_threads *t) {
-    return t->n_cand > 1 && !fixed_threads && !getenv("OMP_NUM_THREADS") &&
+    /* Inside a caller's parallel region a pass's own regions get one
+     * thread, whatever the count: nothing to choose or measure. */
+    return t->n_cand > 1 && !fixed_threads && !getenv("OMP_NUM_THREADS") && !omp_in_parallel() &&
            omp_get_max_threads() == t->machine;
 }

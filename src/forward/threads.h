@@ -62,7 +62,7 @@ typedef struct ds4_threads {
 
 /* The candidates for a machine of max_threads threads (one, max_threads,
  * when it has DS4_THREADS_TUNED_ABOVE or fewer).  max_threads is also the
- * count OpenMP gives a thread nobody set it for (omp_get_num_procs()): a
+ * count OpenMP gives a thread nobody set it for (ds4_threads_default()): a
  * thread with another count chose it, and the engine leaves it alone. */
 void ds4_threads_init(ds4_threads *t, int max_threads);
 
@@ -96,14 +96,20 @@ int ds4_threads_begin(const ds4_threads *t, uint32_t T, int *saved);
 void ds4_threads_end(ds4_threads *t, uint32_t T, int k, int saved, bool measure, double seconds);
 
 /* The user's choice for the calling thread (OpenMP keeps its count per
- * thread too): n > 0 threads for every pass it runs (tuning off), 0 for
- * ds4ref's own (OMP_NUM_THREADS if set, else tuned).  Returns the count
- * OpenMP now has. */
+ * thread too): n > 0 threads for every pass it runs (tuning off); 0 undoes
+ * that, giving the thread back the OpenMP count it had before (then the
+ * engine chooses if that is the default and OMP_NUM_THREADS is unset), and
+ * leaves a thread that fixed nothing as it is.  Returns the count OpenMP
+ * now has. */
 int ds4_threads_fix(int n);
 
+/* OpenMP's count for a thread nobody set it for: OMP_NUM_THREADS, else the
+ * CPUs the process had when the runtime started. */
+int ds4_threads_default(void);
+
 /* Does the engine choose for the calling thread: more than one candidate,
- * no count fixed by ds4_threads_fix there, no OMP_NUM_THREADS, and the
- * thread's OpenMP count is still t->machine? */
+ * no count fixed by ds4_threads_fix there, no OMP_NUM_THREADS, not inside
+ * a parallel region, and the thread's OpenMP count is still t->machine? */
 bool ds4_threads_tuning(const ds4_threads *t);
 
 #endif
