@@ -280,20 +280,6 @@ static void test_begin_end(void **state) {
     omp_set_num_threads(real);
 }
 
-/* OpenMP's default count, whatever the calling thread's: asked of a new
- * thread.  This process was started without OMP_NUM_THREADS by the test
- * runner, or with it, which the default then is. */
-static void test_default(void **state) {
-    (void)state;
-    int real = omp_get_max_threads(), want = ds4_threads_default();
-    omp_set_num_threads(real + 3);
-    assert_int_equal(ds4_threads_default(), want);
-    const char *env = getenv("OMP_NUM_THREADS");
-    if (env && atoi(env) > 0) assert_int_equal(want, atoi(env));
-    else assert_int_equal(want, omp_get_num_procs());
-    omp_set_num_threads(real);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_candidates),
@@ -303,7 +289,6 @@ int main(void) {
         cmocka_unit_test(test_follows_the_machine),
         cmocka_unit_test(test_decode_and_prefill_apart),
         cmocka_unit_test(test_bad_figures),
-        cmocka_unit_test(test_default),
         cmocka_unit_test(test_begin_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -103,8 +103,8 @@ void ds4_threads_end(ds4_threads *t, uint32_t T, int k, int saved, bool measure,
  * now has. */
 int ds4_threads_fix(int n);
 
-/* OpenMP's count for a thread nobody set it for: OMP_NUM_THREADS, else the
- * CPUs the process had when the runtime started. */
+/* OpenMP's count for a thread nobody set it for, when OMP_NUM_THREADS is
+ * unset: the CPUs this process may use. */
 int ds4_threads_default(void);
 
 /* Does the engine choose for the calling thread: more than one candidate,
