@@ -26,8 +26,8 @@
  * serialize), counts each layer's fork/joins, times each kind of parallel
  * region of the step (by the function the compiler outlined for it, such
  * as attend._omp_fn.0: where a step's threads wait), and prints the
- * estimate for the real 43-layer model, whose layers are 2 window-only, 21 ratio-4 and
- * 20 ratio-128 (ds4's layout).
+ * estimate for the real 43-layer model, whose layers are 2 window-only,
+ * 21 ratio-4 and 20 ratio-128 (ds4's layout).
  *
  * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
  * each block type (--kernel-rows changes the 4096 rows), T = 1 and T = 16

@@ -1,7 +1,6 @@
 /* Thread counts of forward passes (threads.h says why they are measured). */
 #include "forward/threads.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include <omp.h>
