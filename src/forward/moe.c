@@ -101,6 +101,13 @@ static void gather(const ds4_config *c, ds4_fwd_scratch *s, uint32_t T, uint32_t
  * canonical dot of ds4_dot_matmul whatever the batching. */
 enum { BATCH = 32 };
 
+/* What one SwiGLU costs in ds4_worth_threads's unit (a multiply-add of the
+ * vector kernels, about 0.1 ns): its correctly rounded exp (base/detmath.h)
+ * took 25 ns on the lent 64-core machine and 43 ns on the 2-core one.
+ * Counted as one multiply-add, a decode step's SwiGLU (0.36 ms on the
+ * 64-core machine) stayed on one thread while the others waited. */
+enum { SILU_WORK = 256 };
+
 typedef struct expert_batch {
     ds4_mat gate[BATCH], up[BATCH], down[BATCH];
     ds4_matmul_op ops[2 * BATCH + 2];
@@ -130,17 +137,20 @@ static void run_batch(const ds4_engine *e, const ds4_layer *L, uint32_t T, const
         b->ops[no++] = (ds4_matmul_op){&L->sh_up, s->a, n, (int)T, s->eu + sh_row * ff, ff};
     }
     ds4_dot_matmul_many(b->ops, no);
-    /* SwiGLU, scaled by the routing weight (1 for the shared expert). */
-    uint64_t r0 = first[x0], r1 = first[x1];
-#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)(r1 - r0) * ff))
-    for (uint64_t r = r0; r < r1; r++) {
-        double w = s->selw[s->elist[r]];
-        float *g = s->eg + r * ff, *u = s->eu + r * ff;
-        for (uint64_t f = 0; f < ff; f++) g[f] = swiglu(g[f], u[f], L->clamp_exp, w);
-    }
-    if (shared) {
-        float *g = s->eg + sh_row * ff, *u = s->eu + sh_row * ff;
-        for (uint64_t i = 0; i < (uint64_t)T * ff; i++) g[i] = swiglu(g[i], u[i], L->clamp_shexp, 1.0);
+    /* SwiGLU, scaled by the routing weight (1 for the shared expert), the
+     * routed rows [r0, r1) then the shared expert's, element by element:
+     * a decode step has only seven rows to share among the threads. */
+    const uint64_t r0 = first[x0], r1 = first[x1], routed = (r1 - r0) * ff;
+    const uint64_t total = routed + (shared ? (uint64_t)T * ff : 0);
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)total * SILU_WORK))
+    for (uint64_t i = 0; i < total; i++) {
+        if (i < routed) {
+            uint64_t j = r0 * ff + i;
+            s->eg[j] = swiglu(s->eg[j], s->eu[j], L->clamp_exp, s->selw[s->elist[r0 + i / ff]]);
+        } else {
+            uint64_t j = sh_row * ff + (i - routed);
+            s->eg[j] = swiglu(s->eg[j], s->eu[j], L->clamp_shexp, 1.0);
+        }
     }
     no = nb = 0;
     for (uint32_t x = x0; x < x1; x++) {
