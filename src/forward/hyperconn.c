@@ -67,13 +67,24 @@ static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, dou
     free(xr);
 }
 
+/* Elements the HC loops below keep in double at a time: each element's
+ * additions keep their order, and a span of elements goes through each
+ * step together, so the compiler can use vectors across the elements
+ * (contiguous in every array) without reordering anything. */
+enum { HC_SPAN = 64 };
+
 /* y[d] = sum_h w[h] * x[h][d], h ascending, in double. */
 static void hc_collapse(const ds4_config *c, const double *w, const float *x, float *y) {
     uint32_t n = c->n_embd;
-    for (uint32_t d = 0; d < n; d++) {
-        double acc = 0;
-        for (uint32_t h = 0; h < c->n_hc; h++) acc += w[h] * (double)x[(uint64_t)h * n + d];
-        y[d] = (float)acc;
+    double acc[HC_SPAN];
+    for (uint32_t d0 = 0; d0 < n; d0 += HC_SPAN) {
+        uint32_t m = n - d0 < HC_SPAN ? n - d0 : HC_SPAN;
+        for (uint32_t d = 0; d < m; d++) acc[d] = 0;
+        for (uint32_t h = 0; h < c->n_hc; h++) {
+            const float *xh = x + (uint64_t)h * n + d0;
+            for (uint32_t d = 0; d < m; d++) acc[d] += w[h] * (double)xh[d];
+        }
+        for (uint32_t d = 0; d < m; d++) y[d0 + d] = (float)acc[d];
     }
 }
 
@@ -129,14 +140,19 @@ void ds4_hc_pre(const ds4_config *c, const ds4_mat *fn, const ds4_vec *scale,
 void ds4_hc_post(const ds4_config *c, const float *f, const float *x, const float *post,
                  const float *comb, float *out) {
     uint32_t hc = c->n_hc, n = c->n_embd;
-    for (uint32_t j = 0; j < hc; j++) {
-        for (uint32_t d = 0; d < n; d++) {
-            double acc = (double)post[j] * (double)f[d];
-            for (uint32_t i = 0; i < hc; i++)
-                acc += (double)comb[i * hc + j] * (double)x[(uint64_t)i * n + d];
-            out[(uint64_t)j * n + d] = (float)acc;
+    /* Each element adds post*f, then the streams in ascending order. */
+    double acc[HC_SPAN];
+    for (uint32_t j = 0; j < hc; j++)
+        for (uint32_t d0 = 0; d0 < n; d0 += HC_SPAN) {
+            uint32_t m = n - d0 < HC_SPAN ? n - d0 : HC_SPAN;
+            for (uint32_t d = 0; d < m; d++) acc[d] = (double)post[j] * (double)f[d0 + d];
+            for (uint32_t i = 0; i < hc; i++) {
+                const double w = comb[i * hc + j];
+                const float *xi = x + (uint64_t)i * n + d0;
+                for (uint32_t d = 0; d < m; d++) acc[d] += w * (double)xi[d];
+            }
+            for (uint32_t d = 0; d < m; d++) out[(uint64_t)j * n + d0 + d] = (float)acc[d];
         }
-    }
 }
 
 void ds4_hc_head(const ds4_config *c, const ds4_mat *fn, const ds4_vec *scale,
