@@ -59,7 +59,7 @@ static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, dou
     /* One row at a time through ds4_dot_row costs more than
      * ds4_worth_threads's unit (a multiply-add of the vector kernels, about
      * 0.1 ns): 0.3 ns a multiply-add on the lent 64-core machine (0.12 ms
-     * for a step's 24 rows of 16384), 2 ns on the 2-core one. */
+     * for one call's 24 rows of 16384), 2 ns on the 2-core one. */
 #pragma omp parallel for schedule(static) \
     if (omp_get_level() == 0 && ds4_worth_threads((double)fn->rows * n * 4))
     for (uint64_t k = 0; k < fn->rows; k++)

@@ -103,9 +103,9 @@ enum { BATCH = 32 };
 
 /* What one SwiGLU costs in ds4_worth_threads's unit (a multiply-add of the
  * vector kernels, about 0.1 ns): its correctly rounded exp (base/detmath.h)
- * took 25 ns on the lent 64-core machine and 43 ns on the 2-core one.
- * Counted as one multiply-add, a decode step's SwiGLU (0.36 ms on the
- * 64-core machine) stayed on one thread while the others waited. */
+ * took 25 ns on the lent 64-core machine and 30-40 ns on the 2-core one.
+ * Counted as one multiply-add, the SwiGLU of a decode step's layer (0.36
+ * ms on the 64-core machine) stayed on one thread while the others waited. */
 enum { SILU_WORK = 256 };
 
 typedef struct expert_batch {
