@@ -255,6 +255,32 @@ static void naive_mixes(const ds4_config *c, const double *fn, uint32_t n_mix, c
     }
 }
 
+/* hc_post on a width that is not a multiple of its spans of elements (the
+ * models' widths all are): every element is the formula's own sum, in the
+ * same order, to the bit. */
+static void test_hc_post_tail(void **state) {
+    (void)state;
+    seed(5);
+    ds4_config c = {0};
+    c.n_hc = 4;
+    c.n_embd = 100;
+    const uint32_t hc = c.n_hc, n = c.n_embd;
+    float x[4 * 100], f[100], post[4], comb[16], out[4 * 100];
+    fill(x, hc * n, 2.0);
+    fill(f, n, 1.0);
+    fill(post, hc, 1.0);
+    fill(comb, hc * hc, 0.5);
+    ds4_hc_post(&c, f, x, post, comb, out);
+    for (uint32_t j = 0; j < hc; j++)
+        for (uint32_t d = 0; d < n; d++) {
+            double want = (double)post[j] * (double)f[d];
+            for (uint32_t i = 0; i < hc; i++) want += (double)comb[i * hc + j] * (double)x[i * n + d];
+            float w = (float)want;
+            if (memcmp(&w, &out[j * n + d], sizeof w))
+                fail_msg("hc_post element %u of stream %u: %.9g, want %.9g", d, j, out[j * n + d], w);
+        }
+}
+
 /* Official Block.hc_pre: pre = sigmoid(mix*s0 + b) + eps, post =
  * 2 sigmoid(mix*s1 + b), comb = Sinkhorn(mix*s2 + b); y = sum_h pre_h x_h.
  * Official hc_post: out_j = post_j f + sum_i comb_ij x_i.  Official
@@ -1213,6 +1239,7 @@ int main(void) {
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_sinkhorn),
         cmocka_unit_test(test_hyper_connections),
+        cmocka_unit_test(test_hc_post_tail),
         cmocka_unit_test(test_hyper_connections_ggml_act),
         cmocka_unit_test(test_output_head),
         cmocka_unit_test(test_rope_yarn),
