@@ -36,6 +36,12 @@ static void hc_norm_rounded(const ds4_config *c, uint8_t act, const float *x, fl
     ds4_actround_row(act, xr, xr, n);
 }
 
+/* What a multiply-add of one row at a time through ds4_dot_row costs in
+ * ds4_worth_threads's unit (a multiply-add of the vector kernels, about 0.1
+ * ns): 0.3 ns on the lent 64-core machine (0.12 ms for one call's 24 rows
+ * of 16384), 2 ns on the 2-core one. */
+enum { ROW_DOT_WORK = 4 };
+
 /* mix[k] = (fn row k . x) * rsqrt(mean(x^2) + eps), the official order
  * (F.linear on the raw state, then the norm factor); under a profile, fn
  * row k . (the rounded normalized state).  Called for one token outside
@@ -56,12 +62,8 @@ static void hc_mixes(const ds4_config *c, const ds4_mat *fn, const float *x, dou
         x = xr;
         rs = 1.0;
     }
-    /* One row at a time through ds4_dot_row costs more than
-     * ds4_worth_threads's unit (a multiply-add of the vector kernels, about
-     * 0.1 ns): 0.3 ns a multiply-add on the lent 64-core machine (0.12 ms
-     * for one call's 24 rows of 16384), 2 ns on the 2-core one. */
 #pragma omp parallel for schedule(static) \
-    if (omp_get_level() == 0 && ds4_worth_threads((double)fn->rows * n * 4))
+    if (omp_get_level() == 0 && ds4_worth_threads((double)fn->rows * n * ROW_DOT_WORK))
     for (uint64_t k = 0; k < fn->rows; k++)
         mix[k] = ds4_dot_row(fn->type, fn->data + k * fn->row_bytes, x, n) * rs;
     free(xr);

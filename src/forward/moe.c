@@ -137,21 +137,21 @@ static void run_batch(const ds4_engine *e, const ds4_layer *L, uint32_t T, const
         b->ops[no++] = (ds4_matmul_op){&L->sh_up, s->a, n, (int)T, s->eu + sh_row * ff, ff};
     }
     ds4_dot_matmul_many(b->ops, no);
-    /* SwiGLU, scaled by the routing weight (1 for the shared expert), the
-     * routed rows [r0, r1) then the shared expert's, element by element:
-     * a decode step has only seven rows to share among the threads. */
-    const uint64_t r0 = first[x0], r1 = first[x1], routed = (r1 - r0) * ff;
-    const uint64_t total = routed + (shared ? (uint64_t)T * ff : 0);
-#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)total * SILU_WORK))
-    for (uint64_t i = 0; i < total; i++) {
-        if (i < routed) {
-            uint64_t j = r0 * ff + i;
-            s->eg[j] = swiglu(s->eg[j], s->eu[j], L->clamp_exp, s->selw[s->elist[r0 + i / ff]]);
-        } else {
-            uint64_t j = sh_row * ff + (i - routed);
-            s->eg[j] = swiglu(s->eg[j], s->eu[j], L->clamp_shexp, 1.0);
+    /* SwiGLU, scaled by the routing weight (1 for the shared expert): row q
+     * is routed row r0 + q, then the shared expert's rows follow.  Rows and
+     * elements are one loop (collapse), so the threads share elements: a
+     * decode step has only seven rows. */
+    const uint64_t r0 = first[x0], r1 = first[x1], routed = r1 - r0;
+    const uint64_t rows = routed + (shared ? T : 0);
+#pragma omp parallel for collapse(2) schedule(static) \
+    if (ds4_worth_threads((double)rows * ff * SILU_WORK))
+    for (uint64_t q = 0; q < rows; q++)
+        for (uint64_t f = 0; f < ff; f++) {
+            const bool is_routed = q < routed;
+            const uint64_t j = (is_routed ? r0 + q : sh_row + (q - routed)) * ff + f;
+            s->eg[j] = swiglu(s->eg[j], s->eu[j], is_routed ? L->clamp_exp : L->clamp_shexp,
+                              is_routed ? s->selw[s->elist[r0 + q]] : 1.0);
         }
-    }
     no = nb = 0;
     for (uint32_t x = x0; x < x1; x++) {
         uint32_t m = first[x + 1] - first[x];
