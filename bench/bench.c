@@ -30,8 +30,10 @@
  * 21 ratio-4 and 20 ratio-128 (ds4's layout).
  *
  * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
- * each block type (--kernel-rows changes the 4096 rows), T = 1 and T = 16
- * tokens.
+ * each block type (--kernel-rows changes the 4096 rows), T = 1, 16 and 64
+ * tokens: decode's one token, one tile of the blocked kernel, and four
+ * tiles, as a prefill pass cuts its tokens (each thread's jobs then share
+ * their weights in cache).
  *
  * Unlike the other programs, which use only the public API (ds4ref.h), this
  * one includes internal headers: it times the kernels, the engine and the
@@ -661,10 +663,11 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
                                      DS4_TYPE_Q4_K, DS4_TYPE_F16, DS4_TYPE_BF16, DS4_TYPE_F32,
                                      DS4_TYPE_FP8_B128, DS4_TYPE_FP4_B32};
     const uint64_t cols = 4096;
-    static const int Ts[] = {1, 16};
-    float *x = malloc(sizeof(float) * cols * 16), *y = malloc(sizeof(float) * rows * 16);
+    static const int Ts[] = {1, 16, 64};
+    const int nT = (int)(sizeof(Ts) / sizeof(Ts[0])), Tmax = Ts[nT - 1];
+    float *x = malloc(sizeof(float) * cols * Tmax), *y = malloc(sizeof(float) * rows * Tmax);
     if (!x || !y) return -1;
-    for (uint64_t i = 0; i < cols * 16; i++) x[i] = (float)((double)(kr_next() >> 11) * 0x1p-52 - 1.0);
+    for (uint64_t i = 0; i < cols * Tmax; i++) x[i] = (float)((double)(kr_next() >> 11) * 0x1p-52 - 1.0);
     if (header) fprintf(out, "type,rows,cols,T,threads,kernels,ms,weight_gbps,gmacs\n");
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         uint64_t rb = ds4_types_row_bytes(types[ti], cols);
@@ -676,7 +679,7 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
         for (uint64_t i = 0; i < rows * (cols / 32); i++) scale[i] = (uint8_t)(118 + kr_next() % 4);
         ds4_mat W = {.type = types[ti], .cols = cols, .rows = rows, .row_bytes = rb, .data = data};
         if (ds4_types_info(types[ti])->scale_cols) W = ds4_dot_scaled(types[ti], cols, rows, data, scale, 0);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < nT; k++) {
             int T = Ts[k], reps = 0;
             ds4_dot_matmul(&W, x, cols, T, y, rows);   /* warm up: pages, caches, threads */
             double t0 = now_sec(), t;

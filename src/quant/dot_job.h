@@ -108,22 +108,22 @@ static inline void widen(double *restrict xd, const float *restrict x, uint64_t 
 static void blocked_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                         const float *x, uint64_t ldx, int t0, int nt, float *y, uint64_t ldy) {
     double acc[JOB_ROWS][TILE_T][L] __attribute__((aligned(64)));
-    double xd[TILE_T * CHUNK] __attribute__((aligned(64)));
-    double wd[RB * CHUNK] __attribute__((aligned(64)));
-    float w[CHUNK];
-    const uint64_t n = W->cols, chunk_bytes = CHUNK / t->blck * t->bytes;
+    double xd[TILE_T * BCHUNK] __attribute__((aligned(64)));
+    double wd[RB * BCHUNK] __attribute__((aligned(64)));
+    float w[BCHUNK];
+    const uint64_t n = W->cols, chunk_bytes = BCHUNK / t->blck * t->bytes;
     memset(acc, 0, sizeof(acc[0]) * (size_t)nr);
-    for (uint64_t off = 0; off < n; off += CHUNK) {
-        const uint64_t m = n - off < CHUNK ? n - off : CHUNK;
+    for (uint64_t off = 0; off < n; off += BCHUNK) {
+        const uint64_t m = n - off < BCHUNK ? n - off : BCHUNK;
         for (int k = 0; k < nt; k++)
-            widen(xd + (uint64_t)k * CHUNK, x + (uint64_t)(t0 + k) * ldx + off, m);
+            widen(xd + (uint64_t)k * BCHUNK, x + (uint64_t)(t0 + k) * ldx + off, m);
         for (int j0 = 0; j0 < nr; j0 += RB) {
             const int nb = nr - j0 < RB ? nr - j0 : RB;
             for (int j = 0; j < nb; j++) {
                 const uint8_t *row = W->data + (r0 + (uint64_t)(j0 + j)) * W->row_bytes;
                 prefetch_ahead(row, off / t->blck * t->bytes, chunk_bytes, W->row_bytes);
                 KERN_DEQUANT(t, row, scale_row(W, t, r0 + (uint64_t)(j0 + j)), off, w, m);
-                widen(wd + (uint64_t)j * CHUNK, w, m);
+                widen(wd + (uint64_t)j * BCHUNK, w, m);
             }
             KERN_MMA(acc + j0, nb, nt, wd, xd, m);
         }

@@ -19,9 +19,13 @@
  * and of the 16 lanes; the f32 chunks of RB rows (4 KiB) stay in L1. */
 #define CHUNK 256
 
-/* Elements per column chunk of a product of several tokens (dot_job.h):
- * longer, so that the lanes a block of rows x tokens keeps in registers
- * are loaded and stored once per more multiply-adds. */
+/* Elements per column chunk of a product of several tokens (dot_job.h),
+ * and the stride of its widened rows and tokens.  A longer chunk loads and
+ * stores the lanes a block of rows x tokens keeps in registers once per
+ * more multiply-adds, but the tile's widened activations (TILE_T x BCHUNK
+ * doubles, 32 KiB here) then leave L1.  512 and 1024 were measured against
+ * 256 (docs/PERFORMANCE.md, 16-core machine): no gain on the Intel machine,
+ * 5-10% only with the weights in L2 on an AMD one; 256 stays. */
 #define BCHUNK 256
 
 /* Rows dequantized and accumulated together (register blocking). */
