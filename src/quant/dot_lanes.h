@@ -24,8 +24,9 @@
  * stores the lanes a block of rows x tokens keeps in registers once per
  * more multiply-adds, but the tile's widened activations (TILE_T x BCHUNK
  * doubles, 32 KiB here) then leave L1.  512 and 1024 were measured against
- * 256 (docs/PERFORMANCE.md, 16-core machine): no gain on the Intel machine,
- * 5-10% only with the weights in L2 on an AMD one; 256 stays. */
+ * 256 (docs/PERFORMANCE.md, 16-core machine): no gain on the Intel machine
+ * (the multiply alone falls from 80% to 68% of the FMA peak at 512), 5-10%
+ * with the weights in L2 on an AMD one; 256 stays. */
 #define BCHUNK 256
 
 /* Rows dequantized and accumulated together (register blocking). */
