@@ -517,6 +517,57 @@ fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t
     return 1;
 }
 
+/* ---- Several tokens: weights straight into double ------------------------
+ *
+ * For the blocked multiply (dot_job.h's KERN_DEQUANT_WIDE), the types whose
+ * f32 weight is a product of exact factors are made in double directly,
+ * without the f32 stage and its widening, with the same values as the
+ * fused kernels above: Q8_0 as (double)q * (double)d, IQ2_XXS as
+ * (grid * (+-1)) * db.  Each declines (returns 0) at a NaN-or-Inf scale;
+ * the caller's f32 way then writes the whole chunk again.  Q2_K and Q4_K
+ * round a subtraction in f32 and keep that way. */
+static int wide_q8_0(const uint8_t *p, double *wd, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, p += 34, wd += 32) {
+        const uint32_t h = rd16(p);
+        if (f16_special(h)) return 0;
+        const __m512d d = _mm512_set1_pd((double)f16_scale(h));
+        for (int g = 0; g < 4; g++)
+            _mm512_storeu_pd(wd + 8 * g, _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_cvtepi8_epi64(
+                                                           _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g)))), d));
+    }
+    return 1;
+}
+
+static int wide_iq2_xxs(const uint8_t *p, double *wd, uint64_t nb) {
+    pthread_once(&iq2_once, iq2_tables_init);
+    const uint8_t *gt = (const uint8_t *)grid_d, *st = (const uint8_t *)sign_d;
+    for (uint64_t b = 0; b < nb; b++, p += 66, wd += 256) {
+        const uint32_t h = rd16(p);
+        if (f16_special(h)) return 0;
+        iq2_prep pr;
+        iq2_prepare(p, f16_scale(h), &pr);
+        for (int ib = 0; ib < 8; ib++) {
+            const __m512d db = _mm512_set1_pd(pr.db[ib]);
+            for (int l = 0; l < 4; l++)
+                _mm512_storeu_pd(wd + 32 * ib + 8 * l,
+                                 _mm512_mul_pd(_mm512_mul_pd(_mm512_load_pd(gt + pr.grid_off[l][ib]),
+                                                             _mm512_load_pd(st + pr.sign_off[l][ib])),
+                                               db));
+        }
+    }
+    return 1;
+}
+
+static int dequant_chunk_wide(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow, uint64_t off,
+                              double *wd, uint64_t m) {
+    (void)srow;
+    switch (t->id) {
+    case DS4_TYPE_Q8_0: return wide_q8_0(row + off / 32 * 34, wd, m / 32);
+    case DS4_TYPE_IQ2_XXS: return wide_iq2_xxs(row + off / 256 * 66, wd, m / 256);
+    default: return 0;
+    }
+}
+
 /* nr rows of type t (whole rows of n elements) against one token: acc[j]
  * gets row j's lanes.  Returns 0 when the type has no fused kernel or a
  * scale is special (acc untouched). */
@@ -627,6 +678,7 @@ static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
 #define KERN_LANES_ADD lanes_add
 #define KERN_ROWS_FMA rows_fma
 #define KERN_DEQUANT dequant_chunk
+#define KERN_DEQUANT_WIDE dequant_chunk_wide
 #define KERN_FUSED fused_rows
 #define KERN_MMA mma
 #include "quant/dot_job.h"

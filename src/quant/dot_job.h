@@ -12,6 +12,14 @@
  *   KERN_MMA(acc, nr, nt, wd, xd, m)     rows x tokens of a chunk, both already
  *                                        widened to double (mma_portable)
  *
+ * and may name a fifth, optional one:
+ *
+ *   KERN_DEQUANT_WIDE(t, row, srow, off, wd, m)  elements [off, off+m) of a row
+ *                                        straight into doubles, skipping the f32
+ *                                        stage; 0 when it declines (the type, a
+ *                                        special scale), having written nothing
+ *                                        that matters
+ *
  * so every variant gets its own copy of the loops below with its
  * primitives inlined (C has no other way to say "this code, with those
  * functions", short of copying it).  It then defines its ds4_dot_kern from
@@ -103,6 +111,18 @@ static inline void widen(double *restrict xd, const float *restrict x, uint64_t 
     for (uint64_t i = 0; i < m; i++) xd[i] = (double)x[i];
 }
 
+/* Elements [off, off+m) of a row as doubles, into wd: the variant's
+ * KERN_DEQUANT_WIDE where it has one for the type, else KERN_DEQUANT into
+ * the f32 scratch w and widened from there. */
+static inline void dequant_wide(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow,
+                                uint64_t off, float *w, double *wd, uint64_t m) {
+#ifdef KERN_DEQUANT_WIDE
+    if (KERN_DEQUANT_WIDE(t, row, srow, off, wd, m)) return;
+#endif
+    KERN_DEQUANT(t, row, srow, off, w, m);
+    widen(wd, w, m);
+}
+
 /* Rows [r0, r0+nr) (nr <= JOB_ROWS) x tokens [t0, t0+nt) (1 < nt <= TILE_T),
  * rounded into y. */
 static void blocked_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
@@ -122,8 +142,8 @@ static void blocked_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, i
             for (int j = 0; j < nb; j++) {
                 const uint8_t *row = W->data + (r0 + (uint64_t)(j0 + j)) * W->row_bytes;
                 prefetch_ahead(row, off / t->blck * t->bytes, chunk_bytes, W->row_bytes);
-                KERN_DEQUANT(t, row, scale_row(W, t, r0 + (uint64_t)(j0 + j)), off, w, m);
-                widen(wd + (uint64_t)j * BCHUNK, w, m);
+                dequant_wide(t, row, scale_row(W, t, r0 + (uint64_t)(j0 + j)), off, w,
+                             wd + (uint64_t)j * BCHUNK, m);
             }
             KERN_MMA(acc + j0, nb, nt, wd, xd, m);
         }
