@@ -344,6 +344,12 @@ static inline void prefetch_rows(const uint8_t *const *rows, int nr, uint64_t po
     for (int j = 0; j < nr; j++) __builtin_prefetch(rows[j] + pos);
 }
 
+/* Weights 8g..8g+7 of the Q8_0 block at p, whose scale is d, in double. */
+static inline __m512d q8_0_weights8(const uint8_t *p, int g, __m512d d) {
+    return _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_cvtepi8_epi64(_mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g)))),
+                         d);
+}
+
 /* Each fused kernel returns 0, having stored nothing, when a block scale is
  * NaN or Inf; the caller then takes the buffered path, which handles it. */
 /* Q8_0 in double: (double)q * (double)d is exactly the f32 weight q * d
@@ -360,9 +366,7 @@ fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
             if (f16_special(h)) return 0;
             const __m512d d = _mm512_set1_pd((double)f16_scale(h));
             __m512d w[4];
-            for (int g = 0; g < 4; g++)
-                w[g] = _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_cvtepi8_epi64(
-                                         _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g)))), d);
+            for (int g = 0; g < 4; g++) w[g] = q8_0_weights8(p, g, d);
             a[j].lo = _mm512_fmadd_pd(w[0], x0.lo, a[j].lo);
             a[j].hi = _mm512_fmadd_pd(w[1], x0.hi, a[j].hi);
             a[j].lo = _mm512_fmadd_pd(w[2], x1.lo, a[j].lo);
@@ -486,10 +490,16 @@ static inline void iq2_prepare(const uint8_t *blk, float d, iq2_prep *o) {
     }
 }
 
+/* Group l of sub-block ib's 8 weights before the scale: grid * (+-1),
+ * exact.  The tables must be built (iq2_once). */
+static inline __m512d iq2_weights8(const iq2_prep *pr, int l, int ib) {
+    return _mm512_mul_pd(_mm512_load_pd((const uint8_t *)grid_d + pr->grid_off[l][ib]),
+                         _mm512_load_pd((const uint8_t *)sign_d + pr->sign_off[l][ib]));
+}
+
 static inline __attribute__((always_inline)) int
 fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
     pthread_once(&iq2_once, iq2_tables_init);
-    const uint8_t *gt = (const uint8_t *)grid_d, *st = (const uint8_t *)sign_d;
     for (uint64_t b = 0; b < nb; b++) {
         iq2_prep pr[RB];
         prefetch_rows(rows, nr, 66 * b + 512);
@@ -505,8 +515,7 @@ fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t
             for (int j = 0; j < nr; j++) {
                 const __m512d db = _mm512_set1_pd(pr[j].db[ib]);
                 for (int l = 0; l < 4; l++) {
-                    const __m512d w = _mm512_mul_pd(_mm512_load_pd(gt + pr[j].grid_off[l][ib]),
-                                                    _mm512_load_pd(st + pr[j].sign_off[l][ib]));
+                    const __m512d w = iq2_weights8(&pr[j], l, ib);
                     const __m512d xs = _mm512_mul_pd(xl[l], db);
                     if (l & 1) a[j].hi = _mm512_fmadd_pd(w, xs, a[j].hi);
                     else a[j].lo = _mm512_fmadd_pd(w, xs, a[j].lo);
@@ -531,16 +540,13 @@ static int wide_q8_0(const uint8_t *p, double *wd, uint64_t nb) {
         const uint32_t h = rd16(p);
         if (f16_special(h)) return 0;
         const __m512d d = _mm512_set1_pd((double)f16_scale(h));
-        for (int g = 0; g < 4; g++)
-            _mm512_storeu_pd(wd + 8 * g, _mm512_mul_pd(_mm512_cvtepi64_pd(_mm512_cvtepi8_epi64(
-                                                           _mm_loadl_epi64((const __m128i *)(p + 2 + 8 * g)))), d));
+        for (int g = 0; g < 4; g++) _mm512_storeu_pd(wd + 8 * g, q8_0_weights8(p, g, d));
     }
     return 1;
 }
 
 static int wide_iq2_xxs(const uint8_t *p, double *wd, uint64_t nb) {
     pthread_once(&iq2_once, iq2_tables_init);
-    const uint8_t *gt = (const uint8_t *)grid_d, *st = (const uint8_t *)sign_d;
     for (uint64_t b = 0; b < nb; b++, p += 66, wd += 256) {
         const uint32_t h = rd16(p);
         if (f16_special(h)) return 0;
@@ -549,10 +555,7 @@ static int wide_iq2_xxs(const uint8_t *p, double *wd, uint64_t nb) {
         for (int ib = 0; ib < 8; ib++) {
             const __m512d db = _mm512_set1_pd(pr.db[ib]);
             for (int l = 0; l < 4; l++)
-                _mm512_storeu_pd(wd + 32 * ib + 8 * l,
-                                 _mm512_mul_pd(_mm512_mul_pd(_mm512_load_pd(gt + pr.grid_off[l][ib]),
-                                                             _mm512_load_pd(st + pr.sign_off[l][ib])),
-                                               db));
+                _mm512_storeu_pd(wd + 32 * ib + 8 * l, _mm512_mul_pd(iq2_weights8(&pr, l, ib), db));
         }
     }
     return 1;
