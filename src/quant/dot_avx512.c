@@ -117,6 +117,16 @@ static int dq_q8_0(const uint8_t *p, float *w, uint64_t nb) {
     return 1;
 }
 
+/* d * q - m for the K-quants' f32 weights, q a small integer: the product
+ * is exact in f32 (Q2_K: an f16 scale times a 4-bit scale times a 2-bit q,
+ * 17 significant bits; Q4_K: 6-bit scales and 4-bit q, 21), so the fused
+ * form's one rounding is the subtraction's, signed zeros included (IEEE
+ * 754 gives fma's exact zeros the signs of the addition), and one
+ * instruction does the two. */
+static inline __m512 scale_sub(__m512 d, __m512i q, __m512 m) {
+    return _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(q), m);
+}
+
 /* Q2_K: sub-block j = 8*half + 2*(shift/2) + sub of 16 elements,
  * dl = d * (sc & 15), ml = dmin * (sc >> 4), y = dl * q - ml. */
 static int dq_q2_K(const uint8_t *p, float *w, uint64_t nb) {
@@ -137,10 +147,7 @@ static int dq_q2_K(const uint8_t *p, float *w, uint64_t nb) {
                     const int j = 8 * half + 2 * s + sub;
                     const __m512i qs = _mm512_and_si512(
                         _mm512_srlv_epi32(q, _mm512_set1_epi32(2 * s)), three);
-                    const __m512 v = _mm512_sub_ps(
-                        _mm512_mul_ps(_mm512_set1_ps(dl[j]), _mm512_cvtepi32_ps(qs)),
-                        _mm512_set1_ps(ml[j]));
-                    _mm512_storeu_ps(w + 16 * j, v);
+                    _mm512_storeu_ps(w + 16 * j, scale_sub(_mm512_set1_ps(dl[j]), qs, _mm512_set1_ps(ml[j])));
                 }
             }
     }
@@ -186,8 +193,7 @@ static int dq_q4_K(const uint8_t *p, float *w, uint64_t nb) {
             for (int h = 0; h < 2; h++) {
                 const __m512i q = _mm512_and_si512(
                     _mm512_srlv_epi32(load16_u8(p + 16 + 32 * (j / 2) + 16 * h), shift), fifteen);
-                _mm512_storeu_ps(w + 32 * j + 16 * h,
-                                 _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1));
+                _mm512_storeu_ps(w + 32 * j + 16 * h, scale_sub(d1, q, m1));
             }
         }
     }
@@ -407,9 +413,7 @@ fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
                     const acc16 xv = widen16(x + 256 * b + 16 * g);
                     for (int j = 0; j < nr; j++) {
                         const __m512i qs = _mm512_and_si512(_mm512_srlv_epi32(q[j][sub], shift), three);
-                        fma16(&a[j], _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl[j][g]),
-                                                                 _mm512_cvtepi32_ps(qs)),
-                                                   _mm512_set1_ps(ml[j][g])), xv);
+                        fma16(&a[j], scale_sub(_mm512_set1_ps(dl[j][g]), qs, _mm512_set1_ps(ml[j][g])), xv);
                     }
                 }
             }
@@ -435,9 +439,7 @@ fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
                 for (int j = 0; j < nr; j++) {
                     const uint8_t *q = rows[j] + 144 * b + 16 + 32 * (k / 2) + 16 * h;
                     const __m512i qv = _mm512_and_si512(_mm512_srlv_epi32(load16_u8(q), shift), fifteen);
-                    fma16(&a[j], _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d1[j][k]),
-                                                             _mm512_cvtepi32_ps(qv)),
-                                               _mm512_set1_ps(m1[j][k])), xv);
+                    fma16(&a[j], scale_sub(_mm512_set1_ps(d1[j][k]), qv, _mm512_set1_ps(m1[j][k])), xv);
                 }
             }
         }
