@@ -6,12 +6,13 @@
  *   1. projections for the whole batch (matrix products: those of the
  *      sublayer input, the compressors' and the indexer's included, in one
  *      parallel region, then those of the normed low-rank query in another);
- *   2. per token: q heads RMS-normed and RoPE'd; the KV row normed, RoPE'd,
- *      FP8-rounded (QAT) and written into the sequence's window ring;
+ *   2. per token: the rotary cos and sin at its position; the KV row normed,
+ *      RoPE'd, FP8-rounded (QAT) and written into the sequence's window ring;
  *   3. compressors: every token's inputs are stored, then the windows the
  *      batch completes are pooled into compressed rows;
  *   4. ratio-4 layers: the indexer picks compressed rows per token;
- *   5. per (token, head): softmax attention over the window rows (oldest
+ *   5. per (token, head): the query head RMS-normed and RoPE'd, then
+ *      softmax attention over the window rows (oldest
  *      first) and the compressed rows (ascending), with the head's sink in
  *      the denominator; output de-rotated at the query position;
  *   6. grouped output projection.
@@ -126,23 +127,28 @@ static void project(const ds4_engine *e, const ds4_layer *L, uint32_t T) {
     ds4_dot_matmul_many(ops, n);
 }
 
-/* Step 2: q heads and the KV row, which goes into the window ring. */
-static void prepare_q_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
-                         const ds4_rope *rope, uint32_t T) {
+/* The cos and sin of token t's rotary pairs, step 2's, for the layer's rope. */
+static const float *rope_cs(const ds4_engine *e, uint32_t t) {
+    return e->scr->rope_cs + (uint64_t)t * e->m->cfg.n_rot;
+}
+
+/* Step 2: each token's cos and sin (ds4_det_sincos is exact and slow, so
+ * they are made once a token and layer, for the query heads, the output's
+ * de-rotation and the indexer's queries), and its KV row, which goes into
+ * the window ring.  The query heads are normed and rotated in step 5,
+ * each by the thread that attends with it. */
+static void prepare_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
+                       const ds4_rope *rope, uint32_t T) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t hd = c->head_dim, nope = hd - c->n_rot;
+    /* A sincos is about 300 ns, 3000 of ds4_worth_threads's units. */
 #pragma omp parallel for schedule(static) \
-    if (ds4_worth_threads(4.0 * T * (c->n_head + 1) * hd))
+    if (ds4_worth_threads((double)T * (8.0 * hd + 3000.0 * c->n_rot / 2)))
     for (uint32_t t = 0; t < T; t++) {
         const ds4_tok *tk = &s->tok[t];
-        float cs[2 * DS4_ROPE_MAX_PAIRS];
+        float *cs = s->rope_cs + (uint64_t)t * c->n_rot;
         ds4_rope_cos_sin(rope, tk->pos, cs);
-        for (uint32_t h = 0; h < c->n_head; h++) {
-            float *qh = s->q + ((uint64_t)t * c->n_head + h) * hd;
-            ds4_norm_rms(qh, NULL, hd, c->rms_eps, qh);
-            ds4_rope_rotate(qh + nope, cs, c->n_rot / 2, false);
-        }
         float *kvr = s->kvrow + (uint64_t)t * hd;
         ds4_norm_rms(kvr, L->kv_norm.v, hd, c->rms_eps, kvr);
         ds4_rope_rotate(kvr + nope, cs, c->n_rot / 2, false);
@@ -184,12 +190,11 @@ static void compress(const ds4_engine *e, uint32_t il, bool indexer, const ds4_m
 
 /* The indexer query heads of batch token t, in place: RoPE, Hadamard
  * rotation, FP4 with QAT. */
-static void index_query(const ds4_engine *e, const ds4_rope *rope, uint32_t t) {
+static void index_query(const ds4_engine *e, uint32_t t) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     float *q = s->iq + (uint64_t)t * c->idx_head * c->idx_dim;
-    float cs[2 * DS4_ROPE_MAX_PAIRS];
-    ds4_rope_cos_sin(rope, s->tok[t].pos, cs);
+    const float *cs = rope_cs(e, t);
     for (uint32_t h = 0; h < c->idx_head; h++) {
         float *qh = q + (uint64_t)h * c->idx_dim;
         ds4_rope_rotate(qh + c->idx_dim - c->n_rot, cs, c->n_rot / 2, false);
@@ -222,8 +227,7 @@ static void index_pick(ds4_engine *e, uint32_t il, uint32_t t, double *score, bo
  * batch of fewer tokens than threads (decode) shares each token's rows
  * among the threads, which at a long context are thousands; a larger one
  * shares its tokens. */
-static int run_indexer(ds4_engine *e, uint32_t il, const ds4_rope *rope, uint32_t T,
-                       ds4err *err) {
+static int run_indexer(ds4_engine *e, uint32_t il, uint32_t T, ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t iq_w = c->idx_head * c->idx_dim;
@@ -239,7 +243,7 @@ static int run_indexer(ds4_engine *e, uint32_t il, const ds4_rope *rope, uint32_
             const ds4_comp_state *idx = &tk->kv->L[il].idx;
             uint32_t n_scored, n_vis = ds4_indexer_visible(c, idx, tk->pos, &n_scored);
             const float *q = s->iq + (uint64_t)t * iq_w, *w = s->iw + (uint64_t)t * c->idx_head;
-            index_query(e, rope, t);
+            index_query(e, t);
             enum { ROWS = 16 };
 #pragma omp parallel for schedule(dynamic, 1) \
     if (n_scored && ds4_worth_threads((double)n_scored * iq_w))
@@ -253,15 +257,14 @@ static int run_indexer(ds4_engine *e, uint32_t il, const ds4_rope *rope, uint32_
 #pragma omp parallel for schedule(dynamic, 1) \
     if (!e->tap && ds4_worth_threads((double)T * (max_vis + 8) * iq_w))
     for (uint32_t t = 0; t < T; t++) {
-        index_query(e, rope, t);
+        index_query(e, t);
         index_pick(e, il, t, s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride, false);
     }
     return 0;
 }
 
 /* Steps 5-6. */
-static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
-                  uint32_t T, ds4err *err) {
+static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T, ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t hd = c->head_dim, max_rows = 0;
@@ -273,15 +276,21 @@ static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope
     }
     if (ds4_engine_thread_doubles(e, max_rows, err)) return -1;
     uint64_t qdim = (uint64_t)c->n_head * hd;
+    uint32_t nope = hd - c->n_rot;
+    /* A head's work is its rows' two passes plus what does not depend on
+     * them (the query's norm and rotation, the output's division and
+     * de-rotation), about 32 multiply-adds an element. */
 #pragma omp parallel for schedule(dynamic, 1) \
-    if (ds4_worth_threads(2.0 * T * c->n_head * max_rows * hd))
+    if (ds4_worth_threads((2.0 * max_rows + 32) * T * c->n_head * hd))
     for (uint64_t th = 0; th < (uint64_t)T * c->n_head; th++) {
         uint32_t t = (uint32_t)(th / c->n_head), h = (uint32_t)(th % c->n_head);
         double *p = s->attn_p + (size_t)omp_get_thread_num() * s->attn_p_stride;
         /* The output replaces the query it was computed from. */
         float *o = s->q + t * qdim + (uint64_t)h * hd;
+        ds4_norm_rms(o, NULL, hd, c->rms_eps, o);
+        ds4_rope_rotate(o + nope, rope_cs(e, t), c->n_rot / 2, false);
         attend_head(c, L, s, t, il, h, o, o, p);
-        ds4_rope_apply(rope, o + hd - c->n_rot, s->tok[t].pos, true);
+        ds4_rope_rotate(o + nope, rope_cs(e, t), c->n_rot / 2, true);
     }
     /* Group g reads heads [g*H/G, (g+1)*H/G), i.e. a contiguous slice of o;
      * the groups are independent products, computed in one region. */
@@ -308,13 +317,13 @@ static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope
 int ds4_attention(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
                   uint32_t T, ds4err *err) {
     project(e, L, T);
-    prepare_q_kv(e, L, il, rope, T);
+    prepare_kv(e, L, il, rope, T);
     if (L->ratio) {
         compress(e, il, false, &L->comp_kv, &L->comp_ape, &L->comp_norm, rope, T);
         if (L->ratio == 4) {
             compress(e, il, true, &L->idx_comp_kv, &L->idx_comp_ape, &L->idx_comp_norm, rope, T);
-            if (run_indexer(e, il, rope, T, err)) return -1;
+            if (run_indexer(e, il, T, err)) return -1;
         }
     }
-    return attend(e, L, il, rope, T, err);
+    return attend(e, L, il, T, err);
 }

@@ -13,7 +13,7 @@
 static void scratch_free(ds4_fwd_scratch *s) {
     if (!s) return;
     void *ptrs[] = {s->tok, s->x, s->x2, s->y, s->a, s->post, s->comb, s->out, s->qr, s->q,
-                    s->kvrow, s->low, s->ckv, s->csc, s->iq, s->iw, s->isel, s->nsel,
+                    s->kvrow, s->rope_cs, s->low, s->ckv, s->csc, s->iq, s->iw, s->isel, s->nsel,
                     s->rlog, s->sel, s->selw, s->epos, s->ex, s->eg, s->eu, s->eo, s->elist,
                     s->sh, s->head_y, s->attn_p};
     for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) free(ptrs[i]);
@@ -55,6 +55,7 @@ static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap, scratch_a
     s->qr = alloc_n(a, T * c->q_lora, sizeof(float));
     s->q = alloc_n(a, T * qdim, sizeof(float));
     s->kvrow = alloc_n(a, T * c->head_dim, sizeof(float));
+    s->rope_cs = alloc_n(a, T * c->n_rot, sizeof(float));
     s->low = alloc_n(a, T * c->o_groups * c->o_lora, sizeof(float));
     /* Both compressors' projections at once (attention.c computes them in
      * one parallel region). */

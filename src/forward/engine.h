@@ -50,6 +50,8 @@ typedef struct ds4_fwd_scratch {
     float *q;              /* [cap][n_head*head_dim]: the query heads, then each
                               head's attention output in its place */
     float *kvrow;          /* [cap][head_dim] */
+    float *rope_cs;        /* [cap][n_rot]: cos and sin of each rotary pair at the
+                              token's position, for the current layer's rope */
     float *low;            /* [cap][o_groups*o_lora] */
     float *ckv, *csc;      /* compressor projections [2][cap][2*max(head_dim, idx_dim)]:
                               the attention compressor's, then the indexer's */
