@@ -30,8 +30,10 @@
  * 21 ratio-4 and 20 ratio-128 (ds4's layout).
  *
  * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
- * each block type (--kernel-rows changes the 4096 rows), T = 1, 16 and 64
- * tokens: decode's one token, one tile of the blocked kernel, and four
+ * each block type (--kernel-rows changes the 4096 rows), T = 1, 2, 4, 8,
+ * 16 and 64 tokens: decode's one token; a verify batch, a few rows of a
+ * batch or a routed expert's share of a prefill pass (the fused kernels
+ * take up to 8 of some types); one tile of the blocked kernel, and four
  * tiles, as a prefill pass cuts its tokens (each thread's jobs then share
  * their weights in cache).
  *
@@ -663,7 +665,7 @@ static int run_kernels(FILE *out, int header, uint64_t rows) {
                                      DS4_TYPE_Q4_K, DS4_TYPE_F16, DS4_TYPE_BF16, DS4_TYPE_F32,
                                      DS4_TYPE_FP8_B128, DS4_TYPE_FP4_B32};
     const uint64_t cols = 4096;
-    static const int Ts[] = {1, 16, 64};
+    static const int Ts[] = {1, 2, 4, 8, 16, 64};
     const int nT = (int)(sizeof(Ts) / sizeof(Ts[0])), Tmax = Ts[nT - 1];
     float *x = malloc(sizeof(float) * cols * Tmax), *y = malloc(sizeof(float) * rows * Tmax);
     if (!x || !y) return -1;

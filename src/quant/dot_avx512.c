@@ -321,13 +321,16 @@ static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, con
     if (done < m) dequant_portable(t, row, srow, off + done, w + done, m - done);
 }
 
-/* ---- One token: dequantization fused with the multiply-adds ------------
+/* ---- One or two tokens: dequantization fused with the multiply-adds ----
  *
- * For a single token (decode) the weights are used once, so they go from
- * the block straight into the accumulators without the f32 buffer.  The
- * values are those of the dq_* functions above and the order of additions
- * is the same: per row, blocks in increasing order and inside a block 16
- * elements at a time in increasing order, element i into lane i % 16. */
+ * For one token (decode) the weights are used once, and for two (a verify
+ * batch of depth 1, two rows of a batch) twice, so they go from the block
+ * straight into registers, without the f32 buffer, and meet each token's
+ * activations there: a[j][k] holds the lanes of row j and token k (nt <=
+ * FUSED_T tokens, x + k * ldx).  The values are those of the dq_*
+ * functions above and the order of additions is the same: per row and
+ * token, blocks in increasing order and inside a block 16 elements at a
+ * time in increasing order, element i into lane i % 16. */
 
 typedef struct acc16 {
     __m512d lo, hi;   /* lanes 0-7, 8-15 */
@@ -339,11 +342,17 @@ static inline acc16 widen16(const float *x) {
     return v;
 }
 
-/* a += w * x for 16 f32 weights (see "Fused multiply-add" above). */
-static inline void fma16(acc16 *a, __m512 w, acc16 x) {
+/* 16 f32 weights as doubles (exact). */
+static inline acc16 wide16(__m512 w) {
     const __m256 whi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1));
-    a->lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(w)), x.lo, a->lo);
-    a->hi = _mm512_fmadd_pd(_mm512_cvtps_pd(whi), x.hi, a->hi);
+    acc16 v = {_mm512_cvtps_pd(_mm512_castps512_ps256(w)), _mm512_cvtps_pd(whi)};
+    return v;
+}
+
+/* a += w * x, lane by lane (see "Fused multiply-add" above). */
+static inline void fma16(acc16 *a, acc16 w, acc16 x) {
+    a->lo = _mm512_fmadd_pd(w.lo, x.lo, a->lo);
+    a->hi = _mm512_fmadd_pd(w.hi, x.hi, a->hi);
 }
 
 static inline void prefetch_rows(const uint8_t *const *rows, int nr, uint64_t pos) {
@@ -362,9 +371,14 @@ static inline __m512d q8_0_weights8(const uint8_t *p, int g, __m512d d) {
  * (8 + 11 significant bits), so the weights are made 8 at a time straight
  * in double, without the f32 stage and its widening. */
 static inline __attribute__((always_inline)) int
-fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t ldx, const int nt,
+           uint64_t nb, acc16 (*a)[FUSED_T]) {
     for (uint64_t b = 0; b < nb; b++) {
-        const acc16 x0 = widen16(x + 32 * b), x1 = widen16(x + 32 * b + 16);
+        acc16 x0[FUSED_T], x1[FUSED_T];
+        for (int k = 0; k < nt; k++) {
+            x0[k] = widen16(x + k * ldx + 32 * b);
+            x1[k] = widen16(x + k * ldx + 32 * b + 16);
+        }
         if ((b & 1) == 0) prefetch_rows(rows, nr, 34 * b + 768);
         for (int j = 0; j < nr; j++) {
             const uint8_t *p = rows[j] + 34 * b;
@@ -373,17 +387,18 @@ fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
             const __m512d d = _mm512_set1_pd((double)f16_scale(h));
             __m512d w[4];
             for (int g = 0; g < 4; g++) w[g] = q8_0_weights8(p, g, d);
-            a[j].lo = _mm512_fmadd_pd(w[0], x0.lo, a[j].lo);
-            a[j].hi = _mm512_fmadd_pd(w[1], x0.hi, a[j].hi);
-            a[j].lo = _mm512_fmadd_pd(w[2], x1.lo, a[j].lo);
-            a[j].hi = _mm512_fmadd_pd(w[3], x1.hi, a[j].hi);
+            for (int k = 0; k < nt; k++) {
+                fma16(&a[j][k], (acc16){w[0], w[1]}, x0[k]);
+                fma16(&a[j][k], (acc16){w[2], w[3]}, x1[k]);
+            }
         }
     }
     return 1;
 }
 
 static inline __attribute__((always_inline)) int
-fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ldx, const int nt,
+           uint64_t nb, acc16 (*a)[FUSED_T]) {
     const __m512i three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
     float dl[RB][16], ml[RB][16];
     for (uint64_t b = 0; b < nb; b++) {
@@ -410,10 +425,12 @@ fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
                 const __m512i shift = _mm512_set1_epi32(2 * s);
                 for (int sub = 0; sub < 2; sub++) {
                     const int g = 8 * half + 2 * s + sub;
-                    const acc16 xv = widen16(x + 256 * b + 16 * g);
+                    acc16 xv[FUSED_T];
+                    for (int k = 0; k < nt; k++) xv[k] = widen16(x + k * ldx + 256 * b + 16 * g);
                     for (int j = 0; j < nr; j++) {
                         const __m512i qs = _mm512_and_si512(_mm512_srlv_epi32(q[j][sub], shift), three);
-                        fma16(&a[j], scale_sub(_mm512_set1_ps(dl[j][g]), qs, _mm512_set1_ps(ml[j][g])), xv);
+                        const acc16 w = wide16(scale_sub(_mm512_set1_ps(dl[j][g]), qs, _mm512_set1_ps(ml[j][g])));
+                        for (int k = 0; k < nt; k++) fma16(&a[j][k], w, xv[k]);
                     }
                 }
             }
@@ -423,7 +440,8 @@ fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
 }
 
 static inline __attribute__((always_inline)) int
-fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ldx, const int nt,
+           uint64_t nb, acc16 (*a)[FUSED_T]) {
     const __m512i fifteen = _mm512_set1_epi32(15);
     for (uint64_t b = 0; b < nb; b++) {
         float d1[RB][8], m1[RB][8];
@@ -435,11 +453,13 @@ fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb
         for (int k = 0; k < 8; k++) {
             const __m512i shift = _mm512_set1_epi32(4 * (k & 1));
             for (int h = 0; h < 2; h++) {
-                const acc16 xv = widen16(x + 256 * b + 32 * k + 16 * h);
+                acc16 xv[FUSED_T];
+                for (int t = 0; t < nt; t++) xv[t] = widen16(x + t * ldx + 256 * b + 32 * k + 16 * h);
                 for (int j = 0; j < nr; j++) {
                     const uint8_t *q = rows[j] + 144 * b + 16 + 32 * (k / 2) + 16 * h;
                     const __m512i qv = _mm512_and_si512(_mm512_srlv_epi32(load16_u8(q), shift), fifteen);
-                    fma16(&a[j], scale_sub(_mm512_set1_ps(d1[j][k]), qv, _mm512_set1_ps(m1[j][k])), xv);
+                    const acc16 w = wide16(scale_sub(_mm512_set1_ps(d1[j][k]), qv, _mm512_set1_ps(m1[j][k])));
+                    for (int t = 0; t < nt; t++) fma16(&a[j][t], w, xv[t]);
                 }
             }
         }
@@ -500,7 +520,8 @@ static inline __m512d iq2_weights8(const iq2_prep *pr, int l, int ib) {
 }
 
 static inline __attribute__((always_inline)) int
-fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t nb, acc16 *a) {
+fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t ldx, const int nt,
+              uint64_t nb, acc16 (*a)[FUSED_T]) {
     pthread_once(&iq2_once, iq2_tables_init);
     for (uint64_t b = 0; b < nb; b++) {
         iq2_prep pr[RB];
@@ -512,15 +533,22 @@ fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t
             iq2_prepare(rows[j] + 66 * b, f16_scale(h), &pr[j]);
         }
         for (int ib = 0; ib < 8; ib++) {
-            const acc16 x0 = widen16(x + 256 * b + 32 * ib), x1 = widen16(x + 256 * b + 32 * ib + 16);
-            const __m512d xl[4] = {x0.lo, x0.hi, x1.lo, x1.hi};
+            __m512d xl[FUSED_T][4];
+            for (int k = 0; k < nt; k++) {
+                const acc16 x0 = widen16(x + k * ldx + 256 * b + 32 * ib);
+                const acc16 x1 = widen16(x + k * ldx + 256 * b + 32 * ib + 16);
+                xl[k][0] = x0.lo, xl[k][1] = x0.hi, xl[k][2] = x1.lo, xl[k][3] = x1.hi;
+            }
             for (int j = 0; j < nr; j++) {
                 const __m512d db = _mm512_set1_pd(pr[j].db[ib]);
                 for (int l = 0; l < 4; l++) {
-                    const __m512d w = iq2_weights8(&pr[j], l, ib);
-                    const __m512d xs = _mm512_mul_pd(xl[l], db);
-                    if (l & 1) a[j].hi = _mm512_fmadd_pd(w, xs, a[j].hi);
-                    else a[j].lo = _mm512_fmadd_pd(w, xs, a[j].lo);
+                    /* (grid * (+-1)) * db, 22 significant bits: exact, and
+                     * its product with x exact too (46). */
+                    const __m512d w = _mm512_mul_pd(iq2_weights8(&pr[j], l, ib), db);
+                    for (int k = 0; k < nt; k++) {
+                        if (l & 1) a[j][k].hi = _mm512_fmadd_pd(w, xl[k][l], a[j][k].hi);
+                        else a[j][k].lo = _mm512_fmadd_pd(w, xl[k][l], a[j][k].lo);
+                    }
                 }
             }
         }
@@ -573,38 +601,65 @@ static int dequant_chunk_wide(const ds4_type_info *t, const uint8_t *row, const 
     }
 }
 
-/* nr rows of type t (whole rows of n elements) against one token: acc[j]
- * gets row j's lanes.  Returns 0 when the type has no fused kernel or a
- * scale is special (acc untouched). */
+/* nr rows of type t (whole rows of n elements) against nt tokens (x + k *
+ * ldx): acc[k][j] gets the lanes of row j and token k.  Returns 0 when the
+ * type has no fused kernel or a scale is special (acc untouched). */
 static inline __attribute__((always_inline)) int
 fused_n(const ds4_type_info *t, const uint8_t *const *rows, const int nr, const float *x,
-        uint64_t n, double (*acc)[L]) {
-    acc16 a[RB];
-    for (int j = 0; j < nr; j++) a[j].lo = a[j].hi = _mm512_setzero_pd();
+        uint64_t ldx, const int nt, uint64_t n, double (*acc)[RB][L]) {
+    acc16 a[RB][FUSED_T];
+    for (int j = 0; j < nr; j++)
+        for (int k = 0; k < nt; k++) a[j][k].lo = a[j][k].hi = _mm512_setzero_pd();
     const uint64_t nb = n / t->blck;
     int ok;
     switch (t->id) {
-    case DS4_TYPE_Q8_0: ok = fused_q8_0(rows, nr, x, nb, a); break;
-    case DS4_TYPE_Q2_K: ok = fused_q2_K(rows, nr, x, nb, a); break;
-    case DS4_TYPE_Q4_K: ok = fused_q4_K(rows, nr, x, nb, a); break;
-    case DS4_TYPE_IQ2_XXS: ok = fused_iq2_xxs(rows, nr, x, nb, a); break;
+    case DS4_TYPE_Q8_0: ok = fused_q8_0(rows, nr, x, ldx, nt, nb, a); break;
+    case DS4_TYPE_Q2_K: ok = fused_q2_K(rows, nr, x, ldx, nt, nb, a); break;
+    case DS4_TYPE_Q4_K: ok = fused_q4_K(rows, nr, x, ldx, nt, nb, a); break;
+    case DS4_TYPE_IQ2_XXS: ok = fused_iq2_xxs(rows, nr, x, ldx, nt, nb, a); break;
     default: ok = 0; break;
     }
     if (!ok) return 0;
-    for (int j = 0; j < nr; j++) {
-        _mm512_storeu_pd(acc[j], a[j].lo);
-        _mm512_storeu_pd(acc[j] + 8, a[j].hi);
-    }
+    for (int j = 0; j < nr; j++)
+        for (int k = 0; k < nt; k++) {
+            _mm512_storeu_pd(acc[k][j], a[j][k].lo);
+            _mm512_storeu_pd(acc[k][j] + 8, a[j][k].hi);
+        }
     return 1;
 }
 
-static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows, int nr, const float *x,
-                      uint64_t n, double (*acc)[L]) {
-    switch (nr) {
-    case 4: return fused_n(t, rows, 4, x, n, acc);
-    case 3: return fused_n(t, rows, 3, x, n, acc);
-    case 2: return fused_n(t, rows, 2, x, n, acc);
-    default: return fused_n(t, rows, 1, x, n, acc);
+/* The shapes as compile-time constants, so the accumulators are registers
+ * (4 rows x 2 tokens: 16 of the 32). */
+static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows, int nr,
+                             const float *x, uint64_t ldx, int nt, uint64_t n,
+                             double (*acc)[RB][L]) {
+    switch (nr * 8 + nt) {
+    case 4 * 8 + 2: return fused_n(t, rows, 4, x, ldx, 2, n, acc);
+    case 3 * 8 + 2: return fused_n(t, rows, 3, x, ldx, 2, n, acc);
+    case 2 * 8 + 2: return fused_n(t, rows, 2, x, ldx, 2, n, acc);
+    case 1 * 8 + 2: return fused_n(t, rows, 1, x, ldx, 2, n, acc);
+    case 4 * 8 + 1: return fused_n(t, rows, 4, x, ldx, 1, n, acc);
+    case 3 * 8 + 1: return fused_n(t, rows, 3, x, ldx, 1, n, acc);
+    case 2 * 8 + 1: return fused_n(t, rows, 2, x, ldx, 1, n, acc);
+    default: return fused_n(t, rows, 1, x, ldx, 1, n, acc);
+    }
+}
+
+/* The most tokens of a job that take the fused kernels, two at a time,
+ * rather than the blocked multiply: where the fused pairs were faster,
+ * measured with ds4ref-bench --kernels on one thread (docs/PERFORMANCE.md).
+ * The blocked multiply writes each chunk's weights as doubles and reads
+ * them back for every tile of tokens; the fused kernels keep them in
+ * registers, which pays while the tokens are few, and longer for the
+ * types whose weights are cheap to make (Q8_0, IQ2_XXS) than for the
+ * K-quants. */
+static inline int fused_upto(const ds4_type_info *t) {
+    switch (t->id) {
+    case DS4_TYPE_Q8_0: return 6;
+    case DS4_TYPE_IQ2_XXS: return 8;
+    case DS4_TYPE_Q2_K:
+    case DS4_TYPE_Q4_K: return 2;
+    default: return 1;
     }
 }
 
@@ -685,6 +740,7 @@ static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
 #define KERN_DEQUANT dequant_chunk
 #define KERN_DEQUANT_WIDE dequant_chunk_wide
 #define KERN_FUSED fused_rows
+#define KERN_FUSED_UPTO fused_upto
 #define KERN_MMA mma
 #include "quant/dot_job.h"
 

@@ -6,19 +6,24 @@
  *   KERN_ROWS_FMA(acc, nr, w, x, m)      acc[j][i % 16] += w[j*CHUNK + i] * x[i]
  *   KERN_DEQUANT(t, row, srow, off, w, m) elements [off, off+m) of a row as f32
  *                                        (srow: a block-scaled row's scales)
- *   KERN_FUSED(t, rows, nr, x, n, acc)   whole rows against one token, the
- *                                        dequantization fused with the
- *                                        multiply-adds; 0 when it declines
+ *   KERN_FUSED(t, rows, nr, x, ldx, nt, n, acc)  whole rows against nt <=
+ *                                        FUSED_T tokens, the dequantization
+ *                                        fused with the multiply-adds; 0
+ *                                        when it declines
  *   KERN_MMA(acc, nr, nt, wd, xd, m)     rows x tokens of a chunk, both already
  *                                        widened to double (mma_portable)
  *
- * and may name a fifth, optional one:
+ * and may name two optional ones:
  *
  *   KERN_DEQUANT_WIDE(t, row, srow, off, wd, m)  elements [off, off+m) of a row
  *                                        straight into doubles, skipping the f32
  *                                        stage; 0 when it declines (the type, a
  *                                        special scale), having written nothing
  *                                        that matters
+ *   KERN_FUSED_UPTO(t)                   the most tokens of a job that take
+ *                                        the fused kernels, FUSED_T at a time,
+ *                                        rather than the blocked multiply (1
+ *                                        where it is not named)
  *
  * so every variant gets its own copy of the loops below with its
  * primitives inlined (C has no other way to say "this code, with those
@@ -33,7 +38,9 @@
  *     activations in one pass that keeps the rows' lanes in registers.  A
  *     variant may skip the f32 buffer (KERN_FUSED): each block then goes
  *     from memory straight into the accumulators, with the same values in
- *     the same order;
+ *     the same order.  Where the variant says so (KERN_FUSED_UPTO), a few
+ *     tokens go that way too, FUSED_T at a time, each RB rows walked once
+ *     for every FUSED_T tokens;
  *   - several tokens (prefill, verification, batched rows): the job walks
  *     its rows chunk by chunk.  Each chunk of the tile's activations is
  *     widened to double once for all the job's rows, each chunk of RB rows
@@ -86,10 +93,10 @@ static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, 
     const uint64_t n = W->cols;
     /* The fused kernels know the GGUF blocks only; a block-scaled type goes
      * through KERN_DEQUANT. */
-    if (nt == 1 && !t->scale_rows) {
+    if (nt <= FUSED_T && !t->scale_rows) {
         const uint8_t *rows[RB];
         for (int j = 0; j < nr; j++) rows[j] = W->data + (r0 + (uint64_t)j) * W->row_bytes;
-        if (KERN_FUSED(t, rows, nr, x + (uint64_t)t0 * ldx, n, acc[0])) return;
+        if (KERN_FUSED(t, rows, nr, x + (uint64_t)t0 * ldx, ldx, nt, n, acc)) return;
     }
     float w[RB * CHUNK];
     memset(acc, 0, sizeof(acc[0]) * (size_t)nt);
@@ -159,17 +166,26 @@ static double kern_row_dot(const ds4_mat *W, const ds4_type_info *t, const float
     return lanes_sum(acc[0][0]);
 }
 
+#ifndef KERN_FUSED_UPTO
+#define KERN_FUSED_UPTO(t) 1
+#endif
+
 static void kern_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                      const float *x, uint64_t ldx, int t0, int nt, float *y, uint64_t ldy) {
-    if (nt > 1) {
+    if (nt > 1 && (t->scale_rows || nt > KERN_FUSED_UPTO(t))) {
         blocked_job(W, t, r0, nr, x, ldx, t0, nt, y, ldy);
         return;
     }
-    double acc[1][RB][L];
+    double acc[FUSED_T][RB][L];
     for (int j0 = 0; j0 < nr; j0 += RB) {
         const int nb = nr - j0 < RB ? nr - j0 : RB;
-        rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0, 1, acc);
-        for (int j = 0; j < nb; j++)
-            y[(uint64_t)t0 * ldy + r0 + (uint64_t)(j0 + j)] = (float)lanes_sum(acc[0][j]);
+        for (int k0 = 0; k0 < nt; k0 += FUSED_T) {
+            const int nk = nt - k0 < FUSED_T ? nt - k0 : FUSED_T;
+            rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0 + k0, nk, acc);
+            for (int k = 0; k < nk; k++)
+                for (int j = 0; j < nb; j++)
+                    y[(uint64_t)(t0 + k0 + k) * ldy + r0 + (uint64_t)(j0 + j)] =
+                        (float)lanes_sum(acc[k][j]);
+        }
     }
 }

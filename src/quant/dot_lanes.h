@@ -41,6 +41,9 @@
 /* Tokens sharing one dequantization of the weights. */
 #define TILE_T 16
 
+/* The most tokens a variant's fused kernels (KERN_FUSED) take at once. */
+#define FUSED_T 2
+
 /* The fixed halving tree of dot.h.  Destroys l. */
 static inline double lanes_sum(double *l) {
     for (int k = 0; k < 8; k++) l[k] += l[k + 8];
@@ -102,11 +105,12 @@ static inline void mma_portable(double (*restrict acc)[TILE_T][L], int nr, int n
         }
 }
 
-/* The fused one-token path of a variant that has none: it declines, and
- * the token goes through the f32 chunks. */
+/* The fused path of a variant that has none: it declines, and the tokens
+ * go through the f32 chunks. */
 static inline int fused_none(const ds4_type_info *t, const uint8_t *const *rows, int nr,
-                             const float *x, uint64_t n, double (*acc)[L]) {
-    (void)t, (void)rows, (void)nr, (void)x, (void)n, (void)acc;
+                             const float *x, uint64_t ldx, int nt, uint64_t n,
+                             double (*acc)[RB][L]) {
+    (void)t, (void)rows, (void)nr, (void)x, (void)ldx, (void)nt, (void)n, (void)acc;
     return 0;
 }
 
