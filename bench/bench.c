@@ -32,8 +32,8 @@
  * --kernels measures the matrix kernels alone: one 4096 x 4096 matrix of
  * each block type (--kernel-rows changes the 4096 rows), T = 1, 2, 4, 8,
  * 16 and 64 tokens: decode's one token; a verify batch, a few rows of a
- * batch or a routed expert's share of a prefill pass (the fused kernels
- * take up to 8 of some types); one tile of the blocked kernel, and four
+ * batch or a routed expert's share of a prefill pass (2 take the fused
+ * kernels on AVX-512, more the blocked ones); one tile of the blocked kernel, and four
  * tiles, as a prefill pass cuts its tokens (each thread's jobs then share
  * their weights in cache).
  *

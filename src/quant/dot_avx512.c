@@ -645,22 +645,15 @@ static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows,
     }
 }
 
-/* The most tokens of a job that take the fused kernels, two at a time,
- * rather than the blocked multiply: where the fused pairs were faster,
- * measured with ds4ref-bench --kernels on one thread (docs/PERFORMANCE.md).
- * The blocked multiply writes each chunk's weights as doubles and reads
- * them back for every tile of tokens; the fused kernels keep them in
- * registers, which pays while the tokens are few, and longer for the
- * types whose weights are cheap to make (Q8_0, IQ2_XXS) than for the
- * K-quants. */
-static inline int fused_upto(const ds4_type_info *t) {
-    switch (t->id) {
-    case DS4_TYPE_Q8_0: return 6;
-    case DS4_TYPE_IQ2_XXS: return 8;
-    case DS4_TYPE_Q2_K:
-    case DS4_TYPE_Q4_K: return 2;
-    default: return 1;
-    }
+/* Whether a job of two tokens of type t takes the fused kernels rather
+ * than the blocked multiply, which writes each chunk's weights as doubles
+ * and reads them back for every tile of tokens: for every type with fused
+ * kernels, the pair was faster on both machines measured; from 3 tokens
+ * on, on the Intel one at 16 threads, the blocked multiply was as fast or
+ * faster (docs/PERFORMANCE.md). */
+static inline int fused_multi(const ds4_type_info *t) {
+    return t->id == DS4_TYPE_Q8_0 || t->id == DS4_TYPE_IQ2_XXS || t->id == DS4_TYPE_Q2_K ||
+           t->id == DS4_TYPE_Q4_K;
 }
 
 /* ---- Several tokens: the blocked multiply (dot_job.h) -------------------
@@ -740,7 +733,7 @@ static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
 #define KERN_DEQUANT dequant_chunk
 #define KERN_DEQUANT_WIDE dequant_chunk_wide
 #define KERN_FUSED fused_rows
-#define KERN_FUSED_UPTO fused_upto
+#define KERN_FUSED_MULTI fused_multi
 #define KERN_MMA mma
 #include "quant/dot_job.h"
 

@@ -20,10 +20,11 @@
  *                                        stage; 0 when it declines (the type, a
  *                                        special scale), having written nothing
  *                                        that matters
- *   KERN_FUSED_UPTO(t)                   the most tokens of a job that take
- *                                        the fused kernels, FUSED_T at a time,
- *                                        rather than the blocked multiply (1
- *                                        where it is not named)
+ *   KERN_FUSED_MULTI(t)                  whether a job of up to FUSED_T
+ *                                        tokens of type t takes the fused
+ *                                        kernels rather than the blocked
+ *                                        multiply (no type, where it is not
+ *                                        named)
  *
  * so every variant gets its own copy of the loops below with its
  * primitives inlined (C has no other way to say "this code, with those
@@ -38,9 +39,8 @@
  *     activations in one pass that keeps the rows' lanes in registers.  A
  *     variant may skip the f32 buffer (KERN_FUSED): each block then goes
  *     from memory straight into the accumulators, with the same values in
- *     the same order.  Where the variant says so (KERN_FUSED_UPTO), a few
- *     tokens go that way too, FUSED_T at a time, each RB rows walked once
- *     for every FUSED_T tokens;
+ *     the same order.  Where the variant says so (KERN_FUSED_MULTI), up to
+ *     FUSED_T tokens go that way too, each block made once for all of them;
  *   - several tokens (prefill, verification, batched rows): the job walks
  *     its rows chunk by chunk.  Each chunk of the tile's activations is
  *     widened to double once for all the job's rows, each chunk of RB rows
@@ -166,26 +166,22 @@ static double kern_row_dot(const ds4_mat *W, const ds4_type_info *t, const float
     return lanes_sum(acc[0][0]);
 }
 
-#ifndef KERN_FUSED_UPTO
-#define KERN_FUSED_UPTO(t) 1
+#ifndef KERN_FUSED_MULTI
+#define KERN_FUSED_MULTI(t) ((void)(t), 0)
 #endif
 
 static void kern_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                      const float *x, uint64_t ldx, int t0, int nt, float *y, uint64_t ldy) {
-    if (nt > 1 && (t->scale_rows || nt > KERN_FUSED_UPTO(t))) {
+    if (nt > 1 && (nt > FUSED_T || t->scale_rows || !KERN_FUSED_MULTI(t))) {
         blocked_job(W, t, r0, nr, x, ldx, t0, nt, y, ldy);
         return;
     }
     double acc[FUSED_T][RB][L];
     for (int j0 = 0; j0 < nr; j0 += RB) {
         const int nb = nr - j0 < RB ? nr - j0 : RB;
-        for (int k0 = 0; k0 < nt; k0 += FUSED_T) {
-            const int nk = nt - k0 < FUSED_T ? nt - k0 : FUSED_T;
-            rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0 + k0, nk, acc);
-            for (int k = 0; k < nk; k++)
-                for (int j = 0; j < nb; j++)
-                    y[(uint64_t)(t0 + k0 + k) * ldy + r0 + (uint64_t)(j0 + j)] =
-                        (float)lanes_sum(acc[k][j]);
-        }
+        rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0, nt, acc);
+        for (int k = 0; k < nt; k++)
+            for (int j = 0; j < nb; j++)
+                y[(uint64_t)(t0 + k) * ldy + r0 + (uint64_t)(j0 + j)] = (float)lanes_sum(acc[k][j]);
     }
 }
