@@ -468,9 +468,9 @@ fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
 }
 
 /* IQ2_XXS in double.  The f32 weight is (db * grid) * (+-1), all exact
- * (16 + 6 significant bits), so its product with x equals
- * (grid * (+-1)) * (db * x) exactly: db * x has at most 40 significant bits
- * and the grid factor 6.  The grid points are therefore looked up as 8
+ * (16 + 6 significant bits), so (grid * (+-1)) * db in double is that
+ * weight, and its product with x (22 + 24 bits) is exact too.  The grid
+ * points are therefore looked up as 8
  * doubles each (grid_d, 16 KiB, built once), and a sign pattern is a mask
  * under which a lane becomes 0 - grid, exactly -grid (the grid values are
  * 8, 25 and 43).  The mask costs one operation per 8 weights where a table
@@ -511,12 +511,12 @@ static inline void iq2_prepare(const uint8_t *blk, float d, iq2_prep *o) {
     }
 }
 
-/* Group l of sub-block ib's 8 weights before the scale: grid * (+-1),
- * exact.  The tables must be built (iq2_once). */
-static inline __m512d iq2_weights8(const iq2_prep *pr, int l, int ib) {
+/* Group l of sub-block ib's 8 weights, (grid * (+-1)) * db with db the
+ * sub-block's scale: exact.  The tables must be built (iq2_once). */
+static inline __m512d iq2_weights8(const iq2_prep *pr, int l, int ib, __m512d db) {
     const __m512d g = _mm512_load_pd((const uint8_t *)grid_d + pr->grid_off[l][ib]);
     const __mmask8 neg = _cvtu32_mask8(ds4_formats_ksigns_iq2xs[pr->sign_idx[l][ib]]);
-    return _mm512_mask_sub_pd(g, neg, _mm512_setzero_pd(), g);
+    return _mm512_mul_pd(_mm512_mask_sub_pd(g, neg, _mm512_setzero_pd(), g), db);
 }
 
 static inline __attribute__((always_inline)) int
@@ -542,9 +542,7 @@ fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t
             for (int j = 0; j < nr; j++) {
                 const __m512d db = _mm512_set1_pd(pr[j].db[ib]);
                 for (int l = 0; l < 4; l++) {
-                    /* (grid * (+-1)) * db, 22 significant bits: exact, and
-                     * its product with x exact too (46). */
-                    const __m512d w = _mm512_mul_pd(iq2_weights8(&pr[j], l, ib), db);
+                    const __m512d w = iq2_weights8(&pr[j], l, ib, db);
                     for (int k = 0; k < nt; k++) {
                         if (l & 1) a[j][k].hi = _mm512_fmadd_pd(w, xl[k][l], a[j][k].hi);
                         else a[j][k].lo = _mm512_fmadd_pd(w, xl[k][l], a[j][k].lo);
@@ -585,7 +583,7 @@ static int wide_iq2_xxs(const uint8_t *p, double *wd, uint64_t nb) {
         for (int ib = 0; ib < 8; ib++) {
             const __m512d db = _mm512_set1_pd(pr.db[ib]);
             for (int l = 0; l < 4; l++)
-                _mm512_storeu_pd(wd + 32 * ib + 8 * l, _mm512_mul_pd(iq2_weights8(&pr, l, ib), db));
+                _mm512_storeu_pd(wd + 32 * ib + 8 * l, iq2_weights8(&pr, l, ib, db));
         }
     }
     return 1;
