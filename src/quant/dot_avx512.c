@@ -365,75 +365,152 @@ static inline __m512d q8_0_weights8(const uint8_t *p, int g, __m512d d) {
                          d);
 }
 
+/* The scales of the nbk <= 8 consecutive Q8_0 blocks at p as doubles (the
+ * f16 values, exact), converted together: one block at a time, the scale
+ * went through the scalar side (an insert, two conversions and a
+ * broadcast), a quarter of the vector work of a block's 32 weights, where
+ * now each block's scale is a broadcast from memory.  0 when one is NaN
+ * or Inf. */
+static inline int q8_0_scales(const uint8_t *p, int nbk, double d[8]) {
+    __m128i h = _mm_setzero_si128();
+    if (nbk == 8) {
+        h = _mm_insert_epi16(h, (int)rd16(p), 0);
+        h = _mm_insert_epi16(h, (int)rd16(p + 34), 1);
+        h = _mm_insert_epi16(h, (int)rd16(p + 68), 2);
+        h = _mm_insert_epi16(h, (int)rd16(p + 102), 3);
+        h = _mm_insert_epi16(h, (int)rd16(p + 136), 4);
+        h = _mm_insert_epi16(h, (int)rd16(p + 170), 5);
+        h = _mm_insert_epi16(h, (int)rd16(p + 204), 6);
+        h = _mm_insert_epi16(h, (int)rd16(p + 238), 7);
+    } else {
+        uint16_t hs[8] = {0};
+        for (int k = 0; k < nbk; k++) hs[k] = (uint16_t)rd16(p + 34 * k);
+        h = _mm_loadu_si128((const __m128i *)hs);
+    }
+    const __m128i expo = _mm_set1_epi16(0x7c00);
+    if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, expo), expo))) return 0;
+    _mm512_storeu_pd(d, _mm512_cvtps_pd(_mm256_cvtph_ps(h)));
+    return 1;
+}
+
 /* Each fused kernel returns 0, having stored nothing, when a block scale is
  * NaN or Inf; the caller then takes the buffered path, which handles it. */
 /* Q8_0 in double: (double)q * (double)d is exactly the f32 weight q * d
  * (8 + 11 significant bits), so the weights are made 8 at a time straight
- * in double, without the f32 stage and its widening. */
+ * in double, without the f32 stage and its widening.  The scales of 8
+ * blocks are made at once (q8_0_scales). */
 static inline __attribute__((always_inline)) int
 fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t ldx, const int nt,
            uint64_t nb, acc16 (*a)[FUSED_T]) {
-    for (uint64_t b = 0; b < nb; b++) {
-        acc16 x0[FUSED_T], x1[FUSED_T];
-        for (int k = 0; k < nt; k++) {
-            x0[k] = widen16(x + k * ldx + 32 * b);
-            x1[k] = widen16(x + k * ldx + 32 * b + 16);
-        }
-        if ((b & 1) == 0) prefetch_rows(rows, nr, 34 * b + 768);
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *p = rows[j] + 34 * b;
-            const uint32_t h = rd16(p);
-            if (f16_special(h)) return 0;
-            const __m512d d = _mm512_set1_pd((double)f16_scale(h));
-            __m512d w[4];
-            for (int g = 0; g < 4; g++) w[g] = q8_0_weights8(p, g, d);
+    for (uint64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int nbk = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        double ds[RB][8];
+        for (int j = 0; j < nr; j++)
+            if (!q8_0_scales(rows[j] + 34 * b0, nbk, ds[j])) return 0;
+        for (int k8 = 0; k8 < nbk; k8++) {
+            const uint64_t b = b0 + (uint64_t)k8;
+            acc16 x0[FUSED_T], x1[FUSED_T];
             for (int k = 0; k < nt; k++) {
-                fma16(&a[j][k], (acc16){w[0], w[1]}, x0[k]);
-                fma16(&a[j][k], (acc16){w[2], w[3]}, x1[k]);
+                x0[k] = widen16(x + k * ldx + 32 * b);
+                x1[k] = widen16(x + k * ldx + 32 * b + 16);
+            }
+            if ((b & 1) == 0) prefetch_rows(rows, nr, 34 * b + 768);
+            for (int j = 0; j < nr; j++) {
+                const uint8_t *p = rows[j] + 34 * b;
+                const __m512d d = _mm512_set1_pd(ds[j][k8]);
+                __m512d w[4];
+                for (int g = 0; g < 4; g++) w[g] = q8_0_weights8(p, g, d);
+                for (int k = 0; k < nt; k++) {
+                    fma16(&a[j][k], (acc16){w[0], w[1]}, x0[k]);
+                    fma16(&a[j][k], (acc16){w[2], w[3]}, x1[k]);
+                }
             }
         }
     }
     return 1;
 }
 
+/* Q2_K by table.  A sub-block's weights take only 4 values, dl * q - ml
+ * for q = 0..3, the f32 values of dq_q2_K (the same fused
+ * multiply-subtract); so per block and row the 16 sub-blocks' 4 values are
+ * made once, as doubles, and each 8 weights are a lookup: the bytes' q
+ * bits as 64-bit lanes index a permute of the sub-block's table, which a
+ * 256-bit broadcast repeats into entries 4-7 so that the bit above q (the
+ * next q's) may stay in the index.  Per 8 weights that is a shift and a
+ * permute where the f32 way took a shift, a mask, a conversion, the
+ * multiply-subtract and the widening to double.  tab[g] holds sub-block g's
+ * 4 values; 0 when d or dmin is NaN or Inf. */
+static inline int q2_K_tables(const uint8_t *p, double tab[16][4]) {
+    const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
+    if (f16_special(hd) || f16_special(hm)) return 0;
+    const __m512i sc = load16_u8(p);
+    const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
+                                    _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
+    const __m512 ml = _mm512_mul_ps(_mm512_set1_ps(f16_scale(hm)), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
+    __m512 t[4];
+    for (int q = 0; q < 4; q++) t[q] = scale_sub(dl, _mm512_set1_epi32(q), ml);
+    /* t[q] has sub-block g in lane g; transpose so that sub-block g's 4
+     * values are adjacent: u[k] holds sub-blocks k, k+4, k+8 and k+12, one
+     * in each 128-bit lane. */
+    const __m512d a0 = _mm512_castps_pd(_mm512_unpacklo_ps(t[0], t[1]));
+    const __m512d a1 = _mm512_castps_pd(_mm512_unpackhi_ps(t[0], t[1]));
+    const __m512d b0 = _mm512_castps_pd(_mm512_unpacklo_ps(t[2], t[3]));
+    const __m512d b1 = _mm512_castps_pd(_mm512_unpackhi_ps(t[2], t[3]));
+    const __m512d u[4] = {_mm512_unpacklo_pd(a0, b0), _mm512_unpackhi_pd(a0, b0),
+                          _mm512_unpacklo_pd(a1, b1), _mm512_unpackhi_pd(a1, b1)};
+    for (int k = 0; k < 4; k++) {
+        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castpd_ps(u[k])));
+        const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(u[k], 1)));
+        _mm256_storeu_pd(tab[k], _mm512_castpd512_pd256(lo));
+        _mm256_storeu_pd(tab[k + 4], _mm512_extractf64x4_pd(lo, 1));
+        _mm256_storeu_pd(tab[k + 8], _mm512_castpd512_pd256(hi));
+        _mm256_storeu_pd(tab[k + 12], _mm512_extractf64x4_pd(hi, 1));
+    }
+    return 1;
+}
+
+/* The 8 bytes at p as 64-bit lanes: permute indices whose low 2 bits are
+ * the q of shift 0. */
+static inline __m512i q2_K_index8(const uint8_t *p) {
+    return _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)p));
+}
+
+/* The 8 weights of sub-block table tab whose q are the low 2 bits of idx. */
+static inline __m512d q2_K_lookup8(const double tab[4], __m512i idx) {
+    return _mm512_permutexvar_pd(idx, _mm512_broadcast_f64x4(_mm256_loadu_pd(tab)));
+}
+
+/* Sub-block g = 8*half + 2*s + sub covers elements 16g..16g+15, whose q
+ * are bits 2s, 2s+1 of bytes 16 + 32*half + 16*sub + 0..15: per half the
+ * bytes are read once and shifted by 2 for each s. */
 static inline __attribute__((always_inline)) int
 fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ldx, const int nt,
            uint64_t nb, acc16 (*a)[FUSED_T]) {
-    const __m512i three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
-    float dl[RB][16], ml[RB][16];
     for (uint64_t b = 0; b < nb; b++) {
+        double tab[RB][16][4];
         prefetch_rows(rows, nr, 84 * b + 512);
         prefetch_rows(rows, nr, 84 * b + 576);
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *p = rows[j] + 84 * b;
-            const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
-            if (f16_special(hd) || f16_special(hm)) return 0;
-            const __m512i sc = load16_u8(p);
-            _mm512_storeu_ps(dl[j], _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
-                                                  _mm512_cvtepi32_ps(_mm512_and_si512(sc, fifteen))));
-            _mm512_storeu_ps(ml[j], _mm512_mul_ps(_mm512_set1_ps(f16_scale(hm)),
-                                                  _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4))));
-        }
-        /* Sub-block g = 8*half + 2*s + sub covers elements 16g..16g+15:
-         * walk g in increasing order. */
+        for (int j = 0; j < nr; j++)
+            if (!q2_K_tables(rows[j] + 84 * b, tab[j])) return 0;
         for (int half = 0; half < 2; half++) {
-            __m512i q[RB][2];
+            __m512i q[RB][2][2];   /* row, sub, lanes 0-7 and 8-15 */
             for (int j = 0; j < nr; j++)
                 for (int sub = 0; sub < 2; sub++)
-                    q[j][sub] = load16_u8(rows[j] + 84 * b + 16 + 32 * half + 16 * sub);
-            for (int s = 0; s < 4; s++) {
-                const __m512i shift = _mm512_set1_epi32(2 * s);
+                    for (int h = 0; h < 2; h++)
+                        q[j][sub][h] = q2_K_index8(rows[j] + 84 * b + 16 + 32 * half + 16 * sub + 8 * h);
+            for (int s = 0; s < 4; s++)
                 for (int sub = 0; sub < 2; sub++) {
                     const int g = 8 * half + 2 * s + sub;
                     acc16 xv[FUSED_T];
                     for (int k = 0; k < nt; k++) xv[k] = widen16(x + k * ldx + 256 * b + 16 * g);
                     for (int j = 0; j < nr; j++) {
-                        const __m512i qs = _mm512_and_si512(_mm512_srlv_epi32(q[j][sub], shift), three);
-                        const acc16 w = wide16(scale_sub(_mm512_set1_ps(dl[j][g]), qs, _mm512_set1_ps(ml[j][g])));
+                        const acc16 w = {q2_K_lookup8(tab[j][g], q[j][sub][0]),
+                                         q2_K_lookup8(tab[j][g], q[j][sub][1])};
                         for (int k = 0; k < nt; k++) fma16(&a[j][k], w, xv[k]);
+                        q[j][sub][0] = _mm512_srli_epi64(q[j][sub][0], 2);
+                        q[j][sub][1] = _mm512_srli_epi64(q[j][sub][1], 2);
                     }
                 }
-            }
         }
     }
     return 1;
@@ -560,15 +637,37 @@ fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t
  * f32 weight is a product of exact factors are made in double directly,
  * without the f32 stage and its widening, with the same values as the
  * fused kernels above: Q8_0 as (double)q * (double)d, IQ2_XXS as
- * (grid * (+-1)) * db.  Each declines (returns 0) at a NaN-or-Inf scale;
- * the caller's f32 way then writes the whole chunk again.  Q2_K and Q4_K
- * round a subtraction in f32 and keep that way. */
+ * (grid * (+-1)) * db, Q2_K looked up in its sub-blocks' tables of f32
+ * values.  Each declines (returns 0) at a NaN-or-Inf scale; the caller's
+ * f32 way then writes the whole chunk again.  Q4_K keeps that way. */
 static int wide_q8_0(const uint8_t *p, double *wd, uint64_t nb) {
-    for (uint64_t b = 0; b < nb; b++, p += 34, wd += 32) {
-        const uint32_t h = rd16(p);
-        if (f16_special(h)) return 0;
-        const __m512d d = _mm512_set1_pd((double)f16_scale(h));
-        for (int g = 0; g < 4; g++) _mm512_storeu_pd(wd + 8 * g, q8_0_weights8(p, g, d));
+    for (uint64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int nbk = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        double ds[8];
+        if (!q8_0_scales(p + 34 * b0, nbk, ds)) return 0;
+        for (int k = 0; k < nbk; k++) {
+            const uint8_t *q = p + 34 * (b0 + (uint64_t)k);
+            const __m512d d = _mm512_set1_pd(ds[k]);
+            for (int g = 0; g < 4; g++) _mm512_storeu_pd(wd + 32 * (b0 + (uint64_t)k) + 8 * g, q8_0_weights8(q, g, d));
+        }
+    }
+    return 1;
+}
+
+static int wide_q2_K(const uint8_t *p, double *wd, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, p += 84, wd += 256) {
+        double tab[16][4];
+        if (!q2_K_tables(p, tab)) return 0;
+        for (int half = 0; half < 2; half++)
+            for (int sub = 0; sub < 2; sub++)
+                for (int h = 0; h < 2; h++) {
+                    __m512i q = q2_K_index8(p + 16 + 32 * half + 16 * sub + 8 * h);
+                    for (int s = 0; s < 4; s++) {
+                        const int g = 8 * half + 2 * s + sub;
+                        _mm512_storeu_pd(wd + 16 * g + 8 * h, q2_K_lookup8(tab[g], q));
+                        q = _mm512_srli_epi64(q, 2);
+                    }
+                }
     }
     return 1;
 }
@@ -594,6 +693,7 @@ static int dequant_chunk_wide(const ds4_type_info *t, const uint8_t *row, const 
     (void)srow;
     switch (t->id) {
     case DS4_TYPE_Q8_0: return wide_q8_0(row + off / 32 * 34, wd, m / 32);
+    case DS4_TYPE_Q2_K: return wide_q2_K(row + off / 256 * 84, wd, m / 256);
     case DS4_TYPE_IQ2_XXS: return wide_iq2_xxs(row + off / 256 * 66, wd, m / 256);
     default: return 0;
     }
