@@ -516,10 +516,33 @@ fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
     return 1;
 }
 
+/* Q4_K by table, as Q2_K: a sub-block's 32 weights take 16 values, d1 *
+ * q - m1 for q = 0..15 (the f32 values of dq_q4_K), made once as 16
+ * doubles in two registers, and each 8 weights are a two-register permute
+ * indexed by their nibbles as 64-bit lanes (it reads the low 4 bits of
+ * each, so the high nibble may stay in the index of the low one). */
+typedef struct q4_K_table {
+    __m512d lo, hi;   /* q = 0..7, 8..15 */
+} q4_K_table;
+
+static inline q4_K_table q4_K_table_make(float d1, float m1) {
+    const __m512 v = scale_sub(_mm512_set1_ps(d1),
+                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                               _mm512_set1_ps(m1));
+    const q4_K_table t = {_mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+                          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))};
+    return t;
+}
+
+static inline __m512d q4_K_lookup8(q4_K_table t, __m512i idx) {
+    return _mm512_permutex2var_pd(t.lo, idx, t.hi);
+}
+
+/* Sub-blocks 2i and 2i+1 share bytes 16 + 32i .. 16 + 32i + 31, the low
+ * nibbles 2i's and the high 2i+1's: the bytes are read once per pair. */
 static inline __attribute__((always_inline)) int
 fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ldx, const int nt,
            uint64_t nb, acc16 (*a)[FUSED_T]) {
-    const __m512i fifteen = _mm512_set1_epi32(15);
     for (uint64_t b = 0; b < nb; b++) {
         float d1[RB][8], m1[RB][8];
         prefetch_rows(rows, nr, 144 * b + 576);
@@ -527,16 +550,24 @@ fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
         prefetch_rows(rows, nr, 144 * b + 704);
         for (int j = 0; j < nr; j++)
             if (!q4k_block_scales(rows[j] + 144 * b, d1[j], m1[j])) return 0;
-        for (int k = 0; k < 8; k++) {
-            const __m512i shift = _mm512_set1_epi32(4 * (k & 1));
-            for (int h = 0; h < 2; h++) {
-                acc16 xv[FUSED_T];
-                for (int t = 0; t < nt; t++) xv[t] = widen16(x + t * ldx + 256 * b + 32 * k + 16 * h);
+        for (int i = 0; i < 4; i++) {
+            __m512i q[RB][4];
+            for (int j = 0; j < nr; j++)
+                for (int e = 0; e < 4; e++) q[j][e] = q2_K_index8(rows[j] + 144 * b + 16 + 32 * i + 8 * e);
+            for (int k = 2 * i; k < 2 * i + 2; k++) {
+                acc16 xv[FUSED_T][2];
+                for (int t = 0; t < nt; t++) {
+                    xv[t][0] = widen16(x + t * ldx + 256 * b + 32 * k);
+                    xv[t][1] = widen16(x + t * ldx + 256 * b + 32 * k + 16);
+                }
                 for (int j = 0; j < nr; j++) {
-                    const uint8_t *q = rows[j] + 144 * b + 16 + 32 * (k / 2) + 16 * h;
-                    const __m512i qv = _mm512_and_si512(_mm512_srlv_epi32(load16_u8(q), shift), fifteen);
-                    const acc16 w = wide16(scale_sub(_mm512_set1_ps(d1[j][k]), qv, _mm512_set1_ps(m1[j][k])));
-                    for (int t = 0; t < nt; t++) fma16(&a[j][t], w, xv[t]);
+                    const q4_K_table tab = q4_K_table_make(d1[j][k], m1[j][k]);
+                    for (int h = 0; h < 2; h++) {
+                        const acc16 w = {q4_K_lookup8(tab, q[j][2 * h]), q4_K_lookup8(tab, q[j][2 * h + 1])};
+                        for (int t = 0; t < nt; t++) fma16(&a[j][t], w, xv[t][h]);
+                    }
+                    if (k == 2 * i)
+                        for (int e = 0; e < 4; e++) q[j][e] = _mm512_srli_epi64(q[j][e], 4);
                 }
             }
         }
@@ -637,9 +668,9 @@ fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t
  * f32 weight is a product of exact factors are made in double directly,
  * without the f32 stage and its widening, with the same values as the
  * fused kernels above: Q8_0 as (double)q * (double)d, IQ2_XXS as
- * (grid * (+-1)) * db, Q2_K looked up in its sub-blocks' tables of f32
- * values.  Each declines (returns 0) at a NaN-or-Inf scale; the caller's
- * f32 way then writes the whole chunk again.  Q4_K keeps that way. */
+ * (grid * (+-1)) * db, Q2_K and Q4_K looked up in their sub-blocks'
+ * tables of f32 values.  Each declines (returns 0) at a NaN-or-Inf scale;
+ * the caller's f32 way then writes the whole chunk again. */
 static int wide_q8_0(const uint8_t *p, double *wd, uint64_t nb) {
     for (uint64_t b0 = 0; b0 < nb; b0 += 8) {
         const int nbk = nb - b0 < 8 ? (int)(nb - b0) : 8;
@@ -688,12 +719,30 @@ static int wide_iq2_xxs(const uint8_t *p, double *wd, uint64_t nb) {
     return 1;
 }
 
+static int wide_q4_K(const uint8_t *p, double *wd, uint64_t nb) {
+    for (uint64_t b = 0; b < nb; b++, p += 144, wd += 256) {
+        float d1[8], m1[8];
+        if (!q4k_block_scales(p, d1, m1)) return 0;
+        for (int i = 0; i < 4; i++) {
+            const q4_K_table lo = q4_K_table_make(d1[2 * i], m1[2 * i]);
+            const q4_K_table hi = q4_K_table_make(d1[2 * i + 1], m1[2 * i + 1]);
+            for (int e = 0; e < 4; e++) {
+                const __m512i q = q2_K_index8(p + 16 + 32 * i + 8 * e);
+                _mm512_storeu_pd(wd + 64 * i + 8 * e, q4_K_lookup8(lo, q));
+                _mm512_storeu_pd(wd + 64 * i + 32 + 8 * e, q4_K_lookup8(hi, _mm512_srli_epi64(q, 4)));
+            }
+        }
+    }
+    return 1;
+}
+
 static int dequant_chunk_wide(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow, uint64_t off,
                               double *wd, uint64_t m) {
     (void)srow;
     switch (t->id) {
     case DS4_TYPE_Q8_0: return wide_q8_0(row + off / 32 * 34, wd, m / 32);
     case DS4_TYPE_Q2_K: return wide_q2_K(row + off / 256 * 84, wd, m / 256);
+    case DS4_TYPE_Q4_K: return wide_q4_K(row + off / 256 * 144, wd, m / 256);
     case DS4_TYPE_IQ2_XXS: return wide_iq2_xxs(row + off / 256 * 66, wd, m / 256);
     default: return 0;
     }
