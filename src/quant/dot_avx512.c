@@ -342,7 +342,7 @@ static inline acc16 widen16(const float *x) {
     return v;
 }
 
-/* 16 f32 weights as doubles (exact). */
+/* 16 f32 values as doubles (exact). */
 static inline acc16 wide16(__m512 w) {
     const __m256 whi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1));
     acc16 v = {_mm512_cvtps_pd(_mm512_castps512_ps256(w)), _mm512_cvtps_pd(whi)};
@@ -459,19 +459,19 @@ static inline int q2_K_tables(const uint8_t *p, double tab[16][4]) {
     const __m512d u[4] = {_mm512_unpacklo_pd(a0, b0), _mm512_unpackhi_pd(a0, b0),
                           _mm512_unpacklo_pd(a1, b1), _mm512_unpackhi_pd(a1, b1)};
     for (int k = 0; k < 4; k++) {
-        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castpd_ps(u[k])));
-        const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(u[k], 1)));
-        _mm256_storeu_pd(tab[k], _mm512_castpd512_pd256(lo));
-        _mm256_storeu_pd(tab[k + 4], _mm512_extractf64x4_pd(lo, 1));
-        _mm256_storeu_pd(tab[k + 8], _mm512_castpd512_pd256(hi));
-        _mm256_storeu_pd(tab[k + 12], _mm512_extractf64x4_pd(hi, 1));
+        const acc16 v = wide16(_mm512_castpd_ps(u[k]));
+        _mm256_storeu_pd(tab[k], _mm512_castpd512_pd256(v.lo));
+        _mm256_storeu_pd(tab[k + 4], _mm512_extractf64x4_pd(v.lo, 1));
+        _mm256_storeu_pd(tab[k + 8], _mm512_castpd512_pd256(v.hi));
+        _mm256_storeu_pd(tab[k + 12], _mm512_extractf64x4_pd(v.hi, 1));
     }
     return 1;
 }
 
-/* The 8 bytes at p as 64-bit lanes: permute indices whose low 2 bits are
- * the q of shift 0. */
-static inline __m512i q2_K_index8(const uint8_t *p) {
+/* The 8 bytes at p as 64-bit lanes, the index of a table permute (Q2_K's
+ * and Q4_K's), which reads only its low bits: shifted right, the same
+ * lanes index by the next q. */
+static inline __m512i bytes_index8(const uint8_t *p) {
     return _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)p));
 }
 
@@ -497,7 +497,7 @@ fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
             for (int j = 0; j < nr; j++)
                 for (int sub = 0; sub < 2; sub++)
                     for (int h = 0; h < 2; h++)
-                        q[j][sub][h] = q2_K_index8(rows[j] + 84 * b + 16 + 32 * half + 16 * sub + 8 * h);
+                        q[j][sub][h] = bytes_index8(rows[j] + 84 * b + 16 + 32 * half + 16 * sub + 8 * h);
             for (int s = 0; s < 4; s++)
                 for (int sub = 0; sub < 2; sub++) {
                     const int g = 8 * half + 2 * s + sub;
@@ -518,23 +518,17 @@ fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
 
 /* Q4_K by table, as Q2_K: a sub-block's 32 weights take 16 values, d1 *
  * q - m1 for q = 0..15 (the f32 values of dq_q4_K), made once as 16
- * doubles in two registers, and each 8 weights are a two-register permute
- * indexed by their nibbles as 64-bit lanes (it reads the low 4 bits of
- * each, so the high nibble may stay in the index of the low one). */
-typedef struct q4_K_table {
-    __m512d lo, hi;   /* q = 0..7, 8..15 */
-} q4_K_table;
-
-static inline q4_K_table q4_K_table_make(float d1, float m1) {
-    const __m512 v = scale_sub(_mm512_set1_ps(d1),
-                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                               _mm512_set1_ps(m1));
-    const q4_K_table t = {_mm512_cvtps_pd(_mm512_castps512_ps256(v)),
-                          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))};
-    return t;
+ * doubles in two registers (value q in lane q of the pair), and each 8
+ * weights are a two-register permute indexed by their nibbles as 64-bit
+ * lanes (it reads the low 4 bits of each, so the high nibble may stay in
+ * the index of the low one). */
+static inline acc16 q4_K_table(float d1, float m1) {
+    return wide16(scale_sub(_mm512_set1_ps(d1),
+                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            _mm512_set1_ps(m1)));
 }
 
-static inline __m512d q4_K_lookup8(q4_K_table t, __m512i idx) {
+static inline __m512d q4_K_lookup8(acc16 t, __m512i idx) {
     return _mm512_permutex2var_pd(t.lo, idx, t.hi);
 }
 
@@ -553,7 +547,7 @@ fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
         for (int i = 0; i < 4; i++) {
             __m512i q[RB][4];
             for (int j = 0; j < nr; j++)
-                for (int e = 0; e < 4; e++) q[j][e] = q2_K_index8(rows[j] + 144 * b + 16 + 32 * i + 8 * e);
+                for (int e = 0; e < 4; e++) q[j][e] = bytes_index8(rows[j] + 144 * b + 16 + 32 * i + 8 * e);
             for (int k = 2 * i; k < 2 * i + 2; k++) {
                 acc16 xv[FUSED_T][2];
                 for (int t = 0; t < nt; t++) {
@@ -561,7 +555,7 @@ fused_q4_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
                     xv[t][1] = widen16(x + t * ldx + 256 * b + 32 * k + 16);
                 }
                 for (int j = 0; j < nr; j++) {
-                    const q4_K_table tab = q4_K_table_make(d1[j][k], m1[j][k]);
+                    const acc16 tab = q4_K_table(d1[j][k], m1[j][k]);
                     for (int h = 0; h < 2; h++) {
                         const acc16 w = {q4_K_lookup8(tab, q[j][2 * h]), q4_K_lookup8(tab, q[j][2 * h + 1])};
                         for (int t = 0; t < nt; t++) fma16(&a[j][t], w, xv[t][h]);
@@ -692,7 +686,7 @@ static int wide_q2_K(const uint8_t *p, double *wd, uint64_t nb) {
         for (int half = 0; half < 2; half++)
             for (int sub = 0; sub < 2; sub++)
                 for (int h = 0; h < 2; h++) {
-                    __m512i q = q2_K_index8(p + 16 + 32 * half + 16 * sub + 8 * h);
+                    __m512i q = bytes_index8(p + 16 + 32 * half + 16 * sub + 8 * h);
                     for (int s = 0; s < 4; s++) {
                         const int g = 8 * half + 2 * s + sub;
                         _mm512_storeu_pd(wd + 16 * g + 8 * h, q2_K_lookup8(tab[g], q));
@@ -724,10 +718,10 @@ static int wide_q4_K(const uint8_t *p, double *wd, uint64_t nb) {
         float d1[8], m1[8];
         if (!q4k_block_scales(p, d1, m1)) return 0;
         for (int i = 0; i < 4; i++) {
-            const q4_K_table lo = q4_K_table_make(d1[2 * i], m1[2 * i]);
-            const q4_K_table hi = q4_K_table_make(d1[2 * i + 1], m1[2 * i + 1]);
+            const acc16 lo = q4_K_table(d1[2 * i], m1[2 * i]);
+            const acc16 hi = q4_K_table(d1[2 * i + 1], m1[2 * i + 1]);
             for (int e = 0; e < 4; e++) {
-                const __m512i q = q2_K_index8(p + 16 + 32 * i + 8 * e);
+                const __m512i q = bytes_index8(p + 16 + 32 * i + 8 * e);
                 _mm512_storeu_pd(wd + 64 * i + 8 * e, q4_K_lookup8(lo, q));
                 _mm512_storeu_pd(wd + 64 * i + 32 + 8 * e, q4_K_lookup8(hi, _mm512_srli_epi64(q, 4)));
             }
