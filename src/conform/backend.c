@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +19,34 @@ static double now_sec(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* In the child: its own process group (so a timeout kills what it started
- * too), the log as stdout and stderr, then the shell. */
-static void child(const char *cmd, int log_fd) {
-    setpgid(0, 0);
-    int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, 0);
-    dup2(log_fd, 1);
-    dup2(log_fd, 2);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
+/* Starts cmd under /bin/sh in a process group of its own (so that a
+ * timeout kills what it started too), with /dev/null as stdin and the log
+ * as stdout and stderr; an errno value if it cannot.  posix_spawn, not
+ * fork: this program has threads (OpenMP's pool, --jobs), and a forked
+ * child runs every library's atfork handlers, which may wait for a lock
+ * another thread held at the fork: LLVM's OpenMP runtime hung a child
+ * there, forever, in the sanitizer build.  glibc's posix_spawn runs no
+ * atfork handler. */
+static int spawn_shell(const char *cmd, int log_fd, pid_t *pid) {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    int rc = posix_spawn_file_actions_init(&fa);
+    if (rc) return rc;
+    rc = posix_spawnattr_init(&at);
+    if (rc) {
+        posix_spawn_file_actions_destroy(&fa);
+        return rc;
+    }
+    char *const argv[] = {"sh", "-c", (char *)cmd, NULL};
+    if (!rc) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
+    if (!rc) rc = posix_spawnattr_setpgroup(&at, 0);
+    if (!rc) rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    if (!rc) rc = posix_spawn(pid, "/bin/sh", &fa, &at, argv, environ);
+    posix_spawnattr_destroy(&at);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc;
 }
 
 /* CPU seconds used by process group pgid: every live member's own time and
@@ -86,15 +105,10 @@ int ds4chk_backend_spawn(const char *cmd, const char *log_path, double timeout,
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) return ds4_err_set(err, DS4_E_IO, "%s: %s", log_path, strerror(errno));
     double start = now_sec();
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(log_fd);
-        return ds4_err_set(err, DS4_E_IO, "cannot start the backend: %s", strerror(errno));
-    }
-    if (pid == 0) child(cmd, log_fd);
+    pid_t pid;
+    int rc = spawn_shell(cmd, log_fd, &pid);
     close(log_fd);
-    setpgid(pid, pid);   /* also here: whichever runs first */
+    if (rc) return ds4_err_set(err, DS4_E_IO, "cannot start the backend: %s", strerror(rc));
     /* Polled, so that a stop request is seen within 20 ms and a timeout
      * within a tenth of a second (reading /proc costs more). */
     int st = 0;
@@ -198,14 +212,9 @@ void ds4chk_backend_last_line(const char *log, size_t len, char *out, size_t cap
 int ds4chk_backend_start(const char *cmd, const char *log_path, pid_t *pid, ds4err *err) {
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd < 0) return ds4_err_set(err, DS4_E_IO, "%s: %s", log_path, strerror(errno));
-    *pid = fork();
-    if (*pid < 0) {
-        close(log_fd);
-        return ds4_err_set(err, DS4_E_IO, "cannot start a process: %s", strerror(errno));
-    }
-    if (*pid == 0) child(cmd, log_fd);
+    int rc = spawn_shell(cmd, log_fd, pid);
     close(log_fd);
-    setpgid(*pid, *pid);   /* also here: the group exists before any kill */
+    if (rc) return ds4_err_set(err, DS4_E_IO, "cannot start a process: %s", strerror(rc));
     return 0;
 }
 
