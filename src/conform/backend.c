@@ -38,7 +38,7 @@ static int spawn_shell(const char *cmd, int log_fd, pid_t *pid) {
         return rc;
     }
     char *const argv[] = {"sh", "-c", (char *)cmd, NULL};
-    if (!rc) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
     if (!rc) rc = posix_spawnattr_setpgroup(&at, 0);

@@ -1,6 +1,7 @@
 /* The AVX-512 kernels (AVX-512F/DQ + FMA + F16C): the canonical order of
  * dot_lanes.h with 8-double registers, dequantizers that produce the f32
- * values of formats.c 16 at a time, and fused one-token kernels.  This file
+ * values of formats.c 16 at a time, and fused kernels that make the block
+ * types' weights in registers.  This file
  * is compiled with the AVX-512 target flags and used only on CPUs that have
  * them (dot.c). */
 #include "quant/dot_kern.h"
@@ -103,20 +104,6 @@ static inline __m512i load16_u8(const uint8_t *p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* Q8_0: y = (float)q * d. */
-static int dq_q8_0(const uint8_t *p, float *w, uint64_t nb) {
-    for (uint64_t b = 0; b < nb; b++, p += 34, w += 32) {
-        const uint32_t h = rd16(p);
-        if (f16_special(h)) return 0;
-        const __m512 d = _mm512_set1_ps(f16_scale(h));
-        for (int k = 0; k < 2; k++) {
-            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 2 + 16 * k)));
-            _mm512_storeu_ps(w + 16 * k, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
-        }
-    }
-    return 1;
-}
-
 /* d * q - m for the K-quants' f32 weights, q a small integer: the product
  * is exact in f32 (Q2_K: an f16 scale times a 4-bit scale times a 2-bit q,
  * 17 significant bits; Q4_K: 6-bit scales and 4-bit q, 21), so the fused
@@ -125,33 +112,6 @@ static int dq_q8_0(const uint8_t *p, float *w, uint64_t nb) {
  * instruction does the two. */
 static inline __m512 scale_sub(__m512 d, __m512i q, __m512 m) {
     return _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(q), m);
-}
-
-/* Q2_K: sub-block j = 8*half + 2*(shift/2) + sub of 16 elements,
- * dl = d * (sc & 15), ml = dmin * (sc >> 4), y = dl * q - ml. */
-static int dq_q2_K(const uint8_t *p, float *w, uint64_t nb) {
-    const __m512i three = _mm512_set1_epi32(3), fifteen = _mm512_set1_epi32(15);
-    for (uint64_t b = 0; b < nb; b++, p += 84, w += 256) {
-        const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
-        if (f16_special(hd) || f16_special(hm)) return 0;
-        const __m512i sc = load16_u8(p);
-        float dl[16], ml[16];
-        _mm512_storeu_ps(dl, _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
-                                           _mm512_cvtepi32_ps(_mm512_and_si512(sc, fifteen))));
-        _mm512_storeu_ps(ml, _mm512_mul_ps(_mm512_set1_ps(f16_scale(hm)),
-                                           _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4))));
-        for (int half = 0; half < 2; half++)
-            for (int sub = 0; sub < 2; sub++) {
-                const __m512i q = load16_u8(p + 16 + 32 * half + 16 * sub);
-                for (int s = 0; s < 4; s++) {
-                    const int j = 8 * half + 2 * s + sub;
-                    const __m512i qs = _mm512_and_si512(
-                        _mm512_srlv_epi32(q, _mm512_set1_epi32(2 * s)), three);
-                    _mm512_storeu_ps(w + 16 * j, scale_sub(_mm512_set1_ps(dl[j]), qs, _mm512_set1_ps(ml[j])));
-                }
-            }
-    }
-    return 1;
 }
 
 /* Q4_K: the six-bit scale and min of sub-block j (formats.c). */
@@ -166,7 +126,7 @@ static void q4k_scale_min(int j, const uint8_t *s, uint32_t *sc, uint32_t *m) {
 }
 
 /* Q4_K: the factors of a block's 8 sub-blocks, d1[j] = d * sc and
- * m1[j] = dmin * m, for the dequantizer and the fused product alike; 0
+ * m1[j] = dmin * m, for the fused products and the direct weights; 0
  * when d or dmin is Inf or NaN (such blocks go the portable way). */
 static inline int q4k_block_scales(const uint8_t *p, float d1[8], float m1[8]) {
     const uint32_t hd = rd16(p), hm = rd16(p + 2);
@@ -177,53 +137,6 @@ static inline int q4k_block_scales(const uint8_t *p, float d1[8], float m1[8]) {
         q4k_scale_min(j, p + 4, &sc, &mn);
         d1[j] = d * (float)sc;
         m1[j] = dmin * (float)mn;
-    }
-    return 1;
-}
-
-/* Q4_K: y = (d * sc) * q - dmin * m per sub-block of 32. */
-static int dq_q4_K(const uint8_t *p, float *w, uint64_t nb) {
-    const __m512i fifteen = _mm512_set1_epi32(15);
-    for (uint64_t b = 0; b < nb; b++, p += 144, w += 256) {
-        float dj[8], mj[8];
-        if (!q4k_block_scales(p, dj, mj)) return 0;
-        for (int j = 0; j < 8; j++) {
-            const __m512 d1 = _mm512_set1_ps(dj[j]), m1 = _mm512_set1_ps(mj[j]);
-            const __m512i shift = _mm512_set1_epi32(4 * (j & 1));
-            for (int h = 0; h < 2; h++) {
-                const __m512i q = _mm512_and_si512(
-                    _mm512_srlv_epi32(load16_u8(p + 16 + 32 * (j / 2) + 16 * h), shift), fifteen);
-                _mm512_storeu_ps(w + 32 * j + 16 * h, scale_sub(d1, q, m1));
-            }
-        }
-    }
-    return 1;
-}
-
-/* IQ2_XXS: y = (db * grid) * (+-1); the sign is applied by flipping the
- * sign bit, which is what multiplying a non-NaN by -1 does. */
-static int dq_iq2_xxs(const uint8_t *p, float *w, uint64_t nb) {
-    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
-    for (uint64_t b = 0; b < nb; b++, p += 66, w += 256) {
-        const uint32_t hd = rd16(p);
-        if (f16_special(hd)) return 0;
-        const float d = f16_scale(hd);
-        for (int ib = 0; ib < 8; ib++) {
-            const uint8_t *g = p + 2 + 8 * ib;
-            const uint32_t aux = rd32(g + 4);
-            const __m512 db = _mm512_set1_ps(d * (0.5f + (float)(aux >> 28)) * 0.25f);
-            for (int h = 0; h < 2; h++) {
-                const int l = 2 * h;
-                const __m128i grid = _mm_set_epi64x((long long)ds4_formats_iq2xxs_grid[g[l + 1]],
-                                                    (long long)ds4_formats_iq2xxs_grid[g[l]]);
-                const __mmask16 neg = (__mmask16)(ds4_formats_ksigns_iq2xs[(aux >> (7 * l)) & 127] |
-                                                  ds4_formats_ksigns_iq2xs[(aux >> (7 * l + 7)) & 127] << 8);
-                const __m512 v = _mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(grid)));
-                const __m512i vi = _mm512_castps_si512(v);
-                _mm512_storeu_ps(w + 32 * ib + 16 * h,
-                                 _mm512_castsi512_ps(_mm512_mask_xor_epi32(vi, neg, vi, sign)));
-            }
-        }
     }
     return 1;
 }
@@ -302,13 +215,8 @@ static uint64_t dq_fp4(const uint8_t *row, const uint8_t *srow, uint64_t off, fl
 static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow,
                                  uint64_t off, float *w, uint64_t m) {
     const uint8_t *p = row + off / t->blck * t->bytes;
-    const uint64_t nb = m / t->blck;
     uint64_t done = 0;
     switch (t->id) {
-    case DS4_TYPE_Q8_0: done = dq_q8_0(p, w, nb) ? m : 0; break;
-    case DS4_TYPE_Q2_K: done = dq_q2_K(p, w, nb) ? m : 0; break;
-    case DS4_TYPE_Q4_K: done = dq_q4_K(p, w, nb) ? m : 0; break;
-    case DS4_TYPE_IQ2_XXS: done = dq_iq2_xxs(p, w, nb) ? m : 0; break;
     case DS4_TYPE_F16: done = dq_f16(p, w, m); break;
     case DS4_TYPE_BF16: done = dq_bf16(p, w, m); break;
     case DS4_TYPE_F32: memcpy(w, p, sizeof(float) * m); done = m; break;
@@ -317,7 +225,11 @@ static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, con
     default: break;
     }
     /* The rest (a tail, a special scale or code, another type) the
-     * portable way; done is a whole number of blocks. */
+     * portable way; done is a whole number of blocks.  Q8_0, Q2_K, Q4_K and
+     * IQ2_XXS come here only from a row or chunk with a NaN or Inf scale,
+     * which the fused kernels and the direct weights decline: the portable
+     * way then keeps every bit, and their vector dequantizers would have
+     * declined too. */
     if (done < m) dequant_portable(t, row, srow, off + done, w + done, m - done);
 }
 
@@ -327,8 +239,8 @@ static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, con
  * batch of depth 1, two rows of a batch) twice, so they go from the block
  * straight into registers, without the f32 buffer, and meet each token's
  * activations there: a[j][k] holds the lanes of row j and token k (nt <=
- * FUSED_T tokens, x + k * ldx).  The values are those of the dq_*
- * functions above and the order of additions is the same: per row and
+ * FUSED_T tokens, x + k * ldx).  The values are formats.c's f32 weights
+ * and the order of additions is the canonical one: per row and
  * token, blocks in increasing order and inside a block 16 elements at a
  * time in increasing order, element i into lane i % 16. */
 
@@ -431,10 +343,10 @@ fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
 }
 
 /* Q2_K by table.  A sub-block's weights take only 4 values, dl * q - ml
- * for q = 0..3, the f32 values of dq_q2_K (the same fused
- * multiply-subtract); so per block and row the 16 sub-blocks' 4 values are
- * made once, as doubles, and each 8 weights are a lookup: the bytes' q
- * bits as 64-bit lanes index a permute of the sub-block's table, which a
+ * for q = 0..3, the f32 values of formats.c (scale_sub); so per block and
+ * row the 16 sub-blocks' 4 values are made once, as doubles, and each 8
+ * weights are a lookup: the bytes' q bits as 64-bit lanes index a permute
+ * of the sub-block's table, which a
  * 256-bit broadcast repeats into entries 4-7 so that the bit above q (the
  * next q's) may stay in the index.  Per 8 weights that is a shift and a
  * permute where the f32 way took a shift, a mask, a conversion, the
@@ -517,7 +429,7 @@ fused_q2_K(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
 }
 
 /* Q4_K by table, as Q2_K: a sub-block's 32 weights take 16 values, d1 *
- * q - m1 for q = 0..15 (the f32 values of dq_q4_K), made once as 16
+ * q - m1 for q = 0..15 (the f32 values of formats.c), made once as 16
  * doubles in two registers (value q in lane q of the pair), and each 8
  * weights are a two-register permute indexed by their nibbles as 64-bit
  * lanes (it reads the low 4 bits of each, so the high nibble may stay in
