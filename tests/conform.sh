@@ -161,6 +161,26 @@ check "a plain backend is judged under the official numerics" bash -c \
     "./ds4ref-conform -q --no-cache --backend \"\$1\" \"\${@:2}\" | grep -q '^numerics: official, chosen'" \
     _ "$backend" "${cal_args[@]}"
 
+# The backend against itself (the spread): the test backend without a bug
+# gives every row of every cell, batch rows included, the bits of its
+# prompt's base row, so the spread is exactly 0; with its chunk-7 cells under
+# ggml-act and its whole-prompt cells not, it is the largest |dlogprob|
+# between those outputs, which tests/dump_dlogprob.py computes on its own.
+check "spread: the test backend without a bug departs from itself by 0" \
+    grep -q '"spread":{"rows":[1-9][0-9]*,"dlogprob":0,' "$tmp/clean.json"
+check "spread: chunk-7 cells under other numerics, exit status 1" status_is 1 conform \
+    --backend "$backend \$(test {chunk} = 7 && echo --numerics ggml-act --qat off)" -m models/tiny.gguf \
+    --prompts "$tmp/prompts" --matrix "draft=0 chunk=7,whole batch=1" --work "$tmp/spread" \
+    --json "$tmp/spread.json"
+check "... the spread is the largest |dlogprob| between those outputs" bash -c '
+    want=$(for p in chat code; do
+        python3 tests/dump_dlogprob.py "$2"/*-cwhole-b1-$p/out "$2"/*-c7-b1-$p/out; done | sort -g | tail -1)
+    got=$(grep -o "\"spread\":{\"rows\":2,\"dlogprob\":[0-9.e-]*" "$1" | sed "s/.*://")
+    awk -v a="$got" -v b="$want" "BEGIN { exit !(a != \"\" && b > 0.01 && (a - b) ^ 2 < (1e-6 * b) ^ 2) }" ||
+        { echo "  spread $got, computed $want"; exit 1; }' \
+    _ "$tmp/spread.json" "$tmp/spread"
+check "... and the report says so" grep -q '^backend against itself: 2 rows of its other cells depart' "$tmp/out.txt"
+
 # A model the FP8 simulation cannot block (heads of 64, RoPE on 16): the
 # candidates with it are not measured, and the run goes on without them.
 ./ds4ref-mkmodel --config tiny-k64 -o "$tmp/k64.gguf" > /dev/null

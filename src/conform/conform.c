@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ void ds4chk_conform_result_free(ds4_cf_result *r) {
         free(r->prompts[i].ids);
         ds4_buf_free(&r->prompts[i].rendered);
         ds4_golden_free(&r->prompts[i].ref);
+        ds4_golden_free(&r->prompts[i].base_out);
     }
     for (uint32_t i = 0; r->forced && i < r->n_forced; i++) ds4chk_reference_tf_free(&r->forced[i].tf);
     for (uint32_t i = 0; r->cells && i < r->n_cells; i++)
@@ -62,6 +64,8 @@ static int prepare_prompts(ds4_cf_ref *ref, const ds4_tokenizer *tok, const ds4_
         ds4_tokens t = {0};
         p->name = c->p[i].name;
         ds4_golden_init(&p->ref, DS4_TRACE_GOLDEN);
+        ds4_golden_init(&p->base_out, DS4_TRACE_DUMP);
+        p->base_cell = -1;
         if (ds4_chat_prompt_ids(tok, NULL, 0, (const char *)c->p[i].bytes, c->p[i].len, &co, &t,
                                 err)) {
             ds4_tokens_free(&t);
@@ -314,6 +318,28 @@ static int fill_bytes(ds4_golden *g, const ds4_tokenizer *tok, ds4err *err) {
     return 0;
 }
 
+/* Row r of cell c, whose output is out, against its prompt's base row, in
+ * the backend's own logprobs: the spread (conform.h).  Errors: out of
+ * memory. */
+static int spread_add(ds4_cf_result *res, const ds4_cf_cell *c, uint32_t r, const ds4_golden *out,
+                      ds4err *err) {
+    const ds4_cf_prompt *p = &res->prompts[c->rows[r].prompt];
+    const int32_t ci = (int32_t)(c - res->cells);
+    if (!res->greedy || p->base_cell < 0 || (ci == p->base_cell && r == 0)) return 0;
+    ds4_diff_opts d = {.all_steps = false};
+    ds4_diff_report rep;
+    if (ds4chk_diff_compute(&p->base_out, out, &d, &rep, err)) return -1;
+    ds4_cf_spread *s = &res->spread;
+    s->rows++;
+    if (!isnan(rep.max_dlp) && !(rep.max_dlp <= s->dlogprob)) {
+        s->dlogprob = rep.max_dlp;
+        s->cell = ci;
+        s->row = (int32_t)r;
+    }
+    ds4chk_diff_report_free(&rep);
+    return 0;
+}
+
 /* Row r of a cell whose backend ran: its output read and checked.  Errors
  * returned are the run's (another model); the row's own are its findings. */
 static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *o,
@@ -356,6 +382,7 @@ static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *
             row->margin = ds4chk_verdict_margins(&out);
             ds4chk_verdict_row(&p->ref, &out, &res->forced[row->tf].tf, want, eos,
                                &o->limits, tok, &row->all, &row->f);
+            rc = spread_add(res, c, r, &out, err);
         }
     }
     ds4_golden_free(&out);
@@ -733,32 +760,42 @@ static const ds4_cf_cell *base_ran(const ds4_cf_result *res, uint32_t p) {
     return best;
 }
 
-/* Each prompt's base row, read from its cell's output (a row that cannot be
- * read or used is left out: its cell's check will say why), measured under
- * every candidate numerics; then the engine keeps the best, and the prompts'
- * goldens are made again under it when it is not the one they were made
- * under. */
-static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds4_cf_opts *o,
-                     ds4err *err) {
-    ds4_golden *outs = calloc(res->n_prompts, sizeof(ds4_golden));
-    ds4_cf_base_row *rows = calloc(res->n_prompts, sizeof(ds4_cf_base_row));
-    int rc = outs && rows ? 0 : ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    uint32_t n = 0;
-    for (uint32_t p = 0; rc == 0 && p < res->n_prompts; p++) {
+/* Each prompt's base row as the backend wrote it, read from its cell's
+ * output into the prompt (base_cell, base_out); a row that cannot be read or
+ * used is left out: its cell's check will say why.  Errors: out of memory. */
+static int read_bases(ds4_cf_result *res, const ds4_cf_opts *o, const ds4_tokenizer *tok,
+                      uint32_t n_vocab, ds4err *err) {
+    for (uint32_t p = 0; p < res->n_prompts; p++) {
         const ds4_cf_cell *c = base_ran(res, p);
-        const ds4_cf_prompt *pr = &res->prompts[p];
+        ds4_cf_prompt *pr = &res->prompts[p];
+        if (!c) continue;
+        char *path = path_in(c->dir, "out", c->batch > 1 ? 0 : -1);
+        if (!path) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
         ds4_cf_finding f;
         ds4err e = {0};
-        char *path = c ? path_in(c->dir, "out", c->batch > 1 ? 0 : -1) : NULL;
-        ds4_golden_init(&outs[n], DS4_TRACE_DUMP);
-        if (path && ds4_trace_load(path, NULL, &outs[n], &e) == 0 &&
-            ds4chk_verdict_usable(&outs[n], pr->ids, pr->n, o->n_tokens, m->cfg.n_vocab, &f)) {
-            rows[n] = (ds4_cf_base_row){pr->ids, pr->n, &outs[n]};
-            n++;
-        } else {
-            ds4_golden_free(&outs[n]);
-        }
+        if (ds4_trace_load(path, NULL, &pr->base_out, &e) == 0 &&
+            (pr->base_out.has_header || fill_bytes(&pr->base_out, tok, &e) == 0) &&
+            ds4chk_verdict_usable(&pr->base_out, pr->ids, pr->n, o->n_tokens, n_vocab, &f))
+            pr->base_cell = (int32_t)(c - res->cells);
+        else
+            ds4_golden_free(&pr->base_out);
         free(path);
+        if (e.code == DS4_E_NOMEM) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* The base rows measured under every candidate numerics; then the engine
+ * keeps the best, and the prompts' goldens are made again under it when it
+ * is not the one they were made under. */
+static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds4_cf_opts *o,
+                     ds4err *err) {
+    ds4_cf_base_row *rows = calloc(res->n_prompts ? res->n_prompts : 1, sizeof(ds4_cf_base_row));
+    int rc = rows ? 0 : ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    uint32_t n = 0;
+    for (uint32_t p = 0; rc == 0 && p < res->n_prompts; p++) {
+        const ds4_cf_prompt *pr = &res->prompts[p];
+        if (pr->base_cell >= 0) rows[n++] = (ds4_cf_base_row){pr->ids, pr->n, &pr->base_out};
     }
     if (rc == 0 && o->progress) o->progress(o->progress_ud, 0, res->n_cells, "calibrating");
     ds4_fwd_opts was = ref->e->opts;
@@ -771,8 +808,6 @@ static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds
         ds4_golden_init(&pr->ref, DS4_TRACE_GOLDEN);
         rc = ds4chk_reference_golden(ref, pr->ids, pr->n, &pr->ref, &pr->cached, err);
     }
-    for (uint32_t i = 0; outs && i < n; i++) ds4_golden_free(&outs[i]);
-    free(outs);
     free(rows);
     return rc;
 }
@@ -844,6 +879,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     if (!o->n_tokens) return ds4_err_set(err, DS4_E_ARG, "no tokens to generate (-n)");
     res->ctx = ds4_generate_session_opts(e, o->ctx, 0).ctx;   /* ds4ref's own default */
     res->greedy = o->temp == 0;
+    res->spread = (ds4_cf_spread){.dlogprob = NAN, .cell = -1, .row = -1};
     ds4_cf_opts run = *o;
     run.limits.greedy = res->greedy;
     ds4_cf_ref ref;
@@ -874,6 +910,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     run.tok = tok;
     if (rc == 0) rc = launch_all(res, &run, work, err);
     ds4chk_server_index_free(vocab);
+    if (rc == 0) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
     if (rc == 0 && run.calibrate && !run.limits.exact) rc = calibrate(&ref, m, res, &run, err);
     ds4chk_calibrate_limits(&res->calib, &run.limits);
     res->limits = run.limits;

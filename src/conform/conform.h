@@ -74,6 +74,20 @@ typedef struct ds4_cf_opts {
     void *progress_ud;
 } ds4_cf_opts;
 
+/* The backend against itself: how far the rows of its other cells depart
+ * from their prompt's base row, in the backend's own logprobs, over the
+ * steps before their tokens part (ds4ref-diff's max |dlogprob| between the
+ * two outputs).  A backend whose sums keep one order whatever the chunk and
+ * the batch has 0; one that changes them with the cell has the noise that
+ * order costs, the floor the calibration measures against the reference
+ * cannot go below (docs/CONFORM.md §3.6).  Reported, not judged: a bug in
+ * some cells raises it too. */
+typedef struct ds4_cf_spread {
+    uint32_t rows;             /* rows compared (0: none; dlogprob is then NAN) */
+    double dlogprob;           /* the largest */
+    int32_t cell, row;         /* where it was: index into cells, row of it */
+} ds4_cf_spread;
+
 /* A prompt made ready: its ids, its rendered text, its reference. */
 typedef struct ds4_cf_prompt {
     const char *name;          /* the corpus's */
@@ -83,6 +97,12 @@ typedef struct ds4_cf_prompt {
     size_t bos_len;            /* its leading BOS string's bytes (0: none) */
     ds4_golden ref;
     bool cached;               /* the reference came from the cache */
+    /* Row 0 of its base cell as the backend wrote it (the cell the
+     * cross-cell check compares with), read once after the cells ran: what
+     * the calibration measures, and what every other row of the prompt is
+     * compared with for the spread.  base_cell < 0: none could be read. */
+    int32_t base_cell;
+    ds4_golden base_out;
 } ds4_cf_prompt;
 
 /* The reference teacher-forced on a stream that followed one prompt. */
@@ -129,6 +149,7 @@ typedef struct ds4_cf_result {
     uint32_t ctx;
     bool greedy;
     ds4_cf_calib calib;        /* what the calibration measured and chose */
+    ds4_cf_spread spread;      /* the backend against itself (greedy runs) */
     ds4_cf_limits limits;      /* the limits the verdicts used */
 } ds4_cf_result;
 

@@ -31,6 +31,26 @@ static void put_calibration(ds4_buf *b, const ds4_cf_calib *c) {
     ds4_buf_puts(b, ")\n");
 }
 
+/* "backend against itself: 44 rows of its other cells depart from their
+ * prompt's base row by up to 0.0906 nats |dlogprob| before their tokens
+ * part (the most: draft=0 chunk=1 batch=1 long)". */
+static void put_spread(ds4_buf *b, const ds4_cf_result *r) {
+    const ds4_cf_spread *s = &r->spread;
+    if (!s->rows) return;
+    ds4_buf_printf(b, "backend against itself: %u rows of its other cells depart from their "
+                   "prompt's base row by up to ", s->rows);
+    if (isnan(s->dlogprob)) {
+        ds4_buf_puts(b, "n/a (no token in both top lists)\n");
+        return;
+    }
+    char name[160];
+    ds4chk_conform_cell_name(r, &r->cells[s->cell], true, name, sizeof(name));
+    ds4_buf_printf(b, "%.3g nats |dlogprob| before their tokens part (the most: %s", s->dlogprob,
+                   name);
+    if (r->cells[s->cell].batch > 1) ds4_buf_printf(b, ", row %d", s->row);
+    ds4_buf_puts(b, ")\n");
+}
+
 static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o) {
     ds4_buf_printf(b, "ds4ref-conform: backend %s on %s", o->backend_name ? o->backend_name : o->backend,
                    base_name(o->model_path));
@@ -52,6 +72,7 @@ static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o)
         if (!isnan(l->min_top20)) ds4_buf_printf(b, "top-20 overlap >= %g, ", l->min_top20);
         ds4_buf_printf(b, "ties below %.3g nats)\n", l->tie_eps);
     }
+    put_spread(b, r);
     ds4_buf_puts(b, "prompts:");
     uint32_t cached = 0;
     for (uint32_t i = 0; i < r->n_prompts; i++) {
@@ -311,6 +332,24 @@ static void put_calibration_json(ds4_buf *b, const ds4_cf_calib *c) {
     ds4_buf_puts(b, "]}");
 }
 
+/* "spread": null (no row compared), or {"rows", "dlogprob", "cell", "row"}. */
+static void put_spread_json(ds4_buf *b, const ds4_cf_result *r) {
+    const ds4_cf_spread *s = &r->spread;
+    if (!s->rows) {
+        ds4_buf_puts(b, ",\"spread\":null");
+        return;
+    }
+    ds4_buf_printf(b, ",\"spread\":{\"rows\":%u", s->rows);
+    put_num(b, "dlogprob", s->dlogprob);
+    if (s->cell >= 0) {
+        char name[160];
+        ds4chk_conform_cell_name(r, &r->cells[s->cell], true, name, sizeof(name));
+        put_str(b, "cell", name);
+        ds4_buf_printf(b, ",\"row\":%d", s->row);
+    }
+    ds4_buf_putc(b, '}');
+}
+
 int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
     ds4_buf_puts(b, "{\"format\":\"ds4ref-conform-v1\"");
     put_str(b, "backend", o->backend_name ? o->backend_name : o->backend);
@@ -325,6 +364,7 @@ int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b)
     put_num(b, "tie_eps", r->limits.tie_eps);
     put_num(b, "max_dlogprob", r->limits.max_dlogprob);
     put_calibration_json(b, &r->calib);
+    put_spread_json(b, r);
     ds4_buf_puts(b, ",\"prompts\":[");
     for (uint32_t i = 0; i < r->n_prompts; i++) {
         ds4_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
