@@ -186,7 +186,39 @@ cp "$tmp/out.txt" "$tmp/default.txt"
 check "... no failing cell" bash -c '! cells "$1" | grep -q " fail$"' _ "$tmp/default.json"
 check "... judged under ggml-act without the FP8/FP4 simulation, found by the calibration" \
     grep -q '^numerics: ggml-act, qat off, chosen' "$tmp/default.txt"
-sed -n 's/^\(numerics:.*\)/  \1/p; s/^\(mode:.*\)/  \1/p; s/^\([0-9]* cells:.*\)/  \1/p' "$tmp/default.txt"
+sed -n 's/^\(numerics:.*\)/  \1/p; s/^\(mode:.*\)/  \1/p; s/^\(backend against itself:.*\)/  \1/p; s/^\([0-9]* cells:.*\)/  \1/p' "$tmp/default.txt"
+# ds4ref under the profile is about as far from llama.cpp as llama.cpp's own
+# cells are from its base cells (the spread; docs/CONFORM.md §8 measured a
+# floor of 0.075 against spreads of 0.058-0.091): a profile that missed one of
+# llama.cpp's roundings would leave the official candidates' 0.65.
+floor_within() {   # floor_within JSON: the calibrated floor at most twice the spread
+    local floor spread
+    floor=$(grep -o '"calibration":{"numerics":"[^"]*","qat":[a-z]*,"floor":[0-9.e-]*' "$1" | sed 's/.*://')
+    spread=$(grep -o '"spread":{"rows":[0-9]*,"dlogprob":[0-9.e-]*' "$1" | sed 's/.*://')
+    awk -v f="$floor" -v s="$spread" 'BEGIN { exit !(f != "" && s != "" && f <= 2 * s) }' ||
+        { echo "  floor ${floor:-none}, spread ${spread:-none}"; return 1; }
+}
+check "... the floor against ds4ref at most twice llama.cpp's spread against itself" floor_within "$tmp/default.json"
+
+# 1b. llama.cpp's AVX2 build: the package's libggml-cpu-haswell.so alone
+#     beside its other libraries, so that ggml cannot load a wider one.  Its
+#     sums take another order (docs/CONFORM.md §8), and the same invocation
+#     must still report no failing cell.
+if grep -qw avx2 /proc/cpuinfo; then
+    mkdir -p "$tmp/avx2"
+    for f in "$lib"/lib*.so; do
+        case ${f##*/} in libggml-cpu-*) ;; *) ln -s "$f" "$tmp/avx2/" ;; esac
+    done
+    ln -s "$lib/libggml-cpu-haswell.so" "$tmp/avx2/"
+    check "llama.cpp's AVX2 build, the preset on the default model: exit status 0" status_is 0 \
+        env DS4REF_LLAMA_LIB="$tmp/avx2" ./ds4ref-conform -q --no-cache --jobs 2 --backend llama.cpp \
+        --json "$tmp/avx2.json"
+    check "... no failing cell" bash -c '! cells "$1" | grep -q " fail$"' _ "$tmp/avx2.json"
+    check "... the floor against ds4ref at most twice its spread" floor_within "$tmp/avx2.json"
+    sed -n 's/^\(numerics:.*\)/  \1/p; s/^\(backend against itself:.*\)/  \1/p' "$tmp/out.txt"
+else
+    echo "peers: llama.cpp's AVX2 build skipped: this CPU has no AVX2"
+fi
 
 # 2. The unquantized twin: llama.cpp keeps f32 activations, so the official
 #    numerics apply (llama.cpp simulates no FP8 KV) and 1e-3 is loose.
