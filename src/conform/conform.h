@@ -75,8 +75,8 @@ typedef struct ds4_cf_opts {
 } ds4_cf_opts;
 
 /* The backend against itself: how far the rows of its other cells depart
- * from their prompt's base row, in the backend's own logprobs, over the
- * steps before their tokens part (ds4ref-diff's max |dlogprob| between the
+ * from their prompt's base row, in the backend's own logprobs, up to the
+ * step where their tokens part (ds4ref-diff's max |dlogprob| between the
  * two outputs).  A backend whose sums keep one order whatever the chunk and
  * the batch has 0; one that changes them with the cell has the noise that
  * order costs, the floor the calibration measures against the reference
@@ -97,10 +97,11 @@ typedef struct ds4_cf_prompt {
     size_t bos_len;            /* its leading BOS string's bytes (0: none) */
     ds4_golden ref;
     bool cached;               /* the reference came from the cache */
-    /* Row 0 of its base cell as the backend wrote it (the cell the
-     * cross-cell check compares with), read once after the cells ran: what
-     * the calibration measures, and what every other row of the prompt is
-     * compared with for the spread.  base_cell < 0: none could be read. */
+    /* Row 0 of its plainest cell that ran, as the backend wrote it (the
+     * cross-cell check's base cell, unless that one left no usable row),
+     * read once after the cells ran: what the calibration measures, and
+     * what every other row of the prompt is compared with for the spread.
+     * base_cell < 0: none could be read. */
     int32_t base_cell;
     ds4_golden base_out;
 } ds4_cf_prompt;

@@ -31,9 +31,10 @@ static void put_calibration(ds4_buf *b, const ds4_cf_calib *c) {
     ds4_buf_puts(b, ")\n");
 }
 
-/* "backend against itself: 44 rows of its other cells depart from their
- * prompt's base row by up to 0.0906 nats |dlogprob| before their tokens
- * part (the most: draft=0 chunk=1 batch=1 long)". */
+/* "backend against itself: 108 rows of its other cells depart from their
+ * prompt's base row by up to 0.0906 nats |dlogprob| up to the step where
+ * their tokens part (the most: draft=0 chunk=1 batch=1 long)"; no cell
+ * named when that is 0. */
 static void put_spread(ds4_buf *b, const ds4_cf_result *r) {
     const ds4_cf_spread *s = &r->spread;
     if (!s->rows) return;
@@ -43,12 +44,16 @@ static void put_spread(ds4_buf *b, const ds4_cf_result *r) {
         ds4_buf_puts(b, "n/a (no token in both top lists)\n");
         return;
     }
-    char name[160];
-    ds4chk_conform_cell_name(r, &r->cells[s->cell], true, name, sizeof(name));
-    ds4_buf_printf(b, "%.3g nats |dlogprob| before their tokens part (the most: %s", s->dlogprob,
-                   name);
-    if (r->cells[s->cell].batch > 1) ds4_buf_printf(b, ", row %d", s->row);
-    ds4_buf_puts(b, ")\n");
+    ds4_buf_printf(b, "%.3g nats |dlogprob| up to the step where their tokens part",
+                   s->dlogprob);
+    if (s->dlogprob > 0) {
+        char name[160];
+        ds4chk_conform_cell_name(r, &r->cells[s->cell], true, name, sizeof(name));
+        ds4_buf_printf(b, " (the most: %s", name);
+        if (r->cells[s->cell].batch > 1) ds4_buf_printf(b, ", row %d", s->row);
+        ds4_buf_putc(b, ')');
+    }
+    ds4_buf_putc(b, '\n');
 }
 
 static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o) {
