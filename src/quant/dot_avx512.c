@@ -88,10 +88,6 @@ static inline uint32_t rd16(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
 
-static inline uint32_t rd32(const uint8_t *p) {
-    return rd16(p) | rd16(p + 2) << 16;
-}
-
 static inline int f16_special(uint32_t h) {
     return (h & 0x7c00u) == 0x7c00u;
 }
