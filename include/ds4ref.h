@@ -121,7 +121,10 @@ typedef struct ds4ref_model_options {
      * approximations, reproduced exactly.  NULL or "official": none (the
      * default); "ggml-act" (ggml's CPU conversion of every product's input
      * for the weight's type), "ds4-act" (ds4.c's), "f16-kv" (KV rows stored
-     * as binary16), "ds4" (ds4-act,f16-kv), or a comma list.  Unknown
+     * as binary16), "ds4" (ds4-act,f16-kv), "jitter" (every product's
+     * output moved one ulp: another order of the same sums, whose effect
+     * through the other roundings ds4ref-conform measures), or a comma
+     * list.  Unknown
      * names are DS4REF_E_ARG.  Goldens record it (settings.numerics).  A
      * checkpoint runs "official" only. */
     const char *numerics;

@@ -274,7 +274,7 @@ check "... and an official one names none" bash -c '! grep -q numerics "$1"' _ "
 check "... ds4ref-diff says they differ" bash -c \
     './ds4ref-diff "$1" "$2" | grep -q "settings differ: numerics official vs ggml-act,f16-kv"' _ "$tmp/c.jsonl" "$tmp/prof.jsonl"
 check "--numerics bogus -> 2" status_is 2 ./ds4ref -m $model -p hi -n 1 --numerics bogus
-check "... naming the profiles" grep -q 'expected official, ggml-act, ds4-act, f16-kv or ds4' "$tmp/stderr"
+check "... naming the profiles" grep -q 'expected official, ggml-act, ds4-act, f16-kv, jitter or ds4' "$tmp/stderr"
 # The unquantized twin: every float tensor in F32, and ds4ref's numbers on
 # it the model's own, step for step.
 check "ds4ref-gguf twin" quiet ./ds4ref-gguf twin $model "$tmp/twin.gguf"

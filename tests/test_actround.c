@@ -133,6 +133,10 @@ static void test_profile_names(void **state) {
     assert_int_equal(ds4_numerics_parse("ds4", &set, &err), 0);
     ds4_numerics_name(set, name, sizeof(name));
     assert_string_equal(name, "ds4-act,f16-kv");
+    assert_int_equal(ds4_numerics_parse("jitter,ds4", &set, &err), 0);
+    assert_int_equal(set, DS4_NUMERICS_DS4_ACT | DS4_NUMERICS_F16_KV | DS4_NUMERICS_JITTER);
+    ds4_numerics_name(set, name, sizeof(name));
+    assert_string_equal(name, "ds4-act,f16-kv,jitter");
     assert_int_not_equal(ds4_numerics_parse("ggml-act,ds4-act", &set, &err), 0);
     assert_int_equal(err.code, DS4_E_ARG);
     assert_non_null(strstr(err.msg, "choose one"));

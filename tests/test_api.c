@@ -917,7 +917,7 @@ static float *profile_logits(const fixture *f, const char *numerics, const int32
 static void test_numerics_profiles(void **state) {
     fixture *f = *state;
     if (getenv("DS4REF_VALGRIND")) {
-        /* Seven models and eight passes: minutes under valgrind, and the
+        /* Nine models and ten passes: minutes under valgrind, and the
          * code is the same as the plain run's. */
         tu_skipping("too slow under valgrind; the plain run covers it");
         skip();
@@ -929,7 +929,7 @@ static void test_numerics_profiles(void **state) {
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 53 + 11) % in.n_vocab);
     size_t bytes = sizeof(float) * N * in.n_vocab;
     float *off = profile_logits(f, NULL, ids, N, 256, 2);
-    static const char *const profiles[] = {"ggml-act", "ds4", "f16-kv"};
+    static const char *const profiles[] = {"ggml-act", "ds4", "f16-kv", "jitter"};
     for (size_t p = 0; p < sizeof(profiles) / sizeof(profiles[0]); p++) {
         float *a = profile_logits(f, profiles[p], ids, N, 256, 1);
         float *b = profile_logits(f, profiles[p], ids, N, 3, 4);

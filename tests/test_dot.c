@@ -13,6 +13,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -741,6 +742,53 @@ static void test_matmul_bf16_out(void **state) {
     scase_free(&c);
 }
 
+/* The jitter numerics: each output one unit in the last place from the
+ * canonical f32 value, up or down, the same for a token whatever the
+ * batch, about as often up as down, and before a BF16 output rounding. */
+static void test_matmul_jitter(void **state) {
+    (void)state;
+    scase c;
+    scase_init(&c, DS4_TYPE_FP8_B128, 256, 40);
+    float x[256 * 7], y[40 * 7], y1[40], yb[40 * 7];
+    for (int i = 0; i < 256 * 7; i++) x[i] = rnd_wide();
+    c.W.out = DS4_OUT_JITTER;
+    ds4_dot_matmul(&c.W, x, 256, 7, y, 40);
+    int up = 0, down = 0;
+    for (int t = 0; t < 7; t++) {
+        ds4_dot_matmul(&c.W, x + t * 256, 256, 1, y1, 40);
+        for (int r = 0; r < 40; r++) {
+            const float want = (float)ref_dot(c.deq + r * 256, x + t * 256, 256);
+            const float got = y[t * 40 + r];
+            if (fbits(got) != fbits(y1[r])) fail_msg("t=%d r=%d: %a in a batch, %a alone", t, r, got, y1[r]);
+            if (want == 0) continue;
+            const uint32_t gw = fbits(got) & 0x7fffffffu, ww = fbits(want) & 0x7fffffffu;
+            if ((fbits(got) ^ fbits(want)) >> 31 || (gw != ww + 1 && gw != ww - 1))
+                fail_msg("t=%d r=%d: %a is not one ulp from %a", t, r, got, want);
+            up += gw > ww;
+            down += gw < ww;
+        }
+    }
+    if (up < 70 || down < 70) fail_msg("%d moved away from zero, %d towards it, of 280", up, down);
+    c.W.out = DS4_OUT_JITTER | DS4_OUT_BF16;
+    ds4_dot_matmul(&c.W, x, 256, 7, yb, 40);
+    for (int i = 0; i < 40 * 7; i++) {
+        const float want = ds4_formats_bf16_to_f32(ds4_formats_f32_to_bf16(y[i]));
+        if (fbits(yb[i]) != fbits(want)) fail_msg("%d: BF16 of the jittered %a is %a, got %a", i, y[i], want, yb[i]);
+    }
+    /* Values it leaves alone, and the smallest subnormal, which goes to 0
+     * or to twice itself. */
+    const float keep[] = {0.0f, -0.0f, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX};
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+        for (uint64_t r = 0; r < 8; r++)
+            if (fbits(ds4_dot_jitter(keep[i], r)) != fbits(keep[i])) fail_msg("%a moved", keep[i]);
+    if (!isnan(ds4_dot_jitter(NAN, 3))) fail_msg("NaN moved");
+    for (uint64_t r = 0; r < 8; r++) {
+        const float v = ds4_dot_jitter(0x1p-149f, r);
+        if (v != 0.0f && v != 0x1p-148f) fail_msg("row %llu: the least subnormal became %a", (unsigned long long)r, v);
+    }
+    scase_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fma_equals_mul_add),
@@ -756,6 +804,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_block_scaled_specials),
         cmocka_unit_test(test_mat_expert_block_scaled),
         cmocka_unit_test(test_matmul_bf16_out),
+        cmocka_unit_test(test_matmul_jitter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -170,7 +170,8 @@ class Model:
         opts.mtp_path = None if mtp is None else _lib.fsencode(mtp, "mtp")
         opts.qat = 1 if qat else 0
         # A numerics profile: another engine's intended rounding, reproduced
-        # exactly ("ggml-act", "ds4-act", "f16-kv", "ds4" or a comma list).
+        # exactly ("ggml-act", "ds4-act", "f16-kv", "ds4" or a comma list;
+        # "jitter" adds one ulp of noise to every product's output).
         opts.numerics = None if numerics is None else str(numerics).encode("utf-8")
         handle = ctypes.c_void_p()
         lib.ds4ref_set_threads(self._set_threads)

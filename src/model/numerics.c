@@ -10,7 +10,7 @@
 
 /* The members first (N_MEMBERS of them, in canonical order), then the
  * names of sets. */
-enum { N_MEMBERS = 3 };
+enum { N_MEMBERS = 4 };
 static const struct {
     const char *name;
     uint32_t set;
@@ -18,6 +18,7 @@ static const struct {
     {"ggml-act", DS4_NUMERICS_GGML_ACT},
     {"ds4-act", DS4_NUMERICS_DS4_ACT},
     {"f16-kv", DS4_NUMERICS_F16_KV},
+    {"jitter", DS4_NUMERICS_JITTER},
     {"ds4", DS4_NUMERICS_DS4_ACT | DS4_NUMERICS_F16_KV},
     {"official", 0},
 };
@@ -33,7 +34,7 @@ int ds4_numerics_parse(const char *name, uint32_t *set, ds4err *err) {
             i++;
         if (i == sizeof(names) / sizeof(names[0]))
             return ds4_err_set(err, DS4_E_ARG, "numerics \"%.*s\": expected official, ggml-act, "
-                              "ds4-act, f16-kv or ds4, or a comma list of them", (int)n, p);
+                              "ds4-act, f16-kv, jitter or ds4, or a comma list of them", (int)n, p);
         *set |= names[i].set;
         p += n + (end != NULL);
     }
@@ -82,11 +83,13 @@ static void apply_specs(const ds4_tensor_spec *specs, uint32_t n, void *base, ui
         if (specs[i].tclass != DS4_TC_MAT) continue;
         ds4_mat *m = (ds4_mat *)((char *)base + specs[i].offset);
         if (!m->data) continue;
+        const uint8_t jitter = set & DS4_NUMERICS_JITTER ? DS4_OUT_JITTER : DS4_OUT_NONE;
         if (official_linear(&specs[i], base)) {
             m->act = qat ? DS4_ACT_FP8_B128 : DS4_ACT_NONE;
-            m->out = qat ? DS4_OUT_BF16 : DS4_OUT_NONE;
+            m->out = (uint8_t)((qat ? DS4_OUT_BF16 : DS4_OUT_NONE) | jitter);
         } else {
             m->act = act_for(set, m->type);
+            m->out = jitter;
         }
     }
 }

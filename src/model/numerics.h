@@ -15,7 +15,14 @@
  *             weights f32;
  *   f16-kv    every stored KV row (the window's raw rows, the compressed
  *             rows, the indexer's keys) rounded to binary16 as ds4.c
- *             stores it, after the FP8/FP4 simulation.
+ *             stores it, after the FP8/FP4 simulation;
+ *   jitter    not an engine's: every matrix product's f32 output moved one
+ *             unit in the last place, up or down as a hash of the value and
+ *             its row says (quant/dot.h, ds4_dot_jitter), before the
+ *             official BF16 output rounding: what another order of the same
+ *             sums does to a product, so that the roundings downstream show
+ *             what such noise becomes (ds4ref-conform's expected noise of a
+ *             profile, docs/CONFORM.md §3.6).
  * "official" is the empty set; "ds4" is ds4-act,f16-kv, ds4.c's CPU path as
  * a whole. */
 #ifndef DS4_NUMERICS_H
@@ -35,6 +42,7 @@ enum {
     DS4_NUMERICS_GGML_ACT = 1u << 0,
     DS4_NUMERICS_DS4_ACT = 1u << 1,
     DS4_NUMERICS_F16_KV = 1u << 2,
+    DS4_NUMERICS_JITTER = 1u << 3,
 };
 
 /* The set a name gives (NULL and "" are "official"); DS4_E_ARG naming the

@@ -179,6 +179,24 @@ double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
     return kernels()->row_dot(&W, t, x);
 }
 
+float ds4_dot_jitter(float v, uint64_t row) {
+    uint32_t b;
+    memcpy(&b, &v, sizeof(b));
+    const uint32_t mag = b & 0x7fffffffu;
+    if (mag == 0 || mag >= 0x7f7fffffu) return v;
+    /* splitmix64's finalizer: every bit of the value and the row reaches
+     * the one bit that picks the direction. */
+    uint64_t h = ((uint64_t)row << 32 | b) + 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    /* Adding one to the magnitude's bits is the next float away from zero,
+     * subtracting one the next towards it (subnormals included). */
+    b = (b & 0x80000000u) | (h & 1 ? mag + 1 : mag - 1);
+    memcpy(&v, &b, sizeof(v));
+    return v;
+}
+
 ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert) {
     ds4_mat m = *stacked;
     if (stacked->parts) {
@@ -226,12 +244,13 @@ static void run_job(const ds4_dot_kern *k, const ds4_mat *W, const ds4_type_info
     const int nr = r1 - g0 < (uint64_t)group ? (int)(r1 - g0) : group;
     const int nt = t1 - t0;
     k->job(W, t, g0, nr, x, ldx, t0, nt, y, ldy);
-    if (W->out == DS4_OUT_BF16)
-        for (int tk = t0; tk < t1; tk++)
-            for (int j = 0; j < nr; j++) {
-                float *v = &y[(uint64_t)tk * ldy + g0 + (uint64_t)j];
-                *v = ds4_formats_bf16_to_f32(ds4_formats_f32_to_bf16(*v));
-            }
+    if (!W->out) return;
+    for (int tk = t0; tk < t1; tk++)
+        for (int j = 0; j < nr; j++) {
+            float *v = &y[(uint64_t)tk * ldy + g0 + (uint64_t)j];
+            if (W->out & DS4_OUT_JITTER) *v = ds4_dot_jitter(*v, g0 + (uint64_t)j);
+            if (W->out & DS4_OUT_BF16) *v = ds4_formats_bf16_to_f32(ds4_formats_f32_to_bf16(*v));
+        }
 }
 
 static uint64_t n_jobs(uint64_t rows, int group, int ntiles) {

@@ -35,10 +35,17 @@ double ds4_dot_sumsq_f32(const float *a, uint64_t n);   /* == ds4_dot_f32(a, a, 
 /* Dot product of one stored row of `type` (n elements) with f32 x. */
 double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n);
 
+/* v moved one unit in the last place, away from zero or towards it as a
+ * hash of its bits and of row (the output's row in its matrix) says: the
+ * same value in the same row always moves the same way, whatever the token
+ * and the batch, and about half of all values move each way.  0, the
+ * largest finite magnitude, infinities and NaN stay as they are. */
+float ds4_dot_jitter(float v, uint64_t row);
+
 /* A 2-D weight matrix as stored in GGUF: `rows` rows of `cols` elements of
  * `type`, row r at data + r*row_bytes.  A 3-D expert tensor [cols, rows, E]
  * gives one view per expert (ds4_dot_expert). */
-enum ds4_dot_out { DS4_OUT_NONE = 0, DS4_OUT_BF16 };
+enum ds4_dot_out { DS4_OUT_NONE = 0, DS4_OUT_BF16 = 1, DS4_OUT_JITTER = 2 };
 
 typedef struct ds4_mat {
     uint32_t type;
@@ -51,9 +58,13 @@ typedef struct ds4_mat {
      * numerics profile.  Each input row is rounded alone, so the batch
      * still never changes a value. */
     uint8_t act;
-    /* How a product rounds its outputs: DS4_OUT_NONE (0), or DS4_OUT_BF16,
-     * the official checkpoint's fp8_gemm and fp4_gemm, which write BF16:
-     * the canonical sum rounded to f32, then to bfloat16 (nearest even). */
+    /* What a product does to its outputs, a set: DS4_OUT_NONE (0);
+     * DS4_OUT_BF16, the official checkpoint's fp8_gemm and fp4_gemm, which
+     * write BF16: the canonical sum rounded to f32, then to bfloat16
+     * (nearest even); DS4_OUT_JITTER, each f32 output moved by one unit in
+     * the last place, up or down as a hash of its bits and its row says
+     * (ds4_dot_jitter), before any BF16 rounding: what summing in another
+     * order does to a product, for the "jitter" numerics (model/numerics.h). */
     uint8_t out;
     /* A block-scaled type's E8M0 scales (formats.h, DS4_TYPE_FP8_B128 and
      * DS4_TYPE_FP4_B32): scale row r / scale_rows at scale + that *
