@@ -154,6 +154,14 @@ void ds4check_conform_options_init(ds4check_conform_options *o);
 typedef struct ds4check_conform_result {
     uint32_t cells, pass, fail, error, tie, not_exercised, na;
     uint32_t ran;              /* cells whose backend ran and wrote its outputs */
+    /* No numerics profile explains the backend (docs/CONFORM.md §3.6): it
+     * computes something else, and the run failed whatever its cells say
+     * (0 when the user gave the limits a noise floor would have set). */
+    int unexplained;
+    /* Every cell of one value of a dimension ties or fails while the cells
+     * of its base value mostly pass: the ties hide a systematic difference,
+     * and the run failed (docs/CONFORM.md §3.3). */
+    int tie_pattern;
 } ds4check_conform_result;
 
 /* Run the matrix; the text report (table, failures, smallest failing cell

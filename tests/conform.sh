@@ -40,6 +40,18 @@ flagged_exactly() {
         END { exit bad }'
 }
 
+# flagged_exactly_as STATUS JSON 'AWK-CONDITION': the same with STATUS for
+# the cells the condition holds for.
+flagged_exactly_as() {
+    local status=$1 json=$2 cond=$3
+    [ "$(cells "$json" | wc -l)" -gt 0 ] || return 1
+    cells "$json" | awk -v st="$status" '
+        { d = $1; c = ($2 == "whole") ? 0 : $2; b = $3 }
+        { want = '"$cond"' ? st : "pass" }
+        $5 != want { print "  " $0 " (expected " want ")"; bad = 1 }
+        END { exit bad }'
+}
+
 all_pass() {   # all_pass JSON: every cell passed (none n/a, tie or not exercised)
     [ "$(cells "$1" | wc -l)" -gt 0 ] && ! cells "$1" | awk '$5 != "pass" { print "  " $0; bad = 1 } END { exit !bad }'
 }
@@ -151,7 +163,7 @@ check "... every cell passes" all_pass "$tmp/cal.json"
 # Its floor is the f32 rounding of the logprobs its dump stores, and the
 # thresholds are the least the floor allows.
 check "... its floor below 1e-6, the least thresholds" bash -c '
-    grep -q "\"max_gap\":0.01,\"tie_eps\":0.05[0-9]*,\"max_dlogprob\":0.01,\"calibration\":{\"numerics\":\"ggml-act\",\"qat\":false" "$1" &&
+    grep -q "\"max_gap\":0.01,\"tie_eps\":0.05[0-9]*,\"max_dlogprob\":0.01,\"limits\":\"limits from the calibration\",\"unexplained\":false,\"calibration\":{\"numerics\":\"ggml-act\",\"qat\":false" "$1" &&
     grep -o "\"calibration\":{\"numerics\":\"[^\"]*\",\"qat\":[a-z]*,\"floor\":[^,]*" "$1" |
         sed "s/.*://" | awk "{ exit !(\$1 < 1e-6) }"' \
     _ "$tmp/cal.json"
@@ -160,6 +172,58 @@ check "... and given the official numerics, it fails" status_is 1 conform \
 check "a plain backend is judged under the official numerics" bash -c \
     "./ds4ref-conform -q --no-cache --backend \"\$1\" \"\${@:2}\" | grep -q '^numerics: official, chosen'" \
     _ "$backend" "${cal_args[@]}"
+
+# Calibration that cannot absorb a bug (docs/CONFORM.md §3.6): a backend
+# that runs another model -- another seed of the same config, or a copy of
+# the model with two routed experts of the top-k layer swapped -- fails,
+# whatever numerics it runs under and though its outputs name no model; one
+# whose only departure is the order of its sums (the test backend under
+# ggml-act with every product jittered) passes, explained by the profile's
+# own roundings.  With the limits given, the user's judge the cells and the
+# run is not failed for it.
+./ds4ref-mkmodel --config tiny --seed 7 --no-mtp -o "$tmp/seed7.gguf" > /dev/null
+python3 tests/swap_experts.py ./ds4ref-gguf models/tiny.gguf "$tmp/swap.gguf" 3 0 1
+wrong_args=(-m models/tiny.gguf --prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
+check "another seed's model: exit status 1" status_is 1 conform \
+    --backend "${backend/-m \{model\}/-m $tmp/seed7.gguf}" "${wrong_args[@]}" --json "$tmp/seed7.json"
+check "... no numerics profile explains it" \
+    grep -q '^FAIL: no numerics profile explains this backend: its base rows depart from the nearest, .* It computes something else' "$tmp/out.txt"
+check "... naming where its base rows part from the reference" \
+    grep -q 'Its base rows part from the reference first at chat step 0: token ' "$tmp/out.txt"
+check "... the JSON says so" grep -q '"unexplained":true,.*"explains":false,.*"part":{"prompt":"chat","step":0,' "$tmp/seed7.json"
+check "two experts swapped: exit status 1" status_is 1 conform \
+    --backend "${backend/-m \{model\}/-m $tmp/swap.gguf}" "${wrong_args[@]}"
+check "... no numerics profile explains it" grep -q '^FAIL: no numerics profile explains' "$tmp/out.txt"
+check "... nor under ggml-act: exit status 1" status_is 1 conform \
+    --backend "${backend/-m \{model\}/-m $tmp/swap.gguf} --numerics ggml-act --qat off" "${wrong_args[@]}"
+check "... no numerics profile explains it" grep -q '^FAIL: no numerics profile explains' "$tmp/out.txt"
+check "the right model, its products jittered under ggml-act: exit status 0" status_is 0 conform \
+    --backend "$backend --numerics ggml-act,jitter --qat off" "${wrong_args[@]}"
+check "... explained by the profile's roundings" \
+    grep -q '^numerics: ggml-act, qat off, chosen on 2 base rows: .* where its own roundings under another order of sums leave' "$tmp/out.txt"
+check "two experts swapped, the limits given: the user's judge" status_is 0 conform \
+    --backend "${backend/-m \{model\}/-m $tmp/swap.gguf}" "${wrong_args[@]}" --max-gap 50 --max-dlogprob 50
+check "... the report still says no profile explains it" \
+    grep -q "^warning: no numerics profile explains .* judged under the user's limits" "$tmp/out.txt"
+
+# Ties that mean ties (docs/CONFORM.md §3.3): a noisy backend (ggml-act with
+# every product jittered, whose calibrated floor makes wide limits) with a
+# small error in every row after the first of a batch passes each row's own
+# checks, and its batched streams part from their base streams only at
+# near-ties: every batch-2 cell ties while no batch-1 cell does, and the run
+# fails for that pattern.  Without the error it passes.
+tie_args=(-m models/tiny.gguf --prompts "$tmp/prompts" --matrix "draft=0 chunk=1,7,whole batch=1,2")
+check "a small error in batched rows under wide limits: exit status 1" status_is 1 conform --jobs 2 \
+    --backend "$backend --numerics ggml-act,jitter --qat off --bug batch-drift" "${tie_args[@]}" \
+    --json "$tmp/drift.json"
+check "... every batch-2 cell a tie, no other cell anything but a pass" flagged_exactly_as tie \
+    "$tmp/drift.json" 'b > 1'
+check "... the ties counted and explained" \
+    grep -q '^6 ties: 6 where the reference puts the two tokens within .* nats, 0 where only the backend' "$tmp/out.txt"
+check "... and the pattern fails the run" grep -q '^FAIL: the ties hide a systematic difference: every cell with batch=2 departs from its prompt.s base stream (6 of 6 tie or fail), against 0 of 4' "$tmp/out.txt"
+check "... the JSON says so" grep -q '"ties":{"cells":6,"reference":6,"own":0,.*"pattern":{"dim":"batch","value":"2","cells":6,"base_ties":0,"base_cells":4}}' "$tmp/drift.json"
+check "the same backend without the error: exit status 0" status_is 0 conform --jobs 2 \
+    --backend "$backend --numerics ggml-act,jitter --qat off" "${tie_args[@]}"
 
 # The backend against itself (the spread): the test backend without a bug
 # gives every row of every cell, batch rows included, the bits of its

@@ -36,7 +36,13 @@
  *                 #203: positions with holes after divergent accepts);
  *   skip-bonus    at depth 1, the token committed after a fully accepted
  *                 draft is never written to the state (ds4 #371: a
- *                 continuous depth-1 loop that skips the bonus token's KV).
+ *                 continuous depth-1 loop that skips the bonus token's KV);
+ *   batch-drift   with several rows, every row after the first commits
+ *                 from logits moved by up to 0.15 (a fixed function of the
+ *                 token id): a batched path a little off, as a kernel that
+ *                 only batches take would be.  Within the noise of a noisy
+ *                 backend, it shows only as the streams of those rows
+ *                 parting from their base streams at near-ties.
  *
  * Each row's steps go to OUT (one row) or OUT.ROW as a ds4 --dump-logprobs
  * JSON; stderr gets ds4ref's acceptance line. */
@@ -49,7 +55,8 @@
 
 #include "ds4ref.h"
 
-enum bug { BUG_NONE, BUG_VERIFY_ROWS, BUG_STALE_VERIFY, BUG_BATCH_HOLES, BUG_SKIP_BONUS };
+enum bug { BUG_NONE, BUG_VERIFY_ROWS, BUG_STALE_VERIFY, BUG_BATCH_HOLES, BUG_SKIP_BONUS,
+           BUG_BATCH_DRIFT };
 
 typedef struct args {
     const char *model, *batch_tokens, *out;
@@ -58,6 +65,7 @@ typedef struct args {
     uint32_t n, chunk, draft, top_k, ctx;
     enum bug bug;
     int32_t eos;           /* the model's end token: a row stops after it */
+    uint32_t n_rows;
 } args;
 
 typedef struct step {
@@ -121,7 +129,8 @@ static void parse(int argc, char **argv, args *a) {
             a->bug = !strcmp(v, "none") ? BUG_NONE : !strcmp(v, "verify-rows") ? BUG_VERIFY_ROWS
                    : !strcmp(v, "stale-verify") ? BUG_STALE_VERIFY
                    : !strcmp(v, "batch-holes") ? BUG_BATCH_HOLES
-                   : !strcmp(v, "skip-bonus") ? BUG_SKIP_BONUS : (enum bug)-1;
+                   : !strcmp(v, "skip-bonus") ? BUG_SKIP_BONUS
+                   : !strcmp(v, "batch-drift") ? BUG_BATCH_DRIFT : (enum bug)-1;
             if ((int)a->bug < 0) {
                 fprintf(stderr, "conform-backend: unknown bug %s\n", v);
                 exit(2);
@@ -216,10 +225,20 @@ static uint32_t verify_row(const args *a, uint32_t j, uint32_t nd) {
     return j;
 }
 
+/* batch-drift: logit v moved by a value in [-0.15, 0.15] that depends on v
+ * alone. */
+static void drift(float *logits, uint32_t V) {
+    for (uint32_t v = 0; v < V; v++) {
+        uint32_t h = v * 2654435761u;
+        logits[v] += 0.15f * ((float)((h >> 16) % 2001) / 1000.0f - 1.0f);
+    }
+}
+
 /* Phase 1 of a cycle for one row: commit x, draft, verify, accept. */
 static void verify(ds4ref_model *m, const args *a, row *r, uint32_t ri, uint32_t cycle,
                    uint32_t V) {
     ds4ref_error e;
+    if (a->bug == BUG_BATCH_DRIFT && a->n_rows > 1 && ri > 0) drift(r->cur, V);
     int32_t x = argmax(r->cur, V);
     record(m, a, r, x, r->cur);
     r->a = r->nd = 0;
@@ -333,6 +352,7 @@ int main(int argc, char **argv) {
     mo.qat = a.qat;
     uint32_t n_rows;
     row *rows = read_rows(a.batch_tokens, &n_rows);
+    a.n_rows = n_rows;
     mo.max_batch = a.chunk > 17 ? a.chunk : 17;
     ds4ref_model *m;
     if (ds4ref_model_open(&mo, &m, &e)) die(a.model, &e);

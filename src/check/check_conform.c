@@ -106,7 +106,8 @@ static void to_public(const ds4_cf_result *r, ds4check_conform_result *out) {
     if (!out) return;
     *out = (ds4check_conform_result){r->n_cells, r->count[DS4_CF_PASS], r->count[DS4_CF_FAIL],
                                    r->count[DS4_CF_ERROR], r->count[DS4_CF_TIE],
-                                   r->count[DS4_CF_NOT_EXERCISED], r->count[DS4_CF_NA], r->n_ran};
+                                   r->count[DS4_CF_NOT_EXERCISED], r->count[DS4_CF_NA], r->n_ran,
+                                   r->unexplained, r->ties.pattern};
 }
 
 int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,

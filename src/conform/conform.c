@@ -726,6 +726,97 @@ static void check_consistency(ds4_cf_result *res, const ds4_cf_opts *o, const ds
     }
 }
 
+/* ---- ties ---- */
+
+enum { DIM_DRAFT, DIM_CHUNK, DIM_BATCH, DIM_CACHE, N_DIMS };
+
+static uint32_t dim_value(const ds4_cf_cell *c, int d) {
+    return d == DIM_DRAFT ? c->draft : d == DIM_CHUNK ? c->chunk_spec : d == DIM_BATCH ? c->batch
+                                                                                         : c->cache;
+}
+
+/* The value of dimension d the base cells take: the lowest depth and batch,
+ * the whole prompt (else the largest chunk), a cold cache. */
+static bool base_value(uint32_t a, uint32_t b, int d) {
+    if (d == DIM_CHUNK) return a == DS4_CF_WHOLE || (b != DS4_CF_WHOLE && a > b);
+    return a < b;
+}
+
+/* Can cell i tie: it ran, was checked, and is not its prompt's base cell? */
+static bool may_tie(const ds4_cf_result *res, uint32_t i) {
+    const ds4_cf_cell *c = &res->cells[i];
+    return c->status != DS4_CF_NA && c->status != DS4_CF_ERROR &&
+           res->prompts[c->prompt].base_cell != (int32_t)i;
+}
+
+static bool tie_or_fail(const ds4_cf_cell *c) {
+    return c->status == DS4_CF_TIE || c->status == DS4_CF_FAIL;
+}
+
+/* Value v of dimension d against the dimension's base value b: does every
+ * cell of v tie or fail (one tie at least) while at most a quarter of b's
+ * do, each side with 4 cells or more? */
+static bool tie_pattern(const ds4_cf_result *res, int d, uint32_t v, uint32_t b, ds4_cf_ties *t) {
+    uint32_t n = 0, bad = 0, ties = 0, nb = 0, badb = 0;
+    for (uint32_t i = 0; i < res->n_cells; i++) {
+        const ds4_cf_cell *c = &res->cells[i];
+        if (!may_tie(res, i)) continue;
+        uint32_t x = dim_value(c, d);
+        n += x == v;
+        bad += x == v && tie_or_fail(c);
+        ties += x == v && c->status == DS4_CF_TIE;
+        nb += x == b;
+        badb += x == b && tie_or_fail(c);
+    }
+    if (n < 4 || bad < n || !ties || nb < 4 || 4 * badb > nb) return false;
+    static const char *const names[N_DIMS] = {"draft", "chunk", "batch", "cache"};
+    snprintf(t->dim, sizeof(t->dim), "%s", names[d]);
+    if (d == DIM_CHUNK) ds4chk_matrix_chunk_name(v, t->value, sizeof(t->value));
+    else if (d == DIM_CACHE) snprintf(t->value, sizeof(t->value), "%s", v == DS4_CF_WARM ? "warm" : "cold");
+    else snprintf(t->value, sizeof(t->value), "%u", v);
+    t->pattern_cells = n;
+    t->base_ties = badb;
+    t->base_cells = nb;
+    return true;
+}
+
+/* The run's ties counted by why, then the first pattern (ds4_cf_ties). */
+static void check_ties(ds4_cf_result *res) {
+    ds4_cf_ties *t = &res->ties;
+    memset(t, 0, sizeof(*t));
+    t->median = t->widest = NAN;
+    double *margins = malloc(sizeof(double) * (res->n_cells ? res->n_cells : 1));
+    for (uint32_t i = 0; i < res->n_cells; i++) {
+        const ds4_cf_cell *c = &res->cells[i];
+        if (c->status != DS4_CF_TIE) continue;
+        if (margins) margins[t->cells] = c->f.margin;
+        t->cells++;
+        if (c->f.own_tie) t->by_own++;
+        else t->by_reference++;
+    }
+    if (margins && t->cells) {
+        ds4chk_calibrate_sort(margins, t->cells);
+        t->median = margins[(t->cells - 1) / 2];
+        t->widest = margins[t->cells - 1];
+    }
+    free(margins);
+    if (!t->cells) return;
+    for (int d = 0; d < N_DIMS && !t->pattern; d++) {
+        bool have = false;
+        uint32_t b = 0;
+        for (uint32_t i = 0; i < res->n_cells; i++) {
+            if (res->cells[i].status == DS4_CF_NA) continue;
+            uint32_t x = dim_value(&res->cells[i], d);
+            if (!have || base_value(x, b, d)) b = x;
+            have = true;
+        }
+        for (uint32_t i = 0; have && i < res->n_cells && !t->pattern; i++) {
+            uint32_t v = dim_value(&res->cells[i], d);
+            if (v != b && res->cells[i].status != DS4_CF_NA) t->pattern = tie_pattern(res, d, v, b, t);
+        }
+    }
+}
+
 /* A speculative cell that passed must have accepted a deep draft. */
 static void check_exercised(ds4_cf_result *res) {
     for (uint32_t i = 0; i < res->n_cells; i++) {
@@ -795,7 +886,7 @@ static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds
     uint32_t n = 0;
     for (uint32_t p = 0; rc == 0 && p < res->n_prompts; p++) {
         const ds4_cf_prompt *pr = &res->prompts[p];
-        if (pr->base_cell >= 0) rows[n++] = (ds4_cf_base_row){pr->ids, pr->n, &pr->base_out};
+        if (pr->base_cell >= 0) rows[n++] = (ds4_cf_base_row){pr->ids, pr->n, &pr->base_out, p};
     }
     if (rc == 0 && o->progress) o->progress(o->progress_ud, 0, res->n_cells, "calibrating");
     ds4_fwd_opts was = ref->e->opts;
@@ -912,6 +1003,14 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     ds4chk_server_index_free(vocab);
     if (rc == 0) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
     if (rc == 0 && run.calibrate && !run.limits.exact) rc = calibrate(&ref, m, res, &run, err);
+    res->user_limits = (run.limits.max_gap >= 0 ? DS4_CF_USER_GAP : 0) |
+                       (run.limits.max_dlogprob >= 0 ? DS4_CF_USER_DLOGPROB : 0) |
+                       (run.limits.tie_eps >= 0 ? DS4_CF_USER_TIE : 0);
+    /* A backend no numerics explains fails the run, unless the user set the
+     * limits a floor would have: then they judge it, and the report says so. */
+    const uint32_t own = DS4_CF_USER_DLOGPROB | (res->greedy ? DS4_CF_USER_GAP : 0);
+    res->unexplained = res->calib.done && !res->calib.explained &&
+                       (res->user_limits & own) != own;
     ds4chk_calibrate_limits(&res->calib, &run.limits);
     res->limits = run.limits;
     /* The outputs, one cell after another: teacher forcing runs on the one
@@ -929,6 +1028,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     if (rc == 0) {
         if (res->greedy) check_consistency(res, &run, tok);
         check_exercised(res);
+        check_ties(res);
         tally(res);
         if (o->progress) o->progress(o->progress_ud, res->n_cells, res->n_cells, "done");
     }

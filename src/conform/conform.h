@@ -88,6 +88,25 @@ typedef struct ds4_cf_spread {
     int32_t cell, row;         /* where it was: index into cells, row of it */
 } ds4_cf_spread;
 
+enum { DS4_CF_USER_GAP = 1, DS4_CF_USER_DLOGPROB = 2, DS4_CF_USER_TIE = 4 };
+
+/* How the ties of a run add up (docs/CONFORM.md §3.3): each tie cell is one
+ * where the reference puts the two tokens within tie_eps, or one where only
+ * the backend's own top two were that close; and a pattern, when every
+ * cell of one value of a dimension ties (or fails) while at most a quarter
+ * of the cells of that dimension's base value do: noise flips near-ties
+ * anywhere, a systematic difference (a bug in every batch of 4, say)
+ * always where it lives. */
+typedef struct ds4_cf_ties {
+    uint32_t cells, by_reference, by_own;
+    double median, widest;     /* of the reference's margins at the ties */
+    bool pattern;              /* found: the run fails */
+    char dim[8];               /* "draft", "chunk", "batch", "cache" */
+    char value[16];            /* "4", "whole", "warm" */
+    uint32_t pattern_cells;    /* the value's cells (all tie or fail) */
+    uint32_t base_ties, base_cells;   /* those of the dimension's base value */
+} ds4_cf_ties;
+
 /* A prompt made ready: its ids, its rendered text, its reference. */
 typedef struct ds4_cf_prompt {
     const char *name;          /* the corpus's */
@@ -150,7 +169,12 @@ typedef struct ds4_cf_result {
     uint32_t ctx;
     bool greedy;
     ds4_cf_calib calib;        /* what the calibration measured and chose */
+    /* No numerics profile explains the backend (calibrate.h) and the user
+     * did not set the limits themselves: the run fails. */
+    bool unexplained;
+    uint32_t user_limits;      /* DS4_CF_USER_*: the limits given, not calibrated */
     ds4_cf_spread spread;      /* the backend against itself (greedy runs) */
+    ds4_cf_ties ties;
     ds4_cf_limits limits;      /* the limits the verdicts used */
 } ds4_cf_result;
 

@@ -15,20 +15,80 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p ? p : "";
 }
 
-/* "numerics: ggml-act, qat off, chosen on 4 base rows: noise floor 0.14
- * (official 1.2, ...)". */
-static void put_calibration(ds4_buf *b, const ds4_cf_calib *c) {
-    if (!c->done) return;
-    const ds4_cf_candidate *k = &c->cand[c->best];
-    ds4_buf_printf(b, "numerics: %s, chosen on %u base rows: noise floor %.3g nats |dlogprob| (",
-                   k->name, c->rows, k->floor);
+/* "(official 1.2, official, qat off 1.1, ...)": every candidate's floor. */
+static void put_candidates(ds4_buf *b, const ds4_cf_calib *c) {
+    ds4_buf_putc(b, '(');
     for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++) {
         ds4_buf_printf(b, "%s%s ", i ? ", " : "", c->cand[i].name);
         /* Not measured: the model cannot run the FP8 simulation. */
         if (isnan(c->cand[i].floor)) ds4_buf_puts(b, "n/a");
         else ds4_buf_printf(b, "%.3g", c->cand[i].floor);
     }
-    ds4_buf_puts(b, ")\n");
+    ds4_buf_putc(b, ')');
+}
+
+/* What explained the chosen candidate: f32 noise, or its roundings. */
+static void put_explained(ds4_buf *b, const ds4_cf_candidate *k) {
+    if (isnan(k->expected))
+        ds4_buf_printf(b, "90%% of the steps within %.3g (f32 noise: at most %g)", k->typical,
+                       DS4_CF_EXPLAIN_MIN);
+    else
+        ds4_buf_printf(b, "90%% of the steps within %.3g, where its own roundings under another "
+                       "order of sums leave %.3g (noise: at most %gx)", k->typical, k->expected,
+                       DS4_CF_EXPLAIN_FACTOR);
+}
+
+/* "numerics: ggml-act, qat off, chosen on 4 base rows: noise floor 0.14
+ * nats |dlogprob|, 90% of the steps within ... (official 1.2, ...)", or
+ * that none explains the backend. */
+static void put_calibration(ds4_buf *b, const ds4_cf_calib *c) {
+    if (!c->done) return;
+    const ds4_cf_candidate *k = &c->cand[c->best];
+    if (c->explained) {
+        ds4_buf_printf(b, "numerics: %s, chosen on %u base rows: noise floor %.3g nats "
+                       "|dlogprob|, ", k->name, c->rows, k->floor);
+        put_explained(b, k);
+    } else {
+        ds4_buf_printf(b, "numerics: none explains the backend (%u base rows): the closest, %s, "
+                       "has a floor of %.3g nats |dlogprob| and ", c->rows, k->name, k->floor);
+        put_explained(b, k);
+    }
+    ds4_buf_putc(b, ' ');
+    put_candidates(b, c);
+    ds4_buf_putc(b, '\n');
+}
+
+/* The verdict on a backend no numerics explains: what it measured, and
+ * where its base rows first part from the reference. */
+static void put_unexplained(ds4_buf *b, const ds4_cf_result *r) {
+    const ds4_cf_calib *c = &r->calib;
+    if (!c->done || c->explained) return;
+    const ds4_cf_candidate *k = &c->cand[c->best];
+    double e = isnan(k->expected) ? 0 : DS4_CF_EXPLAIN_FACTOR * k->expected;
+    if (e < DS4_CF_EXPLAIN_MIN) e = DS4_CF_EXPLAIN_MIN;
+    ds4_buf_printf(b, "%s: no numerics profile explains this backend: its base rows depart from the "
+                   "nearest, %s, by %.3g nats |dlogprob| at 90%% of their steps (floor %.3g), %.3g "
+                   "times the %.3g noise could explain", r->unexplained ? "FAIL" : "warning",
+                   k->name, k->typical, k->floor, k->typical / e, e);
+    if (!isnan(k->expected))
+        ds4_buf_printf(b, " (%gx the %.3g its roundings make of another order of sums)",
+                       DS4_CF_EXPLAIN_FACTOR, k->expected);
+    ds4_buf_puts(b, "; the backend against itself: ");
+    if (r->spread.rows && !isnan(r->spread.dlogprob)) ds4_buf_printf(b, "%.3g", r->spread.dlogprob);
+    else ds4_buf_puts(b, "n/a (no other cell)");
+    ds4_buf_puts(b, ". It computes something else (a wrong model or weights, or a systematic bug)");
+    const ds4_cf_part *p = &c->part;
+    if (p->row >= 0) {
+        ds4_buf_printf(b, ". Its base rows part from the reference first at %s step %u: token "
+                       "%s, ", r->prompts[p->row].name, p->step, p->token_name);
+        if (isnan(p->dlogprob)) ds4_buf_puts(b, "no token in both top lists");
+        else ds4_buf_printf(b, "|dlogprob| %.3g", p->dlogprob);
+        if (p->gap > 0)
+            ds4_buf_printf(b, ", the reference's argmax %s %.3g nats above it", p->argmax_name,
+                           p->gap);
+    }
+    if (!r->unexplained) ds4_buf_puts(b, ". The cells are judged under the user's limits");
+    ds4_buf_puts(b, "\n");
 }
 
 /* "backend against itself: 108 rows of its other cells depart from their
@@ -56,6 +116,17 @@ static void put_spread(ds4_buf *b, const ds4_cf_result *r) {
     ds4_buf_putc(b, '\n');
 }
 
+/* Where the limits came from: the calibration, the user, the fixed
+ * defaults, or a mix. */
+static const char *limits_from(const ds4_cf_result *r) {
+    const uint32_t all = DS4_CF_USER_GAP | DS4_CF_USER_DLOGPROB | DS4_CF_USER_TIE;
+    const bool calibrated = r->calib.done && r->calib.explained;
+    if ((r->user_limits & all) == all) return "the user's limits";
+    if (r->user_limits) return calibrated ? "some limits the user's, the rest from the calibration"
+                                          : "some limits the user's, the rest fixed";
+    return calibrated ? "limits from the calibration" : "fixed limits";
+}
+
 static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o) {
     ds4_buf_printf(b, "ds4ref-conform: backend %s on %s", o->backend_name ? o->backend_name : o->backend,
                    base_name(o->model_path));
@@ -75,7 +146,8 @@ static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o)
         if (!isnan(l->max_dlogprob)) ds4_buf_printf(b, "|dlogprob| <= %.3g, ", l->max_dlogprob);
         if (!isnan(l->min_top5)) ds4_buf_printf(b, "top-5 overlap >= %g, ", l->min_top5);
         if (!isnan(l->min_top20)) ds4_buf_printf(b, "top-20 overlap >= %g, ", l->min_top20);
-        ds4_buf_printf(b, "ties below %.3g nats)\n", l->tie_eps);
+        ds4_buf_printf(b, "ties below %.3g nats; %s)\n", l->tie_eps, limits_from(r));
+        put_unexplained(b, r);
     }
     put_spread(b, r);
     ds4_buf_puts(b, "prompts:");
@@ -200,6 +272,21 @@ static void put_smallest(ds4_buf *b, const ds4_cf_result *r) {
     }
 }
 
+/* Why the ties are ties, and a pattern that says they are not. */
+static void put_ties(ds4_buf *b, const ds4_cf_result *r) {
+    const ds4_cf_ties *t = &r->ties;
+    if (!t->cells) return;
+    ds4_buf_printf(b, "%u ties: %u where the reference puts the two tokens within %.3g nats, %u "
+                   "where only the backend's own top two were that close; the reference's margins "
+                   "%.3g at the median, %.3g at the widest\n", t->cells, t->by_reference,
+                   r->limits.tie_eps, t->by_own, t->median, t->widest);
+    if (t->pattern)
+        ds4_buf_printf(b, "FAIL: the ties hide a systematic difference: every cell with %s=%s "
+                       "departs from its prompt's base stream (%u of %u tie or fail), against %u "
+                       "of %u with the base value of %s\n", t->dim, t->value, t->pattern_cells,
+                       t->pattern_cells, t->base_ties, t->base_cells, t->dim);
+}
+
 /* Rows of a text-dialect server judged only in part: the engine named a
  * token by a text that several ids (or none) have. */
 static void put_cuts(ds4_buf *b, const ds4_cf_result *r) {
@@ -220,7 +307,8 @@ int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b)
     put_header(b, r, o);
     put_table(b, r);
     put_list(b, r, DS4_CF_FAIL, DS4_CF_ERROR, "failures");
-    put_list(b, r, DS4_CF_TIE, DS4_CF_TIE, "ties (a reference near-tie, not failed)");
+    put_list(b, r, DS4_CF_TIE, DS4_CF_TIE, "ties (a near-tie, not failed)");
+    put_ties(b, r);
     put_list(b, r, DS4_CF_NOT_EXERCISED, DS4_CF_NOT_EXERCISED, "not exercised");
     put_smallest(b, r);
     put_cuts(b, r);
@@ -228,6 +316,9 @@ int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b)
                    r->n_cells, r->count[DS4_CF_PASS], r->count[DS4_CF_FAIL],
                    r->count[DS4_CF_ERROR], r->count[DS4_CF_TIE],
                    r->count[DS4_CF_NOT_EXERCISED], r->count[DS4_CF_NA]);
+    if (r->unexplained)
+        ds4_buf_puts(b, "FAIL: no numerics profile explains this backend (the header says why)\n");
+    if (r->ties.pattern) ds4_buf_puts(b, "FAIL: the ties hide a systematic difference (above)\n");
     return b->failed ? -1 : 0;
 }
 
@@ -307,8 +398,12 @@ static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell 
     ds4_buf_puts(b, "]}");
 }
 
-/* "calibration": null, or {"numerics", "qat", "rows", "floor", "gap",
- * "candidates": [{"numerics", "qat", "floor", "gap"}]}. */
+/* "calibration": null, or {"numerics", "qat", "floor", "typical", "gap",
+ * "expected", "explained" (the chosen candidate's), "rows", "explains"
+ * (true when some candidate explains the backend), "factor", "min" (the
+ * rule's), "part" (null, or where the base rows of a backend nothing
+ * explains first part from the reference: "prompt", "step", "token",
+ * "argmax", "dlogprob", "gap"), "candidates": [{the same five}]}. */
 static void put_candidate_json(ds4_buf *b, const ds4_cf_candidate *k) {
     char name[48];
     snprintf(name, sizeof(name), "%s", k->name);
@@ -318,17 +413,40 @@ static void put_candidate_json(ds4_buf *b, const ds4_cf_candidate *k) {
     ds4_json_put_str(b, name, strlen(name));
     ds4_buf_printf(b, ",\"qat\":%s", k->qat ? "true" : "false");
     put_num(b, "floor", k->floor);
+    put_num(b, "typical", k->typical);
     put_num(b, "gap", k->gap);
+    put_num(b, "expected", k->expected);
+    ds4_buf_printf(b, ",\"explained\":%s", k->explained ? "true" : "false");
 }
 
-static void put_calibration_json(ds4_buf *b, const ds4_cf_calib *c) {
+static void put_part_json(ds4_buf *b, const ds4_cf_result *r) {
+    const ds4_cf_part *p = &r->calib.part;
+    if (p->row < 0) {
+        ds4_buf_puts(b, ",\"part\":null");
+        return;
+    }
+    ds4_buf_puts(b, ",\"part\":{\"prompt\":");
+    ds4_json_put_str(b, r->prompts[p->row].name, strlen(r->prompts[p->row].name));
+    ds4_buf_printf(b, ",\"step\":%u,\"token\":%" PRId32 ",\"argmax\":%" PRId32, p->step,
+                   p->token, p->argmax);
+    put_num(b, "dlogprob", p->dlogprob);
+    put_num(b, "gap", p->gap);
+    ds4_buf_putc(b, '}');
+}
+
+static void put_calibration_json(ds4_buf *b, const ds4_cf_result *r) {
+    const ds4_cf_calib *c = &r->calib;
     if (!c->done) {
         ds4_buf_puts(b, ",\"calibration\":null");
         return;
     }
     ds4_buf_puts(b, ",\"calibration\":{");
     put_candidate_json(b, &c->cand[c->best]);
-    ds4_buf_printf(b, ",\"rows\":%u,\"candidates\":[", c->rows);
+    ds4_buf_printf(b, ",\"rows\":%u,\"explains\":%s", c->rows, c->explained ? "true" : "false");
+    put_num(b, "factor", DS4_CF_EXPLAIN_FACTOR);
+    put_num(b, "min", DS4_CF_EXPLAIN_MIN);
+    put_part_json(b, r);
+    ds4_buf_puts(b, ",\"candidates\":[");
     for (uint32_t i = 0; i < DS4_CF_CANDIDATES; i++) {
         ds4_buf_puts(b, i ? ",{" : "{");
         put_candidate_json(b, &c->cand[i]);
@@ -355,6 +473,25 @@ static void put_spread_json(ds4_buf *b, const ds4_cf_result *r) {
     ds4_buf_putc(b, '}');
 }
 
+/* "ties": {"cells", "reference", "own", "median", "widest", "pattern": null
+ * or {"dim", "value", "cells", "base_ties", "base_cells"}}. */
+static void put_ties_json(ds4_buf *b, const ds4_cf_ties *t) {
+    ds4_buf_printf(b, ",\"ties\":{\"cells\":%u,\"reference\":%u,\"own\":%u", t->cells,
+                   t->by_reference, t->by_own);
+    put_num(b, "median", t->median);
+    put_num(b, "widest", t->widest);
+    ds4_buf_puts(b, ",\"pattern\":");
+    if (!t->pattern) {
+        ds4_buf_puts(b, "null}");
+        return;
+    }
+    ds4_buf_puts(b, "{\"dim\":");
+    ds4_json_put_str(b, t->dim, strlen(t->dim));
+    put_str(b, "value", t->value);
+    ds4_buf_printf(b, ",\"cells\":%u,\"base_ties\":%u,\"base_cells\":%u}}", t->pattern_cells,
+                   t->base_ties, t->base_cells);
+}
+
 int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
     ds4_buf_puts(b, "{\"format\":\"ds4ref-conform-v1\"");
     put_str(b, "backend", o->backend_name ? o->backend_name : o->backend);
@@ -368,8 +505,11 @@ int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b)
     put_num(b, "max_gap", r->limits.max_gap);
     put_num(b, "tie_eps", r->limits.tie_eps);
     put_num(b, "max_dlogprob", r->limits.max_dlogprob);
-    put_calibration_json(b, &r->calib);
+    put_str(b, "limits", limits_from(r));
+    ds4_buf_printf(b, ",\"unexplained\":%s", r->unexplained ? "true" : "false");
+    put_calibration_json(b, r);
     put_spread_json(b, r);
+    put_ties_json(b, &r->ties);
     ds4_buf_puts(b, ",\"prompts\":[");
     for (uint32_t i = 0; i < r->n_prompts; i++) {
         ds4_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");

@@ -19,7 +19,7 @@ const char *ds4chk_verdict_status_name(ds4_cf_status s) {
 
 void ds4chk_verdict_finding_pass(ds4_cf_finding *f) {
     *f = (ds4_cf_finding){.status = DS4_CF_PASS, .step = -1, .token = -1, .gap = NAN,
-                          .dlogprob = NAN};
+                          .dlogprob = NAN, .margin = NAN};
 }
 
 void ds4chk_verdict_findings_push(ds4_cf_findings *l, const ds4_cf_finding *f) {
@@ -57,8 +57,7 @@ static void found(ds4_cf_finding *f, ds4_cf_status st, int64_t step, const char 
     va_end(ap);
 }
 
-/* "178 'ab\x0a'": a token's id and its bytes, printable ASCII as it is. */
-static const char *tok_name(const ds4_tokenizer *tok, int32_t id, char *out, size_t cap) {
+const char *ds4chk_verdict_token_name(const ds4_tokenizer *tok, int32_t id, char *out, size_t cap) {
     ds4_buf b = {0};
     ds4err ignored = {0};
     int n = snprintf(out, cap, "%" PRId32, id);
@@ -132,15 +131,8 @@ static double step_dlogprob(const ds4_golden_step *st, bool has_sel, const ds4_c
     return worst;
 }
 
-void ds4chk_verdict_noise(const ds4_golden *out, const ds4_cf_tf *tf, double *dlogprob,
-                          double *gap) {
-    *dlogprob = NAN;
-    *gap = 0;
-    for (uint32_t i = 0; i < out->n_steps && i < tf->n; i++) {
-        double d = step_dlogprob(&out->steps[i], out->has_sel_scores, tf, i);
-        if (!isnan(d) && !(d <= *dlogprob)) *dlogprob = d;
-        if (tf->gap[i] > *gap) *gap = tf->gap[i];
-    }
+double ds4chk_verdict_step_dlogprob(const ds4_golden *out, const ds4_cf_tf *tf, uint32_t i) {
+    return step_dlogprob(&out->steps[i], out->has_sel_scores, tf, i);
 }
 
 /* Of the reference's first n alternatives at step i, the share among the
@@ -189,8 +181,9 @@ static bool step_finding(const ds4_golden_step *st, bool has_sel, const ds4_cf_t
     ds4chk_verdict_finding_pass(g);
     if (l->greedy && tf->gap[i] > l->max_gap)
         found(g, DS4_CF_FAIL, i, "step %u: committed %s, %.3g nats below the reference's "
-              "argmax %s (max %.3g)", i, tok_name(tok, st->tok.id, a, sizeof(a)),
-              tf->gap[i], tok_name(tok, tf->n_top[i] ? top[0] : -1, b, sizeof(b)), l->max_gap);
+              "argmax %s (max %.3g)", i, ds4chk_verdict_token_name(tok, st->tok.id, a, sizeof(a)),
+              tf->gap[i], ds4chk_verdict_token_name(tok, tf->n_top[i] ? top[0] : -1, b, sizeof(b)),
+              l->max_gap);
     else if (d > l->max_dlogprob)
         found(g, DS4_CF_FAIL, i, "step %u: |dlogprob| %.3g against the reference under the "
               "same tokens (max %.3g)", i, d, l->max_dlogprob);
@@ -295,9 +288,11 @@ void ds4chk_verdict_same(const ds4_cf_stream *base, const ds4_cf_stream *row, co
     found(f, diff < l->tie_eps || own ? DS4_CF_TIE : DS4_CF_FAIL, i,
           "step %u: %s here, %s in the %s stream; the reference puts them %.3g nats apart, the "
           "backend its own top two %s here and %s there (a tie below %.3g)", i,
-          tok_name(tok, rt->ids[i], a, sizeof(a)), tok_name(tok, bt->ids[i], b, sizeof(b)),
-          base_name, diff, margin_text(row, i, mr, sizeof(mr)), margin_text(base, i, mb, sizeof(mb)),
+          ds4chk_verdict_token_name(tok, rt->ids[i], a, sizeof(a)),
+          ds4chk_verdict_token_name(tok, bt->ids[i], b, sizeof(b)), base_name, diff, margin_text(row, i, mr, sizeof(mr)), margin_text(base, i, mb, sizeof(mb)),
           l->tie_eps);
     f->token = rt->ids[i];
     f->gap = rt->gap[i];
+    f->own_tie = f->status == DS4_CF_TIE && !(diff < l->tie_eps);
+    f->margin = diff;
 }

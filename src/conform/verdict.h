@@ -39,6 +39,10 @@ typedef enum ds4_cf_status {
     DS4_CF_NSTATUS
 } ds4_cf_status;
 
+/* "178 'ab\x0a'": a token's id and its bytes (printable ASCII as it is,
+ * the rest as \xNN; tok may be NULL: the id alone), into out. */
+const char *ds4chk_verdict_token_name(const ds4_tokenizer *tok, int32_t id, char *out, size_t cap);
+
 /* "pass", "not exercised", "tie", "fail", "error", "n/a". */
 const char *ds4chk_verdict_status_name(ds4_cf_status s);
 
@@ -59,6 +63,10 @@ typedef struct ds4_cf_finding {
     int32_t token;         /* the backend's token at that step, or -1 */
     double gap;            /* at that step; NAN when not measured */
     double dlogprob;       /* the largest |dlogprob| at that step; NAN when none */
+    bool own_tie;          /* a tie the backend's own margins explain, not the
+                            * reference's (ds4chk_verdict_same) */
+    double margin;         /* a cross-cell finding's: how far apart the reference
+                            * puts the two tokens; NAN otherwise */
     char detail[400];
 } ds4_cf_finding;
 
@@ -76,11 +84,10 @@ typedef struct ds4_cf_findings {
 void ds4chk_verdict_findings_push(ds4_cf_findings *l, const ds4_cf_finding *f);
 void ds4chk_verdict_findings_free(ds4_cf_findings *l);
 
-/* The noise of a row that is right: its largest |dlogprob| against tf over
- * every step (NAN when no token is common to both sides) and its largest
- * gap (what ds4chk_calibrate measures). */
-void ds4chk_verdict_noise(const ds4_golden *out, const ds4_cf_tf *tf, double *dlogprob,
-                          double *gap);
+/* The largest |dlogprob| of out's step i against tf's: over the tokens both
+ * top lists hold, and the committed token's own logprob when out records
+ * it; NAN when no token is common to both sides. */
+double ds4chk_verdict_step_dlogprob(const ds4_golden *out, const ds4_cf_tf *tf, uint32_t i);
 
 /* The backend's own margin at each step of its output: the logprob of its
  * best alternative subtracted from that of its first (its top list is by
