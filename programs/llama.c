@@ -4,7 +4,7 @@
  * numbers it writes are llama.cpp's.
  *
  *   ds4ref-llama [--lib DIR] -m MODEL --batch-tokens FILE -n N --chunk C
- *                -c CTX --top-k K --out OUT [-t THREADS] [--bug rows-late]
+ *                -c CTX --top-k K --out OUT [-t THREADS] [--bug rows-late|rope-shift]
  *
  * DIR (default $DS4REF_LLAMA_LIB) is bins/linux-x64 of the npm package
  * @node-llama-cpp/linux-x64@3.22.1: libllama.v0.5.0.so, libggml.v0.5.0.so,
@@ -20,9 +20,17 @@
  * logits and their logprobs, computed here in double from llama.cpp's f32
  * logits and rounded to f32.
  *
- * --bug rows-late makes it a backend with a bug confined to one cell class:
- * in a call that carries several rows, row r >= 1 reads the logits of row
- * r - 1 (a batched backend that indexes its output one row late).
+ * --bug makes it a backend with a bug confined to one cell class, the cells
+ * of several rows:
+ *   rows-late   in a call that carries several rows, row r >= 1 reads the
+ *               logits of row r - 1 (a batched backend that indexes its
+ *               output one row late);
+ *   rope-shift  with several rows, row r >= 1 takes every position one
+ *               later than it is, from its first token on (a batched
+ *               backend whose rows' positions are off by one).  llama.cpp
+ *               takes a sequence that starts at position 1 (its positions
+ *               stay consecutive), and the rotary angles, the compressor's
+ *               blocks and the sliding window all follow the positions.
  *
  * programs/llama_api.h says how llama.cpp is loaded and which struct
  * layouts it has.
@@ -45,7 +53,7 @@ static llama_api L;
 typedef struct args {
     const char *lib, *model, *batch_tokens, *out;
     long n, chunk, ctx, top_k, threads;
-    int rows_late;
+    int rows_late, rope_shift;
 } args;
 
 /* One row: its prompt, what it committed, and each step's top entries. */
@@ -93,7 +101,7 @@ static long parse_count(const char *opt, const char *s, long lo, long hi) {
 
 static void usage(void) {
     fputs("usage: ds4ref-llama [--lib DIR] -m MODEL --batch-tokens FILE -n N --chunk C -c CTX\n"
-          "                    --top-k K --out OUT [-t THREADS] [--bug rows-late]\n"
+          "                    --top-k K --out OUT [-t THREADS] [--bug rows-late|rope-shift]\n"
           "DIR (default $DS4REF_LLAMA_LIB): bins/linux-x64 of the npm package\n"
           "@node-llama-cpp/linux-x64@3.22.1 (make peers installs it)\n", stderr);
     exit(2);
@@ -116,8 +124,9 @@ static args parse_args(int argc, char **argv) {
         else if (!strcmp(o, "--top-k")) a.top_k = parse_count(o, v, 1, 1024);
         else if (!strcmp(o, "-t")) a.threads = parse_count(o, v, 1, 1024);
         else if (!strcmp(o, "--bug")) {
-            if (strcmp(v, "rows-late")) die("--bug: the one bug is rows-late, got \"%s\"", v);
-            a.rows_late = 1;
+            if (!strcmp(v, "rows-late")) a.rows_late = 1;
+            else if (!strcmp(v, "rope-shift")) a.rope_shift = 1;
+            else die("--bug: rows-late or rope-shift, got \"%s\"", v);
         } else die("unknown option %s (--help lists them)", o);
     }
     if (!a.lib || !*a.lib)
@@ -192,23 +201,25 @@ static void add_token(llama_api_batch *b, int32_t id, long pos, long seq, int wa
 /* The next call's tokens: every row's next prompt chunk while some prompt
  * is left, else each unfinished row's last committed token.  out[r] is the
  * batch index of row r's logits, -1 when it gets none in this call. */
-static void fill_batch(llama_api_batch *b, row *rows, long n_rows, long chunk, int32_t *out) {
+static void fill_batch(llama_api_batch *b, row *rows, long n_rows, long chunk, int rope_shift,
+                       int32_t *out) {
     b->n_tokens = 0;
     int prefill = 0;
     for (long r = 0; r < n_rows; r++) prefill |= rows[r].fed < rows[r].n_prompt;
     for (long r = 0; r < n_rows; r++) {
         row *w = &rows[r];
+        const long shift = rope_shift && n_rows > 1 && r > 0;
         out[r] = -1;
         if (prefill) {
             long end = w->fed + chunk < w->n_prompt ? w->fed + chunk : w->n_prompt;
             for (long p = w->fed; p < end; p++) {
                 if (p == w->n_prompt - 1) out[r] = b->n_tokens;
-                add_token(b, w->prompt[p], p, r, p == w->n_prompt - 1);
+                add_token(b, w->prompt[p], p + shift, r, p == w->n_prompt - 1);
             }
             w->fed = end;
         } else if (!w->done) {
             out[r] = b->n_tokens;
-            add_token(b, w->ids[w->n_ids - 1], w->n_prompt + w->n_ids - 1, r, 1);
+            add_token(b, w->ids[w->n_ids - 1], w->n_prompt + w->n_ids - 1 + shift, r, 1);
         }
     }
 }
@@ -288,7 +299,7 @@ int main(int argc, char **argv) {
     llama_api_batch b = L.batch_init((int32_t)(a.chunk * n_rows), 0, 1);
     int32_t *out = xcalloc((size_t)n_rows, sizeof(int32_t));
     for (;;) {
-        fill_batch(&b, rows, n_rows, a.chunk, out);
+        fill_batch(&b, rows, n_rows, a.chunk, a.rope_shift, out);
         if (b.n_tokens == 0) break;
         int32_t rc = L.decode(ctx, b);
         if (rc) die("llama_decode failed (%d) on a call of %d tokens", rc, b.n_tokens);

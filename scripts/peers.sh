@@ -11,7 +11,14 @@
 #   2. the unquantized twin of models/tiny.gguf under the official
 #      numerics without the simulation, at |dlogprob| and gap <= 1e-3;
 #   3. llama.cpp with an injected bug confined to one cell class (rows of a
-#      batch read one row late): exactly the cells with several rows fail.
+#      batch read one row late): exactly the cells with several rows fail;
+#   4. llama.cpp on another seed's model, and on a copy with two experts
+#      swapped: no numerics profile explains it, and the run fails;
+#   5. llama.cpp on tiny.gguf: no failing cell, every tie one the reference
+#      itself puts within the threshold, no tie pattern;
+#   6. llama.cpp with the positions of the rows after the first of a batch
+#      one late (RoPE, compressor blocks, window): only cells with several
+#      rows fail.
 #
 # The safetensors library (huggingface/safetensors from PyPI, installed into
 # $DS4REF_PEERS/pylib) writes a two-shard checkpoint in the official layout
@@ -244,6 +251,42 @@ check "... exactly the cells with several rows fail" bash -c '
     [ "$(cells "$1" | wc -l)" -eq 18 ] &&
     ! cells "$1" | awk "(\$2 > 1) != (\$4 == \"fail\") { print \"  \" \$0; bad = 1 } END { exit !bad }"' \
     _ "$tmp/bug.json"
+
+# 4. Wrong models, which calibration must not absorb (docs/CONFORM.md §3.6):
+#    llama.cpp on another seed's tiny-spec, and on a copy of tiny-spec with
+#    two experts of its top-k layer swapped.  Their dumps name no model, so
+#    only the numbers can tell: no numerics profile may explain them.
+./ds4ref-mkmodel --config tiny-spec --seed 7 --no-mtp -o "$tmp/seed7.gguf" > /dev/null
+python3 tests/swap_experts.py ./ds4ref-gguf models/tiny-spec.gguf "$tmp/swap.gguf" 3 0 1
+for wrong in seed7 swap; do
+    check "llama.cpp on $wrong.gguf: exit status 1" status_is 1 conform --backend \
+        "{ds4ref}-llama -m $tmp/$wrong.gguf --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} --top-k {top_k} --out {out}" \
+        --matrix "draft=0 chunk=7,whole batch=1"
+    check "... no numerics profile explains it" grep -q '^FAIL: no numerics profile explains this backend' "$tmp/out.txt"
+    sed -n 's/^\(FAIL: no numerics profile explains this backend: .*\)/  \1/p' "$tmp/out.txt" | cut -c1-300
+done
+
+# 5. The right tiny.gguf, whose flat random distributions make near-ties
+#    of a few hundredths of a nat that llama.cpp's order of sums decides one
+#    way or the other: no failing cell, every tie one the reference puts
+#    within the tie threshold, and no tie pattern.
+check "llama.cpp on tiny.gguf: exit status 0" status_is 0 \
+    conform --backend llama.cpp -m models/tiny.gguf --matrix "draft=0" --json "$tmp/tiny.json"
+check "... every tie explained by the reference's own near-tie, no pattern" \
+    grep -q '"ties":{"cells":[0-9]*,"reference":[0-9]*,"own":0,.*"pattern":null}' "$tmp/tiny.json"
+sed -n 's/^\([0-9]* ties:.*\)/  \1/p; s/^\([0-9]* cells:.*\)/  \1/p' "$tmp/out.txt"
+
+# 6. RoPE positions off by one in the rows after the first of a batch: the
+#    cells of one row pass, and cells with several rows fail.
+rope="{ds4ref}-llama -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} \
+--top-k {top_k} --out {out} --bug rope-shift"
+check "llama.cpp with rows' positions one late: exit status 1" status_is 1 \
+    conform --backend "$rope" --prompts "$tmp/prompts" --matrix "draft=0 chunk=7,whole batch=1,2,4" \
+    --json "$tmp/rope.json"
+check "... only cells with several rows fail, and some do" bash -c '
+    cells "$1" | awk "\$4 == \"fail\" { n++; if (\$2 == 1) bad = 1 } END { exit bad || !n }"' \
+    _ "$tmp/rope.json"
+sed -n 's/^\([0-9]* cells:.*\)/  \1/p' "$tmp/out.txt"
 
 echo "peers: $fails failed"
 [ "$fails" -eq 0 ]
