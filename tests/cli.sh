@@ -207,6 +207,29 @@ for v in "$tmp/v1/x.vec" "$tmp/v2/y.vec"; do
     check "ds4_test --logprob-vectors runs a .vec written elsewhere ($(basename "$v"))" \
         quiet env DS4_TEST_MODEL=$model DS4_TEST_VECTOR_FILE="$v" ./ds4_test --logprob-vectors
 done
+# A file the user named and that is not there fails the test (a CI job with
+# a mistyped path must not pass by skipping); the default absent skips it.
+# The tolerance can be tightened (a .vec ds4ref wrote holds its own
+# logprobs), not loosened past ds4's 4.
+check "ds4_test: DS4_TEST_LOGPROB_TOLERANCE=1e-6 on ds4ref's own .vec passes" \
+    quiet env DS4_TEST_MODEL=$model DS4_TEST_VECTOR_FILE="$tmp/v1/x.vec" DS4_TEST_LOGPROB_TOLERANCE=1e-6 \
+    ./ds4_test --logprob-vectors
+awk '!done && $1 == "top" { $3 = $3 + 0.01; done = 1 } { print }' "$tmp/v1/x.vec" > "$tmp/v1/off.vec"
+check "... one logprob 0.01 off: fails at 1e-3" status_is 1 env DS4_TEST_MODEL=$model \
+    DS4_TEST_VECTOR_FILE="$tmp/v1/off.vec" DS4_TEST_LOGPROB_TOLERANCE=1e-3 ./ds4_test --logprob-vectors
+check "... passes at ds4's 4" quiet env DS4_TEST_MODEL=$model DS4_TEST_VECTOR_FILE="$tmp/v1/off.vec" \
+    ./ds4_test --logprob-vectors
+for bad in "DS4_TEST_MODEL=$tmp/nope.gguf" "DS4_TEST_VECTOR_FILE=$tmp/nope.vec" \
+           "DS4_TEST_LOGPROB_TOLERANCE=5" "DS4_TEST_MTP=$tmp/nope-mtp.gguf"; do
+    test=--logprob-vectors
+    [ "${bad%%=*}" = DS4_TEST_MTP ] && test=--mtp-verify-depth
+    check "ds4_test $test with $bad -> 1" status_is 1 env DS4_TEST_MODEL=$model \
+        DS4_TEST_VECTOR_FILE="$tmp/v1/x.vec" "$bad" ./ds4_test $test
+    check "... naming it" grep -q -e "${bad%%=*}" -e "${bad#*=}" "$tmp/stderr"
+done
+check "ds4_test --logprob-vectors without a model named or found: a skip, 0" \
+    status_is 0 env -u DS4_TEST_MODEL DS4_TEST_VECTOR_FILE="$tmp/v1/x.vec" ./ds4_test --logprob-vectors
+check "... saying so" grep -q "skipped: a DeepSeek V4 Flash model ds4flash.gguf not found (set DS4_TEST_MODEL)" "$tmp/out.txt"
 check "--vec-out with --tokens-file (no prompt text) -> 2" \
     status_is 2 ./ds4ref -m $model --tokens-file "$tmp/toks.txt" -n 4 --vec-out "$tmp/v2/z.vec"
 

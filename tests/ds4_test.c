@@ -1,6 +1,8 @@
 /* ds4_test: integration tests of ds4ref, with the interface of ds4's test
  * runner: no argument (or --all) runs every test; flags select tests; the
- * closing line is "N passed, N failed, N skipped".
+ * closing line is "N passed, N failed, N skipped".  A file the user named
+ * (DS4_TEST_MODEL, DS4_TEST_VECTOR_FILE, DS4_TEST_MTP) that is not there
+ * fails its test; a default that is not there skips it.
  *
  * Environment: DS4_TEST_MODEL (default ./ds4flash.gguf), DS4_TEST_VECTOR_FILE
  * (default ../shared/vectors/official/official.vec), DS4_TEST_MTP,
@@ -58,6 +60,15 @@ const char *ds4t_env(const char *name, const char *def) {
     return v && *v ? v : def;
 }
 
+int ds4t_absent(const char *var, const char *path, const char *what) {
+    const char *v = getenv(var);
+    if (v && *v) {
+        ds4t_fail(__FILE__, __LINE__, "%s=%s: not found or not readable (%s)", var, path, what);
+        return DS4T_FAIL;
+    }
+    return ds4t_skip("%s %s not found (set %s)", what, path, var);
+}
+
 /* DS4_TEST_NUMERICS, checked once in main. */
 static uint32_t numerics;
 
@@ -75,6 +86,8 @@ static void usage(FILE *f) {
                "                        ../shared/vectors/official/official.vec); each case's\n"
                "                        prompt is read from prompts/ beside it, else from the\n"
                "                        path the case records\n"
+               "  DS4_TEST_LOGPROB_TOLERANCE  --logprob-vectors' |dlogprob| limit (default\n"
+               "                        and most 4, ds4's own)\n"
                "  DS4_TEST_MTP          the MTP head, with a real DS4_TEST_MODEL\n"
                "  DS4_TEST_NUMERICS     a numerics profile for --logprob-vectors and the MTP\n"
                "                        tests (ds4ref --numerics; default official): ds4\n"

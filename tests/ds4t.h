@@ -32,6 +32,12 @@ int ds4t_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* $name if set and non-empty, else def. */
 const char *ds4t_env(const char *name, const char *def);
 
+/* A file a test needs is not there.  When the user named it ($var set),
+ * that is an error: printed, counted, DS4T_FAIL, so that a CI job with a
+ * mistyped path fails.  When the test only looked for its default, a
+ * skip, saying which variable names it. */
+int ds4t_absent(const char *var, const char *path, const char *what);
+
 /* The numerics profile DS4_TEST_NUMERICS names (0: official). */
 uint32_t ds4t_numerics(void);
 

@@ -55,6 +55,13 @@ typedef struct greedy {
 static int open_model(fixture *f) {
     ds4err err = {0};
     const char *model = ds4t_env("DS4_TEST_MODEL", "ds4flash.gguf");
+    const char *named = getenv("DS4_TEST_MODEL"), *mtp_named = getenv("DS4_TEST_MTP");
+    if (access(model, F_OK) && ((named && *named) || (mtp_named && *mtp_named))) {
+        /* An MTP head named without its model is a setup error too. */
+        ds4t_fail(__FILE__, __LINE__, "%s: not found or not readable (DS4_TEST_MODEL, which "
+                  "DS4_TEST_MTP needs)", model);
+        return DS4T_FAIL;
+    }
     if (access(model, F_OK) == 0) {
         const char *mtp = ds4t_env("DS4_TEST_MTP", NULL);
         if (!mtp)
