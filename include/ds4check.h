@@ -44,6 +44,9 @@ typedef struct ds4check_diff_options {
     double min_top20_overlap;  /* mean top-20 overlap fraction */
     double max_kl;             /* largest per-step KL(reference || other) */
     int exact;                 /* require bit-identity in everything both record */
+    /* Goldens of different models are noted, not held against exactness
+     * (a model and its unquantized twin: the numbers alone compared). */
+    int ignore_model;
 } ds4check_diff_options;
 
 /* No threshold given (so min_top1 = 1 applies), text report with the

@@ -42,6 +42,9 @@ static const char usage[] =
     "  --exact                fail unless OTHER is bit-identical to GOLDEN in\n"
     "                         everything both record (tokens, logits, logprobs,\n"
     "                         logits digests, prompt, step count, model)\n"
+    "  --ignore-model         two goldens of different models are noted, not held\n"
+    "                         against --exact: the numbers alone (a model and its\n"
+    "                         unquantized twin)\n"
     "  --json                 print the report as one JSON object\n"
     "  -q, --quiet            omit the per-step lines\n"
     "  -h, --help             this text\n"
@@ -107,6 +110,8 @@ static int parse_args(int argc, char **argv, const char **golden, const char **o
             o->all_steps = 1;
         } else if (!strcmp(a, "--exact")) {
             o->exact = 1;
+        } else if (!strcmp(a, "--ignore-model")) {
+            o->ignore_model = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {

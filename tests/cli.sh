@@ -16,6 +16,19 @@ trap 'rm -rf "$tmp"' EXIT
 check "golden identical across threads and chunks" cmp -s <(tail -n +2 "$tmp/a.jsonl") <(tail -n +2 "$tmp/b.jsonl")
 check "ds4ref-diff --exact accepts them" quiet ./ds4ref-diff --exact "$tmp/a.jsonl" "$tmp/b.jsonl"
 check "golden ends complete" grep -q '"complete":true' "$tmp/a.jsonl"
+# The unquantized twin gives the model's numbers bit for bit: ds4ref-diff
+# --exact says the models differ, --ignore-model compares the numbers alone
+# (and still fails numbers that differ: another seed's model).
+./ds4ref-gguf twin $model "$tmp/twin.gguf"
+./ds4ref -m "$tmp/twin.gguf" -p "Hello there" -n 40 --ignore-eos --golden-out "$tmp/twin.jsonl" > /dev/null
+check "a golden of the twin, --exact -> 1 (another model)" status_is 1 ./ds4ref-diff --exact "$tmp/a.jsonl" "$tmp/twin.jsonl"
+check "... with --ignore-model: bit-identical -> 0" status_is 0 ./ds4ref-diff --exact --ignore-model \
+    "$tmp/a.jsonl" "$tmp/twin.jsonl"
+check "... the models' difference still noted" grep -q '^note: models differ (.*), ignored (--ignore-model)' "$tmp/out.txt"
+./ds4ref-mkmodel --config tiny --seed 9 --no-mtp -o "$tmp/seed9.gguf" > /dev/null
+./ds4ref -m "$tmp/seed9.gguf" -p "Hello there" -n 40 --ignore-eos --golden-out "$tmp/seed9.jsonl" > /dev/null
+check "... another seed's model with --ignore-model -> 1" status_is 1 ./ds4ref-diff --exact --ignore-model \
+    "$tmp/a.jsonl" "$tmp/seed9.jsonl"
 
 # Speculative decoding with the MTP head: the same records as plain greedy.
 ./ds4ref -m $model --mtp models/tiny-mtp.gguf --mtp-draft 3 -p "Hello there" -n 40 --ignore-eos \

@@ -137,7 +137,8 @@ class DiffOptions(ctypes.Structure):
                 ("json", ctypes.c_int), ("quiet", ctypes.c_int),
                 ("max_dlogprob", ctypes.c_double), ("min_top1", ctypes.c_double),
                 ("min_top5_overlap", ctypes.c_double), ("min_top20_overlap", ctypes.c_double),
-                ("max_kl", ctypes.c_double), ("exact", ctypes.c_int)]
+                ("max_kl", ctypes.c_double), ("exact", ctypes.c_int),
+                ("ignore_model", ctypes.c_int)]
 
 
 class DiffResultStruct(ctypes.Structure):

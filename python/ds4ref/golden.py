@@ -112,13 +112,15 @@ class DiffResult:
 
 def diff(golden, other, *, case=None, all_steps=False, json=False, quiet=False,
          max_dlogprob=None, min_top1=None, min_top5_overlap=None, min_top20_overlap=None,
-         max_kl=None, exact=False) -> DiffResult:
+         max_kl=None, exact=False, ignore_model=False) -> DiffResult:
     """Compare the token stream of `other` with the reference `golden`, as
     `ds4ref-diff GOLDEN OTHER` does (docs/FORMATS.md, section 4).  Either
     file may be a ds4ref golden, a ds4 --dump-logprobs JSON or an
     official.vec (case: which of its cases).  The thresholds are those of
     ds4ref-diff; None leaves one unchecked, and with none at all (and not
-    exact) min_top1=1 applies, so a divergence fails.  A violated threshold is a
+    exact) min_top1=1 applies, so a divergence fails.  ignore_model: goldens
+    of different models are noted, not held against exact (a model and its
+    unquantized twin).  A violated threshold is a
     result (passed False), not an error; errors are files that cannot be
     read or parsed."""
     lib = _lib.check_lib()
@@ -127,6 +129,7 @@ def diff(golden, other, *, case=None, all_steps=False, json=False, quiet=False,
     opts.case_id = None if case is None else _cstr(case, "case")
     opts.all_steps, opts.json, opts.quiet = int(bool(all_steps)), int(bool(json)), int(bool(quiet))
     opts.exact = int(bool(exact))
+    opts.ignore_model = int(bool(ignore_model))
     for name, value in (("max_dlogprob", max_dlogprob), ("min_top1", min_top1),
                         ("min_top5_overlap", min_top5_overlap),
                         ("min_top20_overlap", min_top20_overlap), ("max_kl", max_kl)):

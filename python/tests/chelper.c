@@ -70,6 +70,7 @@ static void layout(void) {
     FIELD(ds4check_diff_options, max_dlogprob); FIELD(ds4check_diff_options, min_top1);
     FIELD(ds4check_diff_options, min_top5_overlap); FIELD(ds4check_diff_options, min_top20_overlap);
     FIELD(ds4check_diff_options, max_kl); FIELD(ds4check_diff_options, exact);
+    FIELD(ds4check_diff_options, ignore_model);
     SIZE(ds4check_diff_result);
     FIELD(ds4check_diff_result, violations); FIELD(ds4check_diff_result, exact);
     FIELD(ds4check_diff_result, prompt_differs); FIELD(ds4check_diff_result, first_divergence);

@@ -51,7 +51,7 @@ int ds4check_diff_files(const char *golden, const char *other, const ds4check_di
         ds4_golden_free(&a);
         return api_fail(err, &e);
     }
-    ds4_diff_opts dopt = {.all_steps = o->all_steps != 0};
+    ds4_diff_opts dopt = {.all_steps = o->all_steps != 0, .ignore_model = o->ignore_model != 0};
     ds4_diff_limits lim = {
         .max_dlogprob = limit(o->max_dlogprob), .min_top1 = limit(o->min_top1),
         .min_top5 = limit(o->min_top5_overlap), .min_top20 = limit(o->min_top20_overlap),

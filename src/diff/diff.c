@@ -204,13 +204,15 @@ static void compare_settings(const ds4_golden *a, const ds4_golden *b, ds4_diff_
         note(r, "ds4ref versions differ: %s vs %s", a->h.version, b->h.version);
 }
 
-static void compare_models(const ds4_golden *a, const ds4_golden *b, ds4_diff_report *r) {
+static void compare_models(const ds4_golden *a, const ds4_golden *b, bool ignore,
+                           ds4_diff_report *r) {
     if (!a->has_header || !b->has_header) return;
     char d[DS4_ERR_MSG];
     ds4_modelid_describe_diff(&a->h.model, &b->h.model, d, sizeof(d));
     if (d[0]) {
-        r->model_differs = true;
-        note(r, "models differ (%s vs %s): %s", a->h.model.file, b->h.model.file, d);
+        r->model_differs = !ignore;
+        note(r, "models differ (%s vs %s)%s: %s", a->h.model.file, b->h.model.file,
+             ignore ? ", ignored (--ignore-model)" : "", d);
     } else if (strcmp(a->h.model.file, b->h.model.file)) {
         note(r, "same model under two names: %s, %s", a->h.model.file, b->h.model.file);
     }
@@ -254,7 +256,7 @@ int ds4chk_diff_compute(const ds4_golden *a, const ds4_golden *b, const ds4_diff
     r->first_divergence = r->first_inexact = -1;
     compare_prompts(a, b, r);
     compare_settings(a, b, r);
-    compare_models(a, b, r);
+    compare_models(a, b, o->ignore_model, r);
     compare_ends(a, b, r);
 
     double sum_top[DS4_DIFF_NTOP] = {0}, sum_dlp = 0, sum_kl = 0;

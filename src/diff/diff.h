@@ -53,6 +53,10 @@ enum { DS4_DIFF_TOP1, DS4_DIFF_TOP5, DS4_DIFF_TOP20, DS4_DIFF_NTOP };
 
 typedef struct ds4_diff_opts {
     bool all_steps;
+    /* Two goldens of different models are noted but not held against
+     * exactness: a model and its unquantized twin, or the same model
+     * written twice, whose numbers must still be the same bits. */
+    bool ignore_model;
 } ds4_diff_opts;
 
 typedef struct ds4_diff_step {
