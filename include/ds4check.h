@@ -116,7 +116,8 @@ typedef struct ds4check_conform_options {
                                 * timeout of wall time */
     uint32_t jobs;             /* cells whose commands run at once (default 1) */
     /* Set asynchronously (by a SIGINT handler): the running cell's command is
-     * killed and the call returns DS4REF_E_INTERRUPTED. */
+     * killed, no other starts, and the cells that finished are checked and
+     * reported (the result's interrupted set). */
     volatile sig_atomic_t *stop;
     /* Called before each step of the run ("reference for chat", "draft=3
      * chunk=7 batch=2 code", finally "done"). */
@@ -165,6 +166,9 @@ typedef struct ds4check_conform_result {
      * of its base value mostly pass: the ties hide a systematic difference,
      * and the run failed (docs/CONFORM.md §3.3). */
     int tie_pattern;
+    /* The stop request came (a SIGINT): the cells that finished were
+     * checked and reported, the others are n/a; the call still returns 0. */
+    int interrupted;
 } ds4check_conform_result;
 
 /* Run the matrix; the text report (table, failures, smallest failing cell
@@ -178,6 +182,10 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
 /* The backend presets, i = 0, 1, ...: their name, command template and a
  * line about them; 0 past the last. */
 int ds4check_conform_preset(uint32_t i, const char **name, const char **tmpl, const char **about);
+
+/* The placeholders of a backend template, i = 0, 1, ...: their name
+ * (without braces) and a line about them; 0 past the last. */
+int ds4check_conform_placeholder(uint32_t i, const char **name, const char **about);
 
 /* The server presets (--server-cmd NAME), likewise. */
 int ds4check_conform_server_preset(uint32_t i, const char **name, const char **tmpl,

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ds4check.h"
@@ -32,17 +33,18 @@ static const char usage_text[] =
     "chunks, batch sizes, prompts -- and checks every cell against ds4ref.\n"
     "\n"
     "backend:\n"
-    "  --backend NAME|TEMPLATE  a preset (ds4ref, ds4) or a command line with\n"
-    "                           placeholders; --backend-help lists both\n"
+    "  --backend NAME|TEMPLATE  a preset (the list at the end) or a command line\n"
+    "                           with placeholders; --backend-help shows both\n"
     "  --backend-help           the placeholders and the presets\n"
     "  --server URL             an engine already running (OpenAI completions with\n"
     "                           token ids, as ds4ref-server and vLLM answer them); a\n"
     "                           batch cell is its rows' requests in flight together\n"
     "  --server-cmd NAME|TEMPLATE  an engine started for each cell: a server preset\n"
-    "                           (ds4ref-server) or a command with {port}; ready when\n"
+    "                           (the list at the end) or a command with {port}; ready when\n"
     "                           /health or /v1/models answers, stopped after the cell.\n"
-    "                           Default matrix with a server: draft=0 chunk=whole\n"
-    "                           batch=1,2,4 (add cache=cold,warm for its prefix cache)\n"
+    "                           A dimension a backend cannot set keeps one value\n"
+    "                           (a server's matrix: draft=0 chunk=whole batch=1,2,4;\n"
+    "                           add cache=cold,warm for its prefix cache)\n"
     "  --server-dialect D       the engine's API: ids (OpenAI, \"token_id:N\"; the\n"
     "                           default), text (OpenAI, tokens by text, matched to\n"
     "                           ids by their bytes), lossy-text (the same, bytes that\n"
@@ -106,22 +108,13 @@ static const char usage_text[] =
     "13 the backend ran in no cell at all.\n";
 
 static const char placeholders_text[] =
-    "A backend is a command line run with /bin/sh once per cell.  Placeholders:\n"
-    "  {model} {mtp}      the model files ({mtp} is empty in cells without drafts)\n"
-    "  {tokens_file}      row 0's prompt token ids, one per line\n"
-    "  {prompt_file}      row 0's prompt bytes: the rendered chat, starting with BOS\n"
-    "  {batch_tokens}     every row's ids, one row per line\n"
-    "  {n} {draft} {chunk} {batch} {ctx} {top_k} {temp} {seed}\n"
-    "  {out}              where to write the result: a ds4 --dump-logprobs JSON or a\n"
-    "                     ds4ref golden; with {batch} > 1, {out}.ROW for each row\n"
-    "  {ds4ref}           the ds4ref program beside this one\n"
     "With {batch} > 1, {tokens_file}.ROW and {prompt_file}.ROW hold row ROW's prompt.\n"
     "Values are inserted shell-quoted.  {[ ... ]} is dropped when a placeholder in it\n"
     "is empty or 0; {{ is a literal brace.  A backend may print ds4ref's line\n"
     "\"mtp accept: ... proposed=M accepted=K ... deepest=D\" (or ds4's DS4_MTP_SPEC_LOG\n"
-    "lines): without it a speculative cell is \"not exercised\".\n"
-    "\n"
-    "Presets:\n";
+    "lines): without it a speculative cell is \"not exercised\".  A dump may carry\n"
+    "\"model_sha256\", the SHA-256 of the model file the backend loaded: another\n"
+    "model's is a setup error (docs/CONFORM.md).\n";
 
 enum opt_id {
     O_HELP, O_VERSION, O_BACKEND_HELP, O_EXACT, O_NO_CACHE, O_QUIET, O_BACKEND, O_TIMEOUT, O_JOBS,
@@ -192,9 +185,29 @@ static int parse_num(const char *flag, const char *v, double *out) {
     return 0;
 }
 
-static void backend_help(void) {
-    fputs(placeholders_text, stdout);
+/* The usage, then every preset's name. */
+static void usage(void) {
+    fputs(usage_text, stdout);
     const char *name, *tmpl, *about;
+    fputs("\npresets (--backend):", stdout);
+    for (uint32_t i = 0; ds4check_conform_preset(i, &name, &tmpl, &about); i++)
+        printf("%s %s", i ? "," : "", name);
+    fputs("\nserver presets (--server-cmd):", stdout);
+    for (uint32_t i = 0; ds4check_conform_server_preset(i, &name, &tmpl, &about); i++)
+        printf("%s %s", i ? "," : "", name);
+    fputs("\n", stdout);
+}
+
+static void backend_help(void) {
+    const char *name, *tmpl, *about;
+    puts("A backend is a command line run with /bin/sh once per cell.  Placeholders:");
+    for (uint32_t i = 0; ds4check_conform_placeholder(i, &name, &about); i++) {
+        char braced[40];
+        snprintf(braced, sizeof(braced), "{%s}", name);
+        printf("  %-16s %s\n", braced, about);
+    }
+    fputs(placeholders_text, stdout);
+    puts("\nPresets (--backend NAME):");
     for (uint32_t i = 0; ds4check_conform_preset(i, &name, &tmpl, &about); i++)
         printf("  %s: %s\n    %s\n", name, about, tmpl);
     fputs("\nServer presets (--server-cmd NAME; {port}: a free port of the loopback):\n", stdout);
@@ -206,7 +219,7 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     ds4check_conform_options *o = &c->o;
     uint64_t u;
     switch ((enum opt_id)id) {
-    case O_HELP: fputs(usage_text, stdout); exit(0);
+    case O_HELP: usage(); exit(0);
     case O_VERSION: printf("ds4ref-conform %s\n", ds4ref_version()); exit(0);
     case O_BACKEND_HELP: backend_help(); exit(0);
     case O_EXACT: o->exact = 1; return 0;
@@ -330,6 +343,25 @@ static void progress(void *ud, uint32_t done, uint32_t total, const char *what) 
     fflush(stderr);
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Progress into a log (stderr not a terminal, as in CI): a line for each
+ * cell started and each step before them, and while the outputs are
+ * checked, which can take long on a real model, a line a minute. */
+static void progress_lines(void *ud, uint32_t done, uint32_t total, const char *what) {
+    static double last;
+    (void)ud;
+    const bool checking = !strncmp(what, "checking ", 9);
+    if (!strcmp(what, "done") || (checking && seconds_now() - last < 60)) return;
+    last = seconds_now();
+    fprintf(stderr, "ds4ref-conform: [%u/%u] %s\n", done + 1, total, what);
+    fflush(stderr);
+}
+
 int main(int argc, char **argv) {
     ds4ref_wait_policy(argv);
     cli c;
@@ -349,18 +381,18 @@ int main(int argc, char **argv) {
                         "--backend-help)\n");
         return DS4REF_E_ARG;
     }
-    /* A server decodes without the harness's drafts and chunks (a running
-     * one keeps its own): its default matrix is the batch dimension. */
-    if ((c.o.server_url || c.o.server_cmd) && !c.o.matrix) c.o.matrix = "draft=0 chunk=whole batch=1,2,4";
     paths p = {0};
     if (pick_defaults(&c, &p)) return DS4REF_E_IO;
     if (c.threads) ds4ref_set_threads((int)c.threads);
-    if (!c.quiet && isatty(STDERR_FILENO)) c.o.progress = progress;
-    /* Ctrl-C stops the run and kills the cell's command, which runs in a
-     * process group of its own (a timeout must reach all it started). */
+    if (!c.quiet) c.o.progress = isatty(STDERR_FILENO) ? progress : progress_lines;
+    /* Ctrl-C (or SIGTERM) stops the run and kills the cell's command, which
+     * runs in a process group of its own (a timeout must reach all it
+     * started); the cells that finished are still checked and reported.  A
+     * second one ends the program at once. */
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     c.o.stop = &interrupted;
@@ -373,6 +405,10 @@ int main(int argc, char **argv) {
         if (c.o.progress) fputs("\r\033[K", stderr);
         fprintf(stderr, "ds4ref-conform: %s\n", err.message);
         return rc;
+    }
+    if (res.interrupted) {
+        fprintf(stderr, "ds4ref-conform: interrupted: the report holds the cells that finished\n");
+        return DS4REF_E_INTERRUPTED;
     }
     if (res.fail + res.error == 0 && !res.unexplained && !res.tie_pattern) return 0;
     if (res.ran) return 1;

@@ -40,6 +40,8 @@ typedef struct server {
     srv_sched *sched;
     ds4ref_model_info info;
     const char *name;             /* the model's id in responses */
+    char root[PATH_MAX];          /* its file's absolute path: /v1/models "root", as vLLM
+                                   * gives it, so that a client can tell which file it is */
     uint32_t ctx;                 /* positions a request may use */
     size_t max_body;
     long long created;
@@ -660,9 +662,9 @@ static enum MHD_Result serve_get(server *sv, struct MHD_Connection *c, const cha
         return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:i, s:i}", "status", "ok", "rows",
                                                   (int)rows, "queued", (int)queued));
     }
-    json_t *model = json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", sv->name, "object", "model",
-                              "created", (json_int_t)sv->created, "owned_by", "ds4ref",
-                              "max_model_len", (json_int_t)sv->ctx);
+    json_t *model = json_pack("{s:s, s:s, s:s, s:I, s:s, s:I}", "id", sv->name, "root", sv->root,
+                              "object", "model", "created", (json_int_t)sv->created, "owned_by",
+                              "ds4ref", "max_model_len", (json_int_t)sv->ctx);
     return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", model));
 }
 
@@ -874,6 +876,7 @@ int main(int argc, char **argv) {
     if (sv.info.context_length && sv.ctx > sv.info.context_length) sv.ctx = sv.info.context_length;
     const char *base = strrchr(mo.path, '/');
     sv.name = name ? name : base && base[1] ? base + 1 : mo.path;
+    if (!realpath(mo.path, sv.root)) snprintf(sv.root, sizeof(sv.root), "%s", mo.path);
     srv_sched_options so = {(uint32_t)parallel, (uint32_t)queue, (uint32_t)chunk, (int)threads};
     char msg[256];
     if (srv_sched_start(sv.m, &so, &sv.sched, msg, sizeof(msg))) {

@@ -191,6 +191,11 @@ check "llama.cpp preset on the default model: exit status 0" status_is 0 \
     conform --backend llama.cpp --json "$tmp/default.json"
 cp "$tmp/out.txt" "$tmp/default.txt"
 check "... no failing cell" bash -c '! cells "$1" | grep -q " fail$"' _ "$tmp/default.json"
+check "... ties a minority, each the reference's own near-tie, no tie pattern" bash -c '
+    [ $((2 * $(cells "$1" | grep -c " tie$"))) -lt "$(cells "$1" | wc -l)" ] &&
+    grep -q "\"ties\":{\"cells\":[0-9]*,\"reference\":[0-9]*,\"own\":0,.*\"pattern\":null}" "$1"' \
+    _ "$tmp/default.json"
+check "... explained by its profile's roundings" grep -q '"explains":true' "$tmp/default.json"
 check "... judged under ggml-act without the FP8/FP4 simulation, found by the calibration" \
     grep -q '^numerics: ggml-act, qat off, chosen' "$tmp/default.txt"
 sed -n 's/^\(numerics:.*\)/  \1/p; s/^\(mode:.*\)/  \1/p; s/^\(backend against itself:.*\)/  \1/p; s/^\([0-9]* cells:.*\)/  \1/p' "$tmp/default.txt"

@@ -163,7 +163,8 @@ check "... every cell passes" all_pass "$tmp/cal.json"
 # Its floor is the f32 rounding of the logprobs its dump stores, and the
 # thresholds are the least the floor allows.
 check "... its floor below 1e-6, the least thresholds" bash -c '
-    grep -q "\"max_gap\":0.01,\"tie_eps\":0.05[0-9]*,\"max_dlogprob\":0.01,\"limits\":\"limits from the calibration\",\"unexplained\":false,\"calibration\":{\"numerics\":\"ggml-act\",\"qat\":false" "$1" &&
+    grep -q "\"max_gap\":0.01,\"tie_eps\":0.05[0-9]*,\"max_dlogprob\":0.01,\"limits\":\"limits from the calibration\"," "$1" &&
+    grep -q "\"unexplained\":false,\"calibration\":{\"numerics\":\"ggml-act\",\"qat\":false" "$1" &&
     grep -o "\"calibration\":{\"numerics\":\"[^\"]*\",\"qat\":[a-z]*,\"floor\":[^,]*" "$1" |
         sed "s/.*://" | awk "{ exit !(\$1 < 1e-6) }"' \
     _ "$tmp/cal.json"
@@ -205,6 +206,30 @@ check "two experts swapped, the limits given: the user's judge" status_is 0 conf
     --backend "${backend/-m \{model\}/-m $tmp/swap.gguf}" "${wrong_args[@]}" --max-gap 50 --max-dlogprob 50
 check "... the report still says no profile explains it" \
     grep -q "^warning: no numerics profile explains .* judged under the user's limits" "$tmp/out.txt"
+
+# Model identity (docs/CONFORM.md §1): a dump that carries "model_sha256"
+# (here added by a wrapper, as a user would wrap a backend) is held to the
+# reference's model file, so a backend on another file is a setup error
+# before any verdict; {model_sha256} is that file's digest; a dump that
+# names none says so in the report.
+cat > "$tmp/add_sha.sh" <<'EOF'
+# add_sha.sh MODEL DUMP: DUMP's object gets "model_sha256", MODEL's SHA-256.
+sed -i "1s/^{/{\"model_sha256\":\"$(sha256sum "$1" | cut -c1-64)\",/" "$2"
+EOF
+with_sha() {   # with_sha FILE: the backend on FILE, its dump given FILE's SHA-256
+    printf '%s' "${backend/-m \{model\}/-m $1} && sh $tmp/add_sha.sh $1 {out}"
+}
+check "a dump naming the reference's model_sha256: exit status 0" status_is 0 conform \
+    --backend "$(with_sha models/tiny.gguf)" "${wrong_args[@]}"
+check "... the report says whose" grep -q "^model identity: the reference's (2 outputs' model_sha256)" "$tmp/out.txt"
+check "a dump naming another model's -> 2, before any verdict" status_is 2 conform \
+    --backend "$(with_sha "$tmp/seed7.gguf")" "${wrong_args[@]}"
+check "... naming both" grep -q "the backend ran another model: its model_sha256 is [0-9a-f]*\.\.\., the reference's models/tiny.gguf is" "$tmp/stderr"
+check "... and no report" test ! -s "$tmp/out.txt"
+check "{model_sha256} is the model file's" status_is 0 conform \
+    --backend "test \"\$(sha256sum {model} | cut -c1-64)\" = {model_sha256} && $backend" "${wrong_args[@]}"
+check "a dump that names no model: the report says identity is not available" \
+    grep -q "^model identity: not available: the outputs name no model" "$tmp/out.txt"
 
 # Ties that mean ties (docs/CONFORM.md §3.3): a noisy backend (ggml-act with
 # every product jittered, whose calibrated floor makes wide limits) with a
@@ -334,6 +359,11 @@ srv_args=(-m models/tiny.gguf --prompts "$tmp/one" -n 8 --exact --matrix "draft=
 conform --server-cmd "'$server_bin' -m {model} --port {port} --ctx {ctx}" "${srv_args[@]}" \
     --json "$tmp/srv.json" > "$tmp/srv.txt" 2>&1
 check "--server-cmd ds4ref-server: every cell exact (batch 1, 3)" all_pass "$tmp/srv.json"
+check "... its /v1/models names the reference's model file" \
+    grep -q "^model identity: the reference's (2 cells' /v1/models)" "$tmp/srv.txt"
+check "a server on another model -> 2" status_is 2 conform \
+    --server-cmd "'$server_bin' -m models/tiny-spec.gguf --port {port}" "${srv_args[@]}"
+check "... naming both" grep -q 'the engine serves another model (.*/models/tiny-spec.gguf, the reference models/tiny.gguf)' "$tmp/stderr"
 "$server_bin" -m models/tiny.gguf --port 0 2> "$tmp/srv.log" &
 srv_pid=$!
 for _ in $(seq 100); do grep -q listening "$tmp/srv.log" && break; sleep 0.1; done
@@ -378,6 +408,19 @@ check "a server wrong only on a prompt it has seen: exactly the warm cells fail"
 check "--server-cmd without {port} -> 2" status_is 2 ./ds4ref-conform --server-cmd "'$server_bin' -m {model}" -m models/tiny.gguf
 check "... said so" grep -q "no {port}" "$tmp/stderr"
 
+# The default matrix holds only what the backend can set: a template without
+# {draft} runs depth 0 alone, with no n/a cell; depths named in --matrix
+# that it cannot run are n/a.
+nodraft="${backend/ --draft \{draft\}/}"
+check "a template without {draft}, the default depths: exit status 0" status_is 0 conform \
+    --backend "$nodraft" -m models/tiny.gguf --prompts "$tmp/prompts" --matrix "batch=1" --json "$tmp/nodraft.json"
+check "... 8 cells (4 chunks, 2 prompts), none n/a" \
+    test "$(cells "$tmp/nodraft.json" | wc -l)/$(cells "$tmp/nodraft.json" | grep -vc ' n/a$')" = 8/8
+check "... depths named in --matrix that it cannot run are n/a" status_is 0 conform \
+    --backend "$nodraft" -m models/tiny.gguf --prompts "$tmp/prompts" --matrix "draft=0,2 chunk=whole batch=1" \
+    --json "$tmp/nodraft2.json"
+check "... (2 of 4)" test "$(cells "$tmp/nodraft2.json" | grep -c '^2 .* n/a$')" -eq 2
+
 # Exit statuses and errors.
 one=(--prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1")
 check "a backend that never runs -> 13" status_is 13 conform --backend 'false {out} {tokens_file}' "${one[@]}"
@@ -410,17 +453,26 @@ check "no --backend -> 2" status_is 2 ./ds4ref-conform
 check "--json into a missing folder -> 3, before any cell" status_is 3 conform --backend ds4ref \
     "${one[@]}" --json "$tmp/missing/r.json"
 check "... nothing ran" test ! -s "$tmp/out.txt"
-check "--backend-help lists the placeholders and both presets" bash -c \
+check "--backend-help lists the placeholders and the presets" bash -c \
     './ds4ref-conform --backend-help | grep -q "{batch_tokens}" && ./ds4ref-conform --backend-help | grep -q "^  ds4:"'
+check "... every placeholder, each one CONFORM.md's table documents" bash -c '
+    names=$(./ds4ref-conform --backend-help | sed -n "s/^  \({[a-z_0-9]*}\) .*/\1/p")
+    [ "$(echo "$names" | wc -l)" -ge 21 ] || exit 1
+    for n in $names; do grep -q "^| \`$n\`\|^| .*\`$n\`.* |" docs/CONFORM.md || { echo "  $n"; exit 1; }; done'
+check "--help names every preset" bash -c './ds4ref-conform --help |
+    grep -q "^presets (--backend): ds4ref, ds4ref-f32, ds4, llama.cpp$" &&
+    ./ds4ref-conform --help | grep -q "^server presets (--server-cmd): ds4ref-server, vllm, llama-cpp-python, llama-server, ds4-server, sglang$"'
 
 # Ctrl-C: the cell's command is killed, the run stops with 10, no work
-# folder is left behind.
+# folder is left behind, and the cells that finished are checked and
+# reported: here the first (chat) passes and the second (code, whose
+# backend sleeps) did not run.
 TMPDIR=$tmp/tmpdir
 mkdir -p "$TMPDIR"
 export TMPDIR
-./ds4ref-conform -q --no-cache --backend 'sleep 30; echo {out} {tokens_file}' \
-    --prompts tests/conform_prompts --matrix "draft=0 chunk=whole batch=1" > "$tmp/int.out" \
-    2> "$tmp/int.err" &
+./ds4ref-conform -q --no-cache --backend "[ \$(wc -l < {tokens_file}) -lt 100 ] || sleep 30; $backend" \
+    -m models/tiny.gguf --prompts "$tmp/prompts" --matrix "draft=0 chunk=whole batch=1" \
+    --json "$tmp/int.json" > "$tmp/int.out" 2> "$tmp/int.err" &
 pid=$!
 # Interrupt once the cell's command has run for a while (the reference
 # comes first, and on a loaded machine takes more than a second): the
@@ -431,10 +483,32 @@ sleep 1
 kill -INT $pid
 wait $pid
 check "Ctrl-C -> 10" test $? -eq 10
-check "... said so" grep -q 'interrupted in cell 1 of 1' "$tmp/int.err"
+check "... said so" grep -q 'interrupted: the report holds the cells that finished' "$tmp/int.err"
+check "... the report: the finished cell checked, the other n/a" bash -c '
+    grep -q "^    0 whole    1   pass  *n/a" "$1" && grep -q "^INTERRUPTED: interrupted in cell 2 of 2" "$1"' \
+    _ "$tmp/int.out"
+check "... and the JSON" bash -c 'grep -q "\"interrupted\":true" "$1" &&
+    grep -q "\"prompt\":\"code\",\"status\":\"n/a\",.*\"detail\":\"not run: interrupted\"" "$1"' \
+    _ "$tmp/int.json"
 check "... and the temporary work folder is gone" test -z "$(ls "$TMPDIR")"
 check "... and so is the backend" bash -c '! pgrep -f "sleep 3[0]; echo .?$1" > /dev/null' _ "$TMPDIR"
 unset TMPDIR
+
+# A backend's command that is not there: the first cell says so, no other
+# runs (not a line for each of them), 13.
+check "a command not found -> 13" status_is 13 conform \
+    --backend "nosuch-backend-$$ {out} {tokens_file} {draft} {chunk} {batch}" "${bug_args[@]}"
+check "... one cell in error, the others n/a, said once" bash -c '
+    grep -q "^STOPPED: the backend.s command was not found (exit status 127) in the first cell" "$1" &&
+    grep -q "^[0-9]* cells: 0 pass, 0 fail, 1 error, 0 tie, 0 not exercised, [0-9]* n/a" "$1"' \
+    _ "$tmp/out.txt"
+
+# Progress into a file (as in CI): a line for each cell started.
+check "progress into a file: a line a cell" status_is 0 ./ds4ref-conform --no-cache --backend "$self" \
+    --prompts "$tmp/prompts" --matrix 'draft=0 chunk=whole batch=1,2'
+check "... [k/N] and the cell, no terminal codes" bash -c '
+    grep -q "^ds4ref-conform: \[4/4\] draft=0 chunk=whole batch=2 code$" "$1" && ! grep -q $'"'"'\033'"'"' "$1"' \
+    _ "$tmp/stderr"
 
 # The progress line, on a pseudo-terminal: one per cell, erased at the end.
 script -q -c "./ds4ref-conform --no-cache --backend \"$self\" --prompts $tmp/prompts --matrix 'draft=0 chunk=whole batch=1,2' 2>&1 >/dev/null" /dev/null < /dev/null > "$tmp/tty.txt"

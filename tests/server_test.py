@@ -125,6 +125,8 @@ st, h = s.json("/health")
 check("/health answers ok with no row in flight", st == 200 and h["status"] == "ok" and h["rows"] == 0)
 st, m = s.json("/v1/models")
 check("/v1/models lists the model", st == 200 and m["data"][0]["id"] == "tiny.gguf")
+check("... with its file's absolute path as root",
+      os.path.samefile(m["data"][0]["root"], "models/tiny.gguf") and m["data"][0]["root"].startswith("/"))
 st, t = s.json("/tokenize", {"prompt": "Hello there"})
 check("/tokenize gives the ids", st == 200 and t["count"] == len(t["tokens"]) > 0)
 st, d = s.json("/detokenize", {"tokens": t["tokens"]})

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
+
 #define AFILE_BUF (64 * 1024)
 
 /* ------------------------------------------------------------------ reading */
@@ -144,6 +146,29 @@ int ds4_file_read(const char *path, size_t limit, char **out, size_t *out_len, d
     int rc = ds4_file_read_fd(fd, path, limit, out, out_len, err);
     close(fd);
     return rc;
+}
+
+int ds4_file_sha256(const char *path, char hex[65], ds4err *err) {
+    int fd;
+    do {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return ds4_err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    enum { PIECE = 1 << 20 };
+    unsigned char *buf = malloc(PIECE);
+    ds4_sha256 s;
+    ds4_sha256_init(&s);
+    ssize_t r = buf ? 0 : -1;
+    while (buf && (r = read_some(fd, buf, PIECE)) > 0) ds4_sha256_update(&s, buf, (size_t)r);
+    const int saved = errno;
+    close(fd);
+    free(buf);
+    if (!buf) return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
+    if (r < 0) return ds4_err_set(err, DS4_E_IO, "%s: cannot read: %s", path, strerror(saved));
+    uint8_t d[32];
+    ds4_sha256_final(&s, d);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ writing */

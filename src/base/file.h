@@ -36,6 +36,11 @@ int ds4_file_read(const char *path, size_t limit, char **buf, size_t *len, ds4er
  * its end; `name` labels messages.  The descriptor stays open. */
 int ds4_file_read_fd(int fd, const char *name, size_t limit, char **buf, size_t *len, ds4err *err);
 
+/* The SHA-256 of a whole file as 64 lowercase hex digits, what sha256sum
+ * prints: read in pieces, so a model of any size takes its own time and
+ * no more memory.  DS4_E_IO naming the file when it cannot be read. */
+int ds4_file_sha256(const char *path, char hex[65], ds4err *err);
+
 /* A whole regular file mapped read-only (mmap, MAP_PRIVATE): the model
  * files, whose tensors are used in place.  An empty file cannot be mapped;
  * it comes back as a one-byte static buffer with size 0, so its readers give

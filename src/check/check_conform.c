@@ -29,6 +29,10 @@ int ds4check_conform_preset(uint32_t i, const char **name, const char **tmpl, co
     return ds4chk_template_preset_at(i, name, tmpl, about);
 }
 
+int ds4check_conform_placeholder(uint32_t i, const char **name, const char **about) {
+    return ds4chk_template_var_at(i, name, about);
+}
+
 int ds4check_conform_server_preset(uint32_t i, const char **name, const char **tmpl,
                                    const char **about) {
     return ds4chk_template_server_preset_at(i, name, tmpl, about);
@@ -107,7 +111,7 @@ static void to_public(const ds4_cf_result *r, ds4check_conform_result *out) {
     *out = (ds4check_conform_result){r->n_cells, r->count[DS4_CF_PASS], r->count[DS4_CF_FAIL],
                                    r->count[DS4_CF_ERROR], r->count[DS4_CF_TIE],
                                    r->count[DS4_CF_NOT_EXERCISED], r->count[DS4_CF_NA], r->n_ran,
-                                   r->unexplained, r->ties.pattern};
+                                   r->unexplained, r->ties.pattern, r->interrupted};
 }
 
 int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,

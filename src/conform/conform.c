@@ -45,6 +45,7 @@ void ds4chk_conform_result_free(ds4_cf_result *r) {
     free(r->prompts);
     free(r->cells);
     free(r->forced);
+    ds4chk_identity_free(&r->identity);
     memset(r, 0, sizeof(*r));
 }
 
@@ -116,6 +117,19 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
     return NULL;
 }
 
+/* A dimension the backend cannot set and the user did not name keeps the
+ * one value the backend runs, so that the default matrix holds no n/a cell
+ * nobody asked for (a server's 324 of them); values named in --matrix that
+ * it cannot run stay, and are n/a. */
+static void fit_matrix(ds4_cf_matrix *m, const ds4_cf_opts *o, uint32_t uses) {
+    if (!m->draft.given && (!(uses & 1u << DS4_CF_DRAFT) || !o->mtp_path))
+        m->draft = (ds4_cf_dim){.v = {0}, .n = 1};
+    if (!m->chunk.given && !(uses & (1u << DS4_CF_CHUNK | 1u << DS4_CF_CHUNK_TOTAL)))
+        m->chunk = (ds4_cf_dim){.v = {DS4_CF_WHOLE}, .n = 1};
+    if (!m->batch.given && !(uses & (1u << DS4_CF_BATCH | 1u << DS4_CF_BATCH_TOKENS)))
+        m->batch = (ds4_cf_dim){.v = {1}, .n = 1};
+}
+
 static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
     const ds4_cf_matrix *m = &o->matrix;
     uint64_t n = (uint64_t)m->draft.n * m->chunk.n * m->batch.n * m->cache.n * res->n_prompts;
@@ -134,6 +148,7 @@ static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
                     cell->batch = m->batch.v[b];
                     cell->prompt = p;
                     cell->row = -1;
+                    cell->exit_status = -1;
                     ds4chk_verdict_finding_pass(&cell->f);
                     uint32_t longest = 1;
                     for (uint32_t r = 0; r < cell->batch; r++) {
@@ -276,13 +291,26 @@ static int32_t tf_of(ds4_cf_ref *ref, ds4_cf_result *res, uint32_t prompt, const
     return at;
 }
 
-/* An output that names its model (a ds4ref golden) must name the
- * reference's: a backend run on another file is a wrong setup, not a
- * failing cell. */
+/* An output that names its model (a ds4ref golden, a dump's model_sha256)
+ * must name the reference's: a backend run on another file is a wrong
+ * setup, not a failing cell (identity.h).  count: add it to the run's
+ * tally (once per output). */
 static int same_model(ds4_golden *out, const ds4_cf_prompt *p, const ds4_cf_opts *o,
-                      const char *path, ds4err *err) {
-    if (!out->has_header || !p->ref.has_header || ds4_modelid_same(&out->h.model, &p->ref.h.model))
+                      const char *path, bool count, ds4err *err) {
+    ds4_cf_identity *id = o->identity;
+    if (out->model_sha256[0]) {
+        if (ds4chk_identity_check_sha256(id, out->model_sha256, path, err)) return -1;
+        id->by_sha256 += count;
         return 0;
+    }
+    if (!out->has_header || !p->ref.has_header) {
+        /* A server's outputs are the harness's: the server's own answer
+         * to /v1/models is its identity. */
+        id->unnamed += count && !o->server_url && !o->server_cmd;
+        return 0;
+    }
+    id->by_header += count;
+    if (ds4_modelid_same(&out->h.model, &p->ref.h.model)) return 0;
     /* The twin holds the model's own values: it stands for the model, so an
      * exact comparison compares the numbers. */
     if (o->model_f32_id && ds4_modelid_same(&out->h.model, o->model_f32_id)) {
@@ -366,7 +394,7 @@ static int check_output(ds4_cf_ref *ref, ds4_cf_result *res, const ds4_cf_opts *
         row->f.status = DS4_CF_ERROR;
         snprintf(row->f.detail, sizeof(row->f.detail), "its token ids: %.300s", e.msg);
         ds4chk_verdict_findings_push(&row->all, &row->f);
-    } else if ((rc = same_model(&out, p, o, path, err))) {
+    } else if ((rc = same_model(&out, p, o, path, true, err))) {
         row->f.status = DS4_CF_ERROR;
         snprintf(row->f.detail, sizeof(row->f.detail), "%.390s", err->msg);
     } else if (!ds4chk_verdict_usable(&out, p->ids, p->n, want, ref->e->m->cfg.n_vocab, &row->f)) {
@@ -451,10 +479,13 @@ static int reference_ids(const ds4_golden *g, uint32_t k, int32_t **ids, int32_t
 }
 
 /* Cell c on an engine behind HTTP: started for it from o->server_cmd (and
- * stopped after), or the one at o->server_url; its rows sent together.
- * Returns 0, or -1 with why: the cell's error. */
+ * stopped after), or the one at o->server_url; its model checked
+ * (identity.h), then its rows sent together.  Returns 0; -1 with why, the
+ * cell's error; or -2 with err, the run's (the engine serves another
+ * model). */
 static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_vars *v,
-                       ds4_cf_cell *c, const char *out, const char *log, ds4err *why) {
+                       ds4_cf_cell *c, const char *out, const char *log, ds4err *why,
+                       ds4err *err) {
     char url[96];
     pid_t pid = 0;
     ds4_buf cmd = {0};
@@ -471,6 +502,8 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     } else {
         snprintf(url, sizeof(url), "%.95s", o->server_url);
     }
+    bool wrong_model = rc == 0 && ds4chk_identity_check_server(o->identity, url, err);
+    if (wrong_model) rc = -1;
     const int32_t *ids[DS4_CF_MAX_BATCH];
     uint32_t n[DS4_CF_MAX_BATCH];
     const char *text[DS4_CF_MAX_BATCH];
@@ -510,7 +543,7 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     }
     if (pid > 0) ds4chk_backend_stop(pid, 10);
     ds4_buf_free(&cmd);
-    return rc;
+    return wrong_model ? -2 : rc;
 }
 
 /* Run cell c's command: its folder and inputs, the command, its log (the
@@ -541,17 +574,22 @@ static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_ce
                          .tokens_file = tokens, .prompt_file = prompt, .batch_tokens = batch,
                          .out = out, .ds4ref = o->ds4ref_path, .n = o->n_tokens,
                          .model_f32 = o->model_f32, .mtp_f32 = c->draft ? o->mtp_f32 : NULL,
+                         .model_sha256 = o->model_sha256,
                          .draft = c->draft, .chunk = c->chunk, .batch = c->batch,
                          .ctx = res->ctx, .top_k = o->top_k, .temp = o->temp, .seed = o->seed};
     }
     ds4_cf_exit x;
     if (rc == 0 && (o->server_url || o->server_cmd)) {
-        /* An engine behind HTTP: its failure is the cell's error. */
+        /* An engine behind HTTP: its failure is the cell's error, another
+         * model the run's. */
         ds4err why = {0};
         const double t0 = now_seconds();
         FILE *lf = fopen(log, "w");
         if (lf) fclose(lf);
-        if (server_cell(res, o, &v, c, out, log, &why)) {
+        const int s = server_cell(res, o, &v, c, out, log, &why, err);
+        if (s == -2) {
+            rc = -1;
+        } else if (s) {
             snprintf(c->log, sizeof(c->log), "%s", log);
             cell_error(c, why.msg, "");
         } else {
@@ -568,6 +606,7 @@ static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_ce
     if (rc == 0 && !o->server_url && !o->server_cmd) {
         snprintf(c->log, sizeof(c->log), "%s", log);
         c->seconds = x.seconds;
+        c->exit_status = x.timed_out ? -1 : x.status;
         char *text = NULL, last[200] = "";
         size_t len = 0;
         ds4err ignored = {0};
@@ -622,9 +661,21 @@ typedef struct launcher {
     const char *work;
     pthread_mutex_t mu;
     uint32_t next;
+    uint32_t ran;          /* cells whose command left its outputs */
     int rc;
     ds4err err;
 } launcher;
+
+/* After cell c: a command that was not found (sh's 127) before any cell
+ * ran stops the launching, so that a wrong template says so once rather
+ * than once a cell.  Under L->mu. */
+static void after_cell(launcher *L, const ds4_cf_cell *c) {
+    if (c->dir) L->ran++;
+    if (L->ran || c->exit_status != 127 || L->res->not_found) return;
+    L->res->not_found = true;
+    snprintf(L->res->stopped, sizeof(L->res->stopped), "the backend's command was not found "
+             "(exit status 127) in the first cell, so no other cell ran: %.200s", c->f.detail);
+}
 
 static void *launch_worker(void *arg) {
     launcher *L = arg;
@@ -633,7 +684,7 @@ static void *launch_worker(void *arg) {
         uint32_t i = L->next;
         while (i < L->res->n_cells && L->res->cells[i].status == DS4_CF_NA) i++;
         L->next = i + 1;
-        bool done = L->rc || i >= L->res->n_cells;
+        bool done = L->rc || L->res->not_found || i >= L->res->n_cells;
         if (!done && L->o->stop && *L->o->stop) {
             L->rc = ds4_err_set(&L->err, DS4_E_INTERRUPTED, "interrupted after %u of %u cells",
                                 i, L->res->n_cells);
@@ -647,8 +698,13 @@ static void *launch_worker(void *arg) {
         pthread_mutex_unlock(&L->mu);
         if (done) return NULL;
         ds4err e = {0};
-        if (launch_cell(L->res, L->o, &L->res->cells[i], i, L->work, &e) == 0) continue;
+        const int rc = launch_cell(L->res, L->o, &L->res->cells[i], i, L->work, &e);
         pthread_mutex_lock(&L->mu);
+        after_cell(L, &L->res->cells[i]);
+        if (rc == 0) {
+            pthread_mutex_unlock(&L->mu);
+            continue;
+        }
         if (!L->rc) {
             L->rc = e.code ? e.code : -1;
             L->err = e;
@@ -674,6 +730,17 @@ static int launch_all(ds4_cf_result *res, const ds4_cf_opts *o, const char *work
     pthread_mutex_destroy(&L.mu);
     if (L.rc) *err = L.err;
     return L.rc ? -1 : 0;
+}
+
+/* Cells the run stopped before (or during): n/a, saying why. */
+static void mark_not_run(ds4_cf_result *res) {
+    for (uint32_t i = 0; i < res->n_cells; i++) {
+        ds4_cf_cell *c = &res->cells[i];
+        if (c->dir || c->status != DS4_CF_PASS) continue;
+        c->status = c->f.status = DS4_CF_NA;
+        snprintf(c->f.detail, sizeof(c->f.detail), "not run: %s",
+                 res->interrupted ? "interrupted" : "the backend's command was not found");
+    }
 }
 
 /* ---- across cells ---- */
@@ -870,7 +937,10 @@ static int read_bases(ds4_cf_result *res, const ds4_cf_opts *o, const ds4_tokeni
             pr->base_cell = (int32_t)(c - res->cells);
         else
             ds4_golden_free(&pr->base_out);
+        /* Another model is a setup error before any calibration runs. */
+        int rc = pr->base_cell >= 0 ? same_model(&pr->base_out, pr, o, path, false, err) : 0;
         free(path);
+        if (rc) return -1;
         if (e.code == DS4_E_NOMEM) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     }
     return 0;
@@ -956,6 +1026,7 @@ static void tally(ds4_cf_result *res) {
 int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
                        const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
     memset(res, 0, sizeof(*res));
+    ds4chk_identity_init(&res->identity, o->model_path, NULL);
     uint32_t uses = 1u << DS4_CF_TEMP;   /* a server takes the temperature */
     if (o->server_cmd ? ds4chk_template_check_server(o->server_cmd, &uses, err)
                       : !o->server_url && ds4chk_template_check(o->backend, &uses, err))
@@ -979,11 +1050,16 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     char work[4096];
     bool temporary = false;
     int rc = prepare_prompts(&ref, tok, &run, res, err);
+    fit_matrix(&run.matrix, &run, uses);
     if (rc == 0) rc = make_cells(&run, res, err);
     if (rc == 0) rc = open_work(&run, work, sizeof(work), &temporary, err);
     ds4_buf twins[2] = {{0}};
     ds4_modelid twin_id = {0};
     if (rc == 0) rc = write_twins(&run, uses, work, twins, &twin_id, err);
+    res->identity.twin = run.model_f32;
+    run.identity = &res->identity;
+    if (rc == 0 && uses & 1u << DS4_CF_MODEL_SHA256)
+        rc = ds4chk_identity_model_sha256(&res->identity, &run.model_sha256, err);
     for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
         ds4_cf_cell *c = &res->cells[i];
         const char *na = cell_na(&run, uses, c);
@@ -1000,6 +1076,13 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         run.vocab = vocab;
     run.tok = tok;
     if (rc == 0) rc = launch_all(res, &run, work, err);
+    /* Interrupted: what finished is checked and reported all the same. */
+    if (rc && err->code == DS4_E_INTERRUPTED) {
+        res->interrupted = true;
+        snprintf(res->stopped, sizeof(res->stopped), "%.299s", err->msg);
+        rc = 0;
+    }
+    if (rc == 0 && (res->interrupted || res->not_found)) mark_not_run(res);
     ds4chk_server_index_free(vocab);
     if (rc == 0) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
     if (rc == 0 && run.calibrate && !run.limits.exact) rc = calibrate(&ref, m, res, &run, err);
@@ -1042,6 +1125,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     }
     ds4_buf_free(&twins[0]);
     ds4_buf_free(&twins[1]);
+    res->identity.twin = NULL;   /* it was in the work folder */
     ds4_modelid_free(&twin_id);
     ds4chk_reference_free(&ref);
     if (rc) ds4chk_conform_result_free(res);

@@ -24,6 +24,7 @@
 #include "conform/backend.h"
 #include "conform/calibrate.h"
 #include "conform/corpus.h"
+#include "conform/identity.h"
 #include "conform/matrix.h"
 #include "conform/reference.h"
 #include "conform/verdict.h"
@@ -43,6 +44,8 @@ typedef struct ds4_cf_opts {
      * unquantized twins into its work folder when the template names them. */
     const char *model_f32, *mtp_f32;
     const ds4_modelid *model_f32_id;   /* the twin's identity, which an output may name */
+    const char *model_sha256;  /* {model_sha256}: set by the run when the template names it */
+    ds4_cf_identity *identity; /* the run's: what each output or server named (identity.h) */
     ds4_cf_matrix matrix;
     const ds4_cf_corpus *corpus;
     uint32_t n_tokens;         /* steps per row */
@@ -150,6 +153,7 @@ typedef struct ds4_cf_cell {
     ds4_cf_accept accept;      /* as the backend reported it */
     double seconds;
     ds4_cf_row rows[DS4_CF_MAX_BATCH];
+    int exit_status;           /* its command's, when it ran to its end; -1 otherwise */
     char log[256];             /* the backend's log, when the work folder is kept */
     char *dir;                 /* its folder, between its run and its check; NULL: none */
 } ds4_cf_cell;
@@ -175,6 +179,13 @@ typedef struct ds4_cf_result {
     uint32_t user_limits;      /* DS4_CF_USER_*: the limits given, not calibrated */
     ds4_cf_spread spread;      /* the backend against itself (greedy runs) */
     ds4_cf_ties ties;
+    ds4_cf_identity identity;  /* which model the backend said it ran */
+    /* The run stopped early: interrupted (a stop request: the cells that
+     * finished are checked and reported, the others n/a), or after the
+     * backend's command was not found (exit status 127) in every cell that
+     * ran before any did run.  why says which, for the report. */
+    bool interrupted, not_found;
+    char stopped[300];
     ds4_cf_limits limits;      /* the limits the verdicts used */
 } ds4_cf_result;
 

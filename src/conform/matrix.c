@@ -22,7 +22,7 @@ void ds4chk_matrix_default(ds4_cf_matrix *m) {
 
 /* "cold,warm" of s[0..len) into d. */
 static int parse_cache(const char *s, size_t len, ds4_cf_dim *d, ds4err *err) {
-    ds4_cf_dim out = {.n = 0};
+    ds4_cf_dim out = {.n = 0, .given = true};
     for (size_t at = 0; at <= len;) {
         const char *comma = memchr(s + at, ',', len - at);
         size_t end = comma ? (size_t)(comma - s) : len;
@@ -68,7 +68,7 @@ static int parse_value(const char *dim, const char *s, size_t len, uint32_t lo, 
 /* "v,v,v" of s[0..len) into d. */
 static int parse_list(const char *dim, const char *s, size_t len, uint32_t lo, uint32_t hi,
                       bool whole_ok, ds4_cf_dim *d, ds4err *err) {
-    ds4_cf_dim out = {.n = 0};
+    ds4_cf_dim out = {.n = 0, .given = true};
     for (size_t at = 0; at <= len;) {
         const char *comma = memchr(s + at, ',', len - at);
         size_t end = comma ? (size_t)(comma - s) : len;

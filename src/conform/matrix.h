@@ -8,6 +8,7 @@
 #ifndef DS4_CONFORM_MATRIX_H
 #define DS4_CONFORM_MATRIX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,7 @@
 typedef struct ds4_cf_dim {
     uint32_t v[DS4_CF_MAX_VALUES];
     uint32_t n;
+    bool given;            /* named in --matrix (else the default's) */
 } ds4_cf_dim;
 
 typedef struct ds4_cf_matrix {
@@ -37,7 +39,7 @@ void ds4chk_matrix_default(ds4_cf_matrix *m);
 
 /* Narrow (or widen) it: "draft=0,2,4 chunk=64,whole batch=1 cache=cold,warm"; a dimension
  * not named keeps its values.  Values are kept in the order given, without
- * repeats. */
+ * repeats; a dimension named is marked given. */
 int ds4chk_matrix_parse(ds4_cf_matrix *m, const char *spec, ds4err *err);
 
 /* "whole" for DS4_CF_WHOLE, else the number (buf of 12 bytes at least). */

@@ -127,6 +127,32 @@ static const char *limits_from(const ds4_cf_result *r) {
     return calibrated ? "limits from the calibration" : "fixed limits";
 }
 
+/* "model identity: the reference's (4 outputs' golden headers)", or that
+ * the backend named none. */
+static void put_identity(ds4_buf *b, const ds4_cf_identity *id) {
+    const uint32_t named = id->by_header + id->by_sha256 + id->by_server;
+    if (!named) {
+        ds4_buf_puts(b, "model identity: not available: ");
+        if (id->server_unnamed)
+            ds4_buf_printf(b, "the server's /v1/models names %s%s%s, no file here",
+                           id->server_names[0] ? "'" : "nothing", id->server_names,
+                           id->server_names[0] ? "'" : "");
+        else
+            ds4_buf_puts(b, "the outputs name no model (a dump may carry \"model_sha256\")");
+        ds4_buf_puts(b, "; only the numbers can tell another model (the calibration)\n");
+        return;
+    }
+    ds4_buf_puts(b, "model identity: the reference's (");
+    const uint32_t n[3] = {id->by_header, id->by_sha256, id->by_server};
+    static const char *const what[3] = {"outputs' golden headers", "outputs' model_sha256",
+                                        "cells' /v1/models"};
+    for (int k = 0, any = 0; k < 3; k++)
+        if (n[k]) ds4_buf_printf(b, "%s%u %s", any++ ? ", " : "", n[k], what[k]);
+    if (id->unnamed) ds4_buf_printf(b, "; %u outputs named none", id->unnamed);
+    if (id->server_unnamed) ds4_buf_printf(b, "; %u cells' servers named none", id->server_unnamed);
+    ds4_buf_puts(b, ")\n");
+}
+
 static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o) {
     ds4_buf_printf(b, "ds4ref-conform: backend %s on %s", o->backend_name ? o->backend_name : o->backend,
                    base_name(o->model_path));
@@ -150,6 +176,7 @@ static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o)
         put_unexplained(b, r);
     }
     put_spread(b, r);
+    put_identity(b, &r->identity);
     ds4_buf_puts(b, "prompts:");
     uint32_t cached = 0;
     for (uint32_t i = 0; i < r->n_prompts; i++) {
@@ -312,6 +339,9 @@ int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b)
     put_list(b, r, DS4_CF_NOT_EXERCISED, DS4_CF_NOT_EXERCISED, "not exercised");
     put_smallest(b, r);
     put_cuts(b, r);
+    if (r->interrupted || r->not_found)
+        ds4_buf_printf(b, "\n%s: %s; the cells that did not run are n/a\n",
+                       r->interrupted ? "INTERRUPTED" : "STOPPED", r->stopped);
     ds4_buf_printf(b, "\n%u cells: %u pass, %u fail, %u error, %u tie, %u not exercised, %u n/a\n",
                    r->n_cells, r->count[DS4_CF_PASS], r->count[DS4_CF_FAIL],
                    r->count[DS4_CF_ERROR], r->count[DS4_CF_TIE],
@@ -506,10 +536,16 @@ int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b)
     put_num(b, "tie_eps", r->limits.tie_eps);
     put_num(b, "max_dlogprob", r->limits.max_dlogprob);
     put_str(b, "limits", limits_from(r));
+    ds4_buf_printf(b, ",\"interrupted\":%s", r->interrupted ? "true" : "false");
+    put_str(b, "stopped", r->stopped);
     ds4_buf_printf(b, ",\"unexplained\":%s", r->unexplained ? "true" : "false");
     put_calibration_json(b, r);
     put_spread_json(b, r);
     put_ties_json(b, &r->ties);
+    const ds4_cf_identity *id = &r->identity;
+    ds4_buf_printf(b, ",\"identity\":{\"header\":%u,\"sha256\":%u,\"server\":%u,"
+                   "\"unnamed\":%u,\"server_unnamed\":%u}", id->by_header, id->by_sha256,
+                   id->by_server, id->unnamed, id->server_unnamed);
     ds4_buf_puts(b, ",\"prompts\":[");
     for (uint32_t i = 0; i < r->n_prompts; i++) {
         ds4_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");

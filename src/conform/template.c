@@ -6,11 +6,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const var_names[DS4_CF_NVARS] = {
-    "model", "mtp", "tokens_file", "prompt_file", "batch_tokens", "n", "draft", "chunk",
-    "batch", "ctx", "top_k", "temp", "seed", "ctx_total", "chunk_total", "out", "ds4ref",
-    "model_f32", "mtp_f32", "port",
+/* Every placeholder, in the order of enum ds4_cf_var, and what it holds
+ * (--backend-help prints this table). */
+static const struct {
+    const char *name, *about;
+} vars[DS4_CF_NVARS] = {
+    {"model", "the model file"},
+    {"mtp", "its MTP head; empty in cells without drafts"},
+    {"tokens_file", "row 0's prompt token ids, one per line"},
+    {"prompt_file", "row 0's prompt bytes: the rendered chat, starting with BOS"},
+    {"batch_tokens", "every row's ids, one row per line, separated by spaces"},
+    {"n", "tokens to generate per row"},
+    {"draft", "MTP draft depth; 0: no speculation"},
+    {"chunk", "prefill chunk: the most prompt tokens of each row in one pass"},
+    {"batch", "rows decoded together"},
+    {"ctx", "the context of each row"},
+    {"top_k", "alternatives to record per step"},
+    {"temp", "sampling temperature; 0: greedy"},
+    {"seed", "sampling seed (row r: seed + r)"},
+    {"ctx_total", "ctx x batch: one context split among the rows (llama.cpp's n_ctx)"},
+    {"chunk_total", "chunk x batch: the tokens of one pass over every row (n_batch)"},
+    {"out", "the result to write (a ds4 dump or a ds4ref golden); batch > 1: {out}.ROW"},
+    {"ds4ref", "the ds4ref program beside ds4ref-conform"},
+    {"model_f32", "the model's unquantized twin, written into the work folder"},
+    {"mtp_f32", "the MTP head's twin; empty in cells without drafts"},
+    {"port", "a server template's: the free loopback port the engine listens on"},
+    {"model_sha256", "the model file's SHA-256 (sha256sum's), for a backend to check"},
 };
+
+bool ds4chk_template_var_at(uint32_t i, const char **name, const char **about) {
+    if (i >= DS4_CF_NVARS) return false;
+    *name = vars[i].name;
+    *about = vars[i].about;
+    return true;
+}
 
 /* A preset; a server's also says how its API reads prompts and names
  * tokens (dialect and prompt form, server.h), NULL for a command's. */
@@ -180,7 +209,7 @@ static tok_kind scan(const char *p, int *var, size_t *len) {
     const char *end = strchr(p, '}');
     *len = end ? (size_t)(end - p) + 1 : strlen(p);
     for (int i = 0; end && i < DS4_CF_NVARS; i++)
-        if (strlen(var_names[i]) == *len - 2 && !strncmp(p + 1, var_names[i], *len - 2)) {
+        if (strlen(vars[i].name) == *len - 2 && !strncmp(p + 1, vars[i].name, *len - 2)) {
             *var = i;
             return T_VAR;
         }
@@ -285,6 +314,7 @@ static void put_var(ds4_buf *b, const ds4_cf_vars *v, int var, bool *empty) {
     case DS4_CF_DS4REF: s = v->ds4ref; break;
     case DS4_CF_MODEL_F32: s = v->model_f32; break;
     case DS4_CF_MTP_F32: s = v->mtp_f32; break;
+    case DS4_CF_MODEL_SHA256: s = v->model_sha256; break;
     case DS4_CF_N: u = v->n; break;
     case DS4_CF_DRAFT: u = v->draft; break;
     case DS4_CF_CHUNK: u = v->chunk; break;

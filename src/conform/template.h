@@ -12,6 +12,9 @@
  *   {ds4ref}                 this build's ds4ref program (for the preset)
  *   {port}                   a server template's (--server-cmd): the free
  *                            port the engine is to listen on
+ *   {model_f32} {mtp_f32}    the models' unquantized twins
+ *   {ctx_total} {chunk_total}  ctx and chunk times batch
+ *   {model_sha256}           the model file's SHA-256
  *
  * With {batch} > 1, {tokens_file}.ROW and {prompt_file}.ROW hold row ROW's
  * prompt (ROW = 0 .. batch-1).  Values are inserted shell-quoted.  "{[ ...
@@ -33,7 +36,7 @@ enum ds4_cf_var {
     DS4_CF_MODEL, DS4_CF_MTP, DS4_CF_TOKENS_FILE, DS4_CF_PROMPT_FILE, DS4_CF_BATCH_TOKENS,
     DS4_CF_N, DS4_CF_DRAFT, DS4_CF_CHUNK, DS4_CF_BATCH, DS4_CF_CTX, DS4_CF_TOP_K, DS4_CF_TEMP,
     DS4_CF_SEED, DS4_CF_CTX_TOTAL, DS4_CF_CHUNK_TOTAL, DS4_CF_OUT, DS4_CF_DS4REF,
-    DS4_CF_MODEL_F32, DS4_CF_MTP_F32, DS4_CF_PORT, DS4_CF_NVARS
+    DS4_CF_MODEL_F32, DS4_CF_MTP_F32, DS4_CF_PORT, DS4_CF_MODEL_SHA256, DS4_CF_NVARS
 };
 
 /* One cell's values.  With several rows, chunk and ctx are each row's:
@@ -44,6 +47,7 @@ enum ds4_cf_var {
 typedef struct ds4_cf_vars {
     const char *model, *mtp, *tokens_file, *prompt_file, *batch_tokens, *out, *ds4ref;
     const char *model_f32, *mtp_f32;   /* the unquantized twins (quant/gguf_twin.h) */
+    const char *model_sha256;          /* the model file's SHA-256, lowercase hex */
     uint32_t n, draft, chunk, batch, ctx, top_k, port;
     double temp;
     uint64_t seed;
@@ -80,6 +84,10 @@ const char *ds4chk_template_server_prompt(const char *name);
  * the last. */
 bool ds4chk_template_server_preset_at(uint32_t i, const char **name, const char **tmpl,
                                       const char **about);
+
+/* Name of placeholder i (enum ds4_cf_var) and a line about it, for
+ * --backend-help; false past the last. */
+bool ds4chk_template_var_at(uint32_t i, const char **name, const char **about);
 
 /* Name and template of preset i, for --backend-help; false past the last. */
 bool ds4chk_template_preset_at(uint32_t i, const char **name, const char **tmpl, const char **about);

@@ -1,5 +1,6 @@
 #include "format/dump.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -166,6 +167,18 @@ static int read_step(const ds4_rd *r, const ds4_json *v, size_t i, uint32_t top_
     return 0;
 }
 
+/* "model_sha256", when the dump has it: 64 hex digits, kept lowercase. */
+static int read_model_sha256(const ds4_rd *r, const ds4_json *v, char out[65]) {
+    out[0] = '\0';
+    if (!v) return 0;
+    bool ok = v->type == DS4_JSON_STRING && v->len == 64;
+    for (size_t i = 0; ok && i < 64; i++) ok = isxdigit((unsigned char)v->str[i]);
+    if (!ok) return ds4_reader_fail(r, "model_sha256: expected the 64 hex digits of a SHA-256");
+    for (size_t i = 0; i < 64; i++) out[i] = (char)tolower((unsigned char)v->str[i]);
+    out[64] = '\0';
+    return 0;
+}
+
 int ds4_dump_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
                    ds4err *err) {
     ds4_rd r = {name ? name : "dump", 0, err};
@@ -185,6 +198,7 @@ int ds4_dump_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
         ds4_reader_fail(&r, "source: missing or not a string");
         goto out;
     }
+    if (read_model_sha256(&r, ds4_json_get(root, "model_sha256"), g->model_sha256)) goto out;
     if (ds4_reader_uint(&r, ds4_json_get(root, "prompt_tokens"), "prompt_tokens", UINT32_MAX, &x))
         goto out;
     g->h.n_prompt = (uint32_t)x;

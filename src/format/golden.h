@@ -125,6 +125,9 @@ typedef struct ds4_golden {
     bool has_end;            /* the end record was seen / written */
     ds4_stop stop;
     char vec_id[96];         /* DS4_TRACE_VEC: the case id */
+    /* A dump's "model_sha256", lowercase: the SHA-256 of the model file the
+     * backend that wrote it loaded; "" when it says none. */
+    char model_sha256[65];
 } ds4_golden;
 
 /* ------------------------------------------------------------ in memory */

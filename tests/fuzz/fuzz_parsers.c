@@ -13,6 +13,8 @@
  *   - a server's answer, in any dialect, that is accepted becomes a dump
  *     that parses, with ids inside the vocabulary and at most top_k
  *     alternatives a step;
+ *   - a server's /v1/models answer gives at most the entries asked for,
+ *     each digest 64 lowercase hex digits or none, its strings ended;
  *   - any accepted trace compared with itself is exact, never diverges,
  *     and its text and JSON reports format.
  *
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conform/identity.h"
 #include "conform/server.h"
 #include "fuzzutil.h"
 #include "model/model.h"
@@ -218,6 +221,26 @@ static void server_answer(const char *buf, size_t len) {
     }
 }
 
+/* A server's /v1/models answer (conform/identity.h): at most the entries
+ * asked for, each digest 64 lowercase hex digits or none, every string
+ * ended inside its buffer. */
+static void models(const char *buf, size_t len) {
+    ds4_cf_named e[3];
+    memset(e, 0x5a, sizeof(e));
+    uint32_t n = 99;
+    ds4chk_identity_parse_models(buf, len, e, 3, &n);
+    fz_check(n <= 3, "no more entries than asked for");
+    for (uint32_t i = 0; i < n; i++) {
+        size_t k = strnlen(e[i].sha, sizeof(e[i].sha));
+        fz_check(k == 0 || k == 64, "a digest is 64 digits or none");
+        for (size_t j = 0; j < k; j++)
+            fz_check((e[i].sha[j] >= '0' && e[i].sha[j] <= '9') ||
+                     (e[i].sha[j] >= 'a' && e[i].sha[j] <= 'f'), "a digest is lowercase hex");
+        fz_check(strnlen(e[i].root, sizeof(e[i].root)) < sizeof(e[i].root), "root ends");
+        fz_check(strnlen(e[i].id, sizeof(e[i].id)) < sizeof(e[i].id), "id ends");
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* A private copy, so a reader looking past the end is caught. */
     char *buf = malloc(size ? size : 1);
@@ -228,6 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dump(buf, size);
     vec(buf, size);
     server_answer(buf, size);
+    models(buf, size);
     free(buf);
     return 0;
 }

@@ -276,6 +276,9 @@ static void parser_seeds(void) {
                        "\"finish_reason\": \"stop\"}], \"usage\": {\"prompt_tokens\": 3}}"},
         {"answer-sglang", "{\"meta_info\": {\"output_token_logprobs\": [[-0.25, 7, null]], "
                           "\"output_top_logprobs\": [[[-0.25, 7, null], [-2.0, 8, null]]]}}"},
+        {"models", "{\"object\": \"list\", \"data\": [{\"id\": \"tiny.gguf\", \"root\": "
+                   "\"/m/tiny.gguf\"}, {\"id\": \"x\", \"model_sha256\": \"0123456789ABCDEF"
+                   "0123456789abcdef0123456789abcdef0123456789abcdef\"}]}"},
     };
     for (size_t i = 0; i < sizeof(json) / sizeof(json[0]); i++) put_str("parsers", json[i][0], json[i][1]);
 }
