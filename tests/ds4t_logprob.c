@@ -135,7 +135,8 @@ static int run(void) {
                    LOGPROB_TOLERANCE);
         return DS4T_FAIL;
     }
-    if (access(model, R_OK)) return ds4t_absent("DS4_TEST_MODEL", model, "a DeepSeek V4 Flash model");
+    if (access(model, R_OK))
+        return ds4t_absent("DS4_TEST_MODEL", model, "a DeepSeek V4 Flash model");
     if (access(vec, R_OK)) return ds4t_absent("DS4_TEST_VECTOR_FILE", vec, "an official.vec");
     if (tol) printf("  logprob tolerance %g nats (DS4_TEST_LOGPROB_TOLERANCE; ds4's is %g)\n",
                     tolerance, LOGPROB_TOLERANCE);

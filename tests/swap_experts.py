@@ -11,6 +11,7 @@ ffn_down_exps) has its experts' slices exchanged; the router and everything
 else are left as they are.  Offsets and sizes come from `ds4ref-gguf info`'s
 tensor table (the file offset and bytes of each tensor); expert e's slice is
 the e-th of the tensor's last dimension, contiguous in the file."""
+import os
 import re
 import shutil
 import subprocess
@@ -40,11 +41,16 @@ def main():
     tensors = expert_tensors(info, layer)
     if len(tensors) != 3:
         sys.exit("%s: layer %d has %d stacked expert tensors, not 3" % (src, layer, len(tensors)))
-    shutil.copyfile(src, dst)
-    with open(dst, "r+b") as f:
+    for name, off, size, n_expert in tensors:
+        if not (0 <= a < n_expert and 0 <= b < n_expert and a != b):
+            sys.exit("%s: experts %d and %d: the layer has %d" % (name, a, b, n_expert))
+        if size % n_expert:
+            sys.exit("%s: %d bytes are not %d experts' slices" % (name, size, n_expert))
+    # Written beside, then renamed: a failure leaves no half-swapped model.
+    tmp = dst + ".tmp"
+    shutil.copyfile(src, tmp)
+    with open(tmp, "r+b") as f:
         for name, off, size, n_expert in tensors:
-            if not (0 <= a < n_expert and 0 <= b < n_expert and a != b):
-                sys.exit("%s: experts %d and %d: the layer has %d" % (name, a, b, n_expert))
             per = size // n_expert
             f.seek(off + a * per)
             ea = f.read(per)
@@ -56,6 +62,7 @@ def main():
             f.write(eb)
             f.seek(off + b * per)
             f.write(ea)
+    os.replace(tmp, dst)
 
 
 if __name__ == "__main__":

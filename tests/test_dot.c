@@ -759,7 +759,8 @@ static void test_matmul_jitter(void **state) {
         for (int r = 0; r < 40; r++) {
             const float want = (float)ref_dot(c.deq + r * 256, x + t * 256, 256);
             const float got = y[t * 40 + r];
-            if (fbits(got) != fbits(y1[r])) fail_msg("t=%d r=%d: %a in a batch, %a alone", t, r, got, y1[r]);
+            if (fbits(got) != fbits(y1[r]))
+                fail_msg("t=%d r=%d: %a in a batch, %a alone", t, r, got, y1[r]);
             if (want == 0) continue;
             const uint32_t gw = fbits(got) & 0x7fffffffu, ww = fbits(want) & 0x7fffffffu;
             if ((fbits(got) ^ fbits(want)) >> 31 || (gw != ww + 1 && gw != ww - 1))
@@ -773,7 +774,8 @@ static void test_matmul_jitter(void **state) {
     ds4_dot_matmul(&c.W, x, 256, 7, yb, 40);
     for (int i = 0; i < 40 * 7; i++) {
         const float want = ds4_formats_bf16_to_f32(ds4_formats_f32_to_bf16(y[i]));
-        if (fbits(yb[i]) != fbits(want)) fail_msg("%d: BF16 of the jittered %a is %a, got %a", i, y[i], want, yb[i]);
+        if (fbits(yb[i]) != fbits(want))
+            fail_msg("%d: BF16 of the jittered %a is %a, got %a", i, y[i], want, yb[i]);
     }
     /* Values it leaves alone, and the smallest subnormal, which goes to 0
      * or to twice itself. */
@@ -784,7 +786,8 @@ static void test_matmul_jitter(void **state) {
     if (!isnan(ds4_dot_jitter(NAN, 3))) fail_msg("NaN moved");
     for (uint64_t r = 0; r < 8; r++) {
         const float v = ds4_dot_jitter(0x1p-149f, r);
-        if (v != 0.0f && v != 0x1p-148f) fail_msg("row %llu: the least subnormal became %a", (unsigned long long)r, v);
+        if (v != 0.0f && v != 0x1p-148f)
+            fail_msg("row %llu: the least subnormal became %a", (unsigned long long)r, v);
     }
     scase_free(&c);
 }

@@ -162,10 +162,11 @@ static double excess(const ds4_cf_candidate *k) {
 }
 
 /* The earliest step of any base row (the first row on a tie) whose
- * |dlogprob| or gap against tf exceeds the most noise candidate k could
- * explain. */
+ * |dlogprob| or (greedy) gap against tf exceeds the most noise candidate k
+ * could explain. */
 static void find_part(const ds4_tokenizer *tok, const ds4_cf_base_row *rows, uint32_t n,
-                      const ds4_cf_tf *tf, const ds4_cf_candidate *k, ds4_cf_part *p) {
+                      const ds4_cf_tf *tf, const ds4_cf_candidate *k, bool greedy,
+                      ds4_cf_part *p) {
     double e = DS4_CF_EXPLAIN_FACTOR * k->expected;
     if (!(e > DS4_CF_EXPLAIN_MIN)) e = DS4_CF_EXPLAIN_MIN;
     p->row = -1;
@@ -174,7 +175,8 @@ static void find_part(const ds4_tokenizer *tok, const ds4_cf_base_row *rows, uin
         for (uint32_t i = 0; i < rows[r].out->n_steps && i < tf[r].n; i++) {
             if (found >= 0 && i >= p->step) break;
             double dlp = ds4chk_verdict_step_dlogprob(rows[r].out, &tf[r], i);
-            if (!(dlp > e) && !(tf[r].gap[i] > e)) continue;
+            /* A sampled token may lie below the argmax by any gap. */
+            if (!(dlp > e) && !(greedy && tf[r].gap[i] > e)) continue;
             *p = (ds4_cf_part){.row = (int32_t)rows[r].tag, .step = i, .token = tf[r].ids[i],
                                .argmax = tf[r].n_top[i] ? tf[r].top_ids[(size_t)i * tf[r].k] : -1,
                                .dlogprob = dlp, .gap = tf[r].gap[i]};
@@ -235,7 +237,8 @@ int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows,
     }
     const ds4_cf_candidate *best = &c->cand[c->best];
     if (rc == 0 && !isnan(best->floor)) {
-        if (!c->explained) find_part(ref->tok, rows, n, tf + (size_t)c->best * n, best, &c->part);
+        if (!c->explained)
+            find_part(ref->tok, rows, n, tf + (size_t)c->best * n, best, greedy, &c->part);
         use(ref, m, best->qat, best->numerics);
         c->done = true;
         c->rows = n;

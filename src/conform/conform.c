@@ -120,11 +120,14 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
 /* A dimension the backend cannot set and the user did not name keeps the
  * one value the backend runs, so that the default matrix holds no n/a cell
  * nobody asked for (a server's 324 of them); values named in --matrix that
- * it cannot run stay, and are n/a. */
+ * it cannot run stay, and are n/a.  A server's default is its batch
+ * dimension alone: a running one keeps its own depth and chunk, and one
+ * started for each cell would otherwise be started for 48 or 84 of them. */
 static void fit_matrix(ds4_cf_matrix *m, const ds4_cf_opts *o, uint32_t uses) {
-    if (!m->draft.given && (!(uses & 1u << DS4_CF_DRAFT) || !o->mtp_path))
+    const bool server = o->server_url || o->server_cmd;
+    if (!m->draft.given && (server || !(uses & 1u << DS4_CF_DRAFT) || !o->mtp_path))
         m->draft = (ds4_cf_dim){.v = {0}, .n = 1};
-    if (!m->chunk.given && !(uses & (1u << DS4_CF_CHUNK | 1u << DS4_CF_CHUNK_TOTAL)))
+    if (!m->chunk.given && (server || !(uses & (1u << DS4_CF_CHUNK | 1u << DS4_CF_CHUNK_TOTAL))))
         m->chunk = (ds4_cf_dim){.v = {DS4_CF_WHOLE}, .n = 1};
     if (!m->batch.given && !(uses & (1u << DS4_CF_BATCH | 1u << DS4_CF_BATCH_TOKENS)))
         m->batch = (ds4_cf_dim){.v = {1}, .n = 1};
@@ -457,6 +460,16 @@ static uint32_t free_port(void) {
     return port;
 }
 
+/* Is the engine at url on this machine (a loopback address), so that the
+ * paths it names are this machine's? */
+static bool loopback(const char *url) {
+    static const char *const local[] = {"http://127.", "http://localhost:", "http://localhost/",
+                                        "http://[::1]"};
+    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+        if (!strncmp(url, local[i], strlen(local[i]))) return true;
+    return !strcmp(url, "http://localhost");
+}
+
 static int server_alive(void *ud) {
     return ds4chk_backend_alive(*(pid_t *)ud);
 }
@@ -502,7 +515,8 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     } else {
         snprintf(url, sizeof(url), "%.95s", o->server_url);
     }
-    bool wrong_model = rc == 0 && ds4chk_identity_check_server(o->identity, url, err);
+    bool wrong_model = rc == 0 && ds4chk_identity_check_server(o->identity, url,
+                                                               o->server_cmd || loopback(url), err);
     if (wrong_model) rc = -1;
     const int32_t *ids[DS4_CF_MAX_BATCH];
     uint32_t n[DS4_CF_MAX_BATCH];
@@ -674,7 +688,8 @@ static void after_cell(launcher *L, const ds4_cf_cell *c) {
     if (L->ran || c->exit_status != 127 || L->res->not_found) return;
     L->res->not_found = true;
     snprintf(L->res->stopped, sizeof(L->res->stopped), "the backend's command was not found "
-             "(exit status 127) in the first cell, so no other cell ran: %.200s", c->f.detail);
+             "(exit status 127) before any cell ran, so no other cell started: %.190s",
+             c->f.detail);
 }
 
 static void *launch_worker(void *arg) {
@@ -730,6 +745,19 @@ static int launch_all(ds4_cf_result *res, const ds4_cf_opts *o, const char *work
     pthread_mutex_destroy(&L.mu);
     if (L.rc) *err = L.err;
     return L.rc ? -1 : 0;
+}
+
+/* Has a stop request come after the cells' commands ran, when only
+ * ds4ref's own work is left?  The run is then interrupted: what was
+ * checked is reported, the rest n/a.  One that came while they ran has
+ * stopped them already, and what finished is checked all the same. */
+static bool stopping(const ds4_cf_opts *o, ds4_cf_result *res) {
+    if (!o->stop || !*o->stop || (res->interrupted && !res->checks_stopped)) return false;
+    if (!res->interrupted)
+        snprintf(res->stopped, sizeof(res->stopped), "interrupted after the cells ran, while "
+                 "their outputs were checked");
+    res->interrupted = res->checks_stopped = true;
+    return true;
 }
 
 /* Cells the run stopped before (or during): n/a, saying why. */
@@ -798,8 +826,12 @@ static void check_consistency(ds4_cf_result *res, const ds4_cf_opts *o, const ds
 enum { DIM_DRAFT, DIM_CHUNK, DIM_BATCH, DIM_CACHE, N_DIMS };
 
 static uint32_t dim_value(const ds4_cf_cell *c, int d) {
-    return d == DIM_DRAFT ? c->draft : d == DIM_CHUNK ? c->chunk_spec : d == DIM_BATCH ? c->batch
-                                                                                         : c->cache;
+    switch (d) {
+    case DIM_DRAFT: return c->draft;
+    case DIM_CHUNK: return c->chunk_spec;
+    case DIM_BATCH: return c->batch;
+    default: return c->cache;
+    }
 }
 
 /* The value of dimension d the base cells take: the lowest depth and batch,
@@ -839,7 +871,8 @@ static bool tie_pattern(const ds4_cf_result *res, int d, uint32_t v, uint32_t b,
     static const char *const names[N_DIMS] = {"draft", "chunk", "batch", "cache"};
     snprintf(t->dim, sizeof(t->dim), "%s", names[d]);
     if (d == DIM_CHUNK) ds4chk_matrix_chunk_name(v, t->value, sizeof(t->value));
-    else if (d == DIM_CACHE) snprintf(t->value, sizeof(t->value), "%s", v == DS4_CF_WARM ? "warm" : "cold");
+    else if (d == DIM_CACHE)
+        snprintf(t->value, sizeof(t->value), "%s", v == DS4_CF_WARM ? "warm" : "cold");
     else snprintf(t->value, sizeof(t->value), "%u", v);
     t->pattern_cells = n;
     t->base_ties = badb;
@@ -853,18 +886,19 @@ static void check_ties(ds4_cf_result *res) {
     memset(t, 0, sizeof(*t));
     t->median = t->widest = NAN;
     double *margins = malloc(sizeof(double) * (res->n_cells ? res->n_cells : 1));
+    uint32_t n_margins = 0;
     for (uint32_t i = 0; i < res->n_cells; i++) {
         const ds4_cf_cell *c = &res->cells[i];
         if (c->status != DS4_CF_TIE) continue;
-        if (margins) margins[t->cells] = c->f.margin;
+        if (margins && !isnan(c->f.margin)) margins[n_margins++] = c->f.margin;
         t->cells++;
         if (c->f.own_tie) t->by_own++;
         else t->by_reference++;
     }
-    if (margins && t->cells) {
-        ds4chk_calibrate_sort(margins, t->cells);
-        t->median = margins[(t->cells - 1) / 2];
-        t->widest = margins[t->cells - 1];
+    if (n_margins) {
+        ds4chk_calibrate_sort(margins, n_margins);
+        t->median = margins[(n_margins - 1) / 2];
+        t->widest = margins[n_margins - 1];
     }
     free(margins);
     if (!t->cells) return;
@@ -879,7 +913,8 @@ static void check_ties(ds4_cf_result *res) {
         }
         for (uint32_t i = 0; have && i < res->n_cells && !t->pattern; i++) {
             uint32_t v = dim_value(&res->cells[i], d);
-            if (v != b && res->cells[i].status != DS4_CF_NA) t->pattern = tie_pattern(res, d, v, b, t);
+            if (v != b && res->cells[i].status != DS4_CF_NA)
+                t->pattern = tie_pattern(res, d, v, b, t);
         }
     }
 }
@@ -1085,7 +1120,8 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     if (rc == 0 && (res->interrupted || res->not_found)) mark_not_run(res);
     ds4chk_server_index_free(vocab);
     if (rc == 0) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
-    if (rc == 0 && run.calibrate && !run.limits.exact) rc = calibrate(&ref, m, res, &run, err);
+    if (rc == 0 && run.calibrate && !run.limits.exact && !stopping(&run, res))
+        rc = calibrate(&ref, m, res, &run, err);
     res->user_limits = (run.limits.max_gap >= 0 ? DS4_CF_USER_GAP : 0) |
                        (run.limits.max_dlogprob >= 0 ? DS4_CF_USER_DLOGPROB : 0) |
                        (run.limits.tie_eps >= 0 ? DS4_CF_USER_TIE : 0);
@@ -1101,6 +1137,11 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
         ds4_cf_cell *c = &res->cells[i];
         if (!c->dir) continue;
+        if (stopping(&run, res)) {
+            c->status = c->f.status = DS4_CF_NA;
+            snprintf(c->f.detail, sizeof(c->f.detail), "not checked: interrupted");
+            continue;
+        }
         if (o->progress) {
             char what[180] = "checking ";
             ds4chk_conform_cell_name(res, c, true, what + 9, sizeof(what) - 9);

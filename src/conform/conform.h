@@ -185,6 +185,7 @@ typedef struct ds4_cf_result {
      * backend's command was not found (exit status 127) in every cell that
      * ran before any did run.  why says which, for the report. */
     bool interrupted, not_found;
+    bool checks_stopped;       /* the stop request came while the outputs were checked */
     char stopped[300];
     ds4_cf_limits limits;      /* the limits the verdicts used */
 } ds4_cf_result;

@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "base/err.h"
 
@@ -34,7 +36,17 @@ typedef struct ds4_cf_identity {
      * and the outputs and server cells that said nothing comparable. */
     uint32_t by_header, by_sha256, by_server, unnamed, server_unnamed;
     char server_names[160];    /* what a server named that could not be compared */
+    /* The last other file hashed, so that a server naming a copy of the
+     * model is not read again in every cell. */
+    struct {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        time_t mtime;
+        char sha[65];
+    } seen;
     pthread_mutex_t mu;        /* servers are asked from the cells' threads (--jobs) */
+    bool ready;                /* mu was initialized */
 } ds4_cf_identity;
 
 void ds4chk_identity_init(ds4_cf_identity *id, const char *model, const char *twin);
@@ -61,9 +73,12 @@ void ds4chk_identity_parse_models(const char *body, size_t len, ds4_cf_named *ou
                                   uint32_t *n);
 
 /* The engine at url (an OpenAI server): its /v1/models compared with the
- * reference's model; DS4_E_ARG naming both when it serves another file.
+ * reference's model; DS4_E_ARG naming both when it serves another file
+ * (no entry names the reference's, and one names another file).  The
+ * paths an answer gives are looked up here only when local: the engine
+ * runs on this machine (started by the run, or at a loopback address).
  * An answer that names nothing comparable (or none) is counted, not an
  * error. */
-int ds4chk_identity_check_server(ds4_cf_identity *id, const char *url, ds4err *err);
+int ds4chk_identity_check_server(ds4_cf_identity *id, const char *url, bool local, ds4err *err);
 
 #endif

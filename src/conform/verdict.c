@@ -289,8 +289,8 @@ void ds4chk_verdict_same(const ds4_cf_stream *base, const ds4_cf_stream *row, co
           "step %u: %s here, %s in the %s stream; the reference puts them %.3g nats apart, the "
           "backend its own top two %s here and %s there (a tie below %.3g)", i,
           ds4chk_verdict_token_name(tok, rt->ids[i], a, sizeof(a)),
-          ds4chk_verdict_token_name(tok, bt->ids[i], b, sizeof(b)), base_name, diff, margin_text(row, i, mr, sizeof(mr)), margin_text(base, i, mb, sizeof(mb)),
-          l->tie_eps);
+          ds4chk_verdict_token_name(tok, bt->ids[i], b, sizeof(b)), base_name, diff,
+          margin_text(row, i, mr, sizeof(mr)), margin_text(base, i, mb, sizeof(mb)), l->tie_eps);
     f->token = rt->ids[i];
     f->gap = rt->gap[i];
     f->own_tie = f->status == DS4_CF_TIE && !(diff < l->tie_eps);

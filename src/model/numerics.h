@@ -16,7 +16,8 @@
  *   f16-kv    every stored KV row (the window's raw rows, the compressed
  *             rows, the indexer's keys) rounded to binary16 as ds4.c
  *             stores it, after the FP8/FP4 simulation;
- *   jitter    not an engine's: every matrix product's f32 output moved one
+ *   jitter    not an engine's: every matrix product's f32 output (of the
+ *             matrix kernels: not the hyper-connection mixes) moved one
  *             unit in the last place, up or down as a hash of the value and
  *             its row says (quant/dot.h, ds4_dot_jitter), before the
  *             official BF16 output rounding: what another order of the same
