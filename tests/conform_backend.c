@@ -37,6 +37,11 @@
  *   skip-bonus    at depth 1, the token committed after a fully accepted
  *                 draft is never written to the state (ds4 #371: a
  *                 continuous depth-1 loop that skips the bonus token's KV);
+ *   row-pad       with several rows, every row after the first is left-padded
+ *                 by one token (its first, BOS, repeated) that it attends to:
+ *                 each of its positions is one late and its context holds one
+ *                 token more (a batched backend that pads rows to align them
+ *                 and neither shifts their positions back nor masks the pad);
  *   batch-drift   with several rows, every row after the first commits
  *                 from logits moved by up to 0.15 (a fixed function of the
  *                 token id): a batched path a little off, as a kernel that
@@ -56,7 +61,7 @@
 #include "ds4ref.h"
 
 enum bug { BUG_NONE, BUG_VERIFY_ROWS, BUG_STALE_VERIFY, BUG_BATCH_HOLES, BUG_SKIP_BONUS,
-           BUG_BATCH_DRIFT };
+           BUG_BATCH_DRIFT, BUG_ROW_PAD };
 
 typedef struct args {
     const char *model, *batch_tokens, *out;
@@ -78,6 +83,7 @@ typedef struct row {
     ds4ref_session *s;
     int32_t *prompt;
     size_t n_prompt;
+    size_t n_told;         /* the prompt's length as the dump gives it (row-pad's is one less) */
     int32_t *oracle;       /* the greedy continuation: oracle[i] is step i's token */
     uint32_t n_oracle;
     float *cur;            /* the logits the next committed token comes from */
@@ -130,7 +136,8 @@ static void parse(int argc, char **argv, args *a) {
                    : !strcmp(v, "stale-verify") ? BUG_STALE_VERIFY
                    : !strcmp(v, "batch-holes") ? BUG_BATCH_HOLES
                    : !strcmp(v, "skip-bonus") ? BUG_SKIP_BONUS
-                   : !strcmp(v, "batch-drift") ? BUG_BATCH_DRIFT : (enum bug)-1;
+                   : !strcmp(v, "batch-drift") ? BUG_BATCH_DRIFT
+                   : !strcmp(v, "row-pad") ? BUG_ROW_PAD : (enum bug)-1;
             if ((int)a->bug < 0) {
                 fprintf(stderr, "conform-backend: unknown bug %s\n", v);
                 exit(2);
@@ -323,7 +330,7 @@ static void write_dump(const ds4ref_model *m, const args *a, const row *r, const
     FILE *f = fopen(path, "w");
     if (!f) die(path, NULL);
     fprintf(f, "{\"source\":\"conform-backend\",\"prompt_tokens\":%zu,\"ctx\":%u,\"top_k\":%u,"
-               "\"steps\":[\n", r->n_prompt, a->ctx, a->top_k);
+               "\"steps\":[\n", r->n_told, a->ctx, a->top_k);
     for (uint32_t i = 0; i < r->n_steps; i++) {
         const step *st = &r->steps[i];
         fprintf(f, "%s{\"step\":%u,\"selected\":", i ? ",\n" : "", i);
@@ -353,6 +360,17 @@ int main(int argc, char **argv) {
     uint32_t n_rows;
     row *rows = read_rows(a.batch_tokens, &n_rows);
     a.n_rows = n_rows;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        row *r = &rows[i];
+        r->n_told = r->n_prompt;
+        if (a.bug != BUG_ROW_PAD || n_rows == 1 || i == 0 || !r->n_prompt) continue;
+        int32_t *padded = malloc(sizeof(int32_t) * (r->n_prompt + 1));
+        padded[0] = r->prompt[0];
+        memcpy(padded + 1, r->prompt, sizeof(int32_t) * r->n_prompt);
+        free(r->prompt);
+        r->prompt = padded;
+        r->n_prompt++;
+    }
     mo.max_batch = a.chunk > 17 ? a.chunk : 17;
     ds4ref_model *m;
     if (ds4ref_model_open(&mo, &m, &e)) die(a.model, &e);
