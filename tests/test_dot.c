@@ -777,6 +777,20 @@ static void test_matmul_jitter(void **state) {
         if (fbits(yb[i]) != fbits(want))
             fail_msg("%d: BF16 of the jittered %a is %a, got %a", i, y[i], want, yb[i]);
     }
+    /* Before the BF16 rounding: an output exactly halfway between two
+     * bfloat16 values (1 + 2^-8) rounds to even (1) alone, and once moved
+     * up by an ulp to the next one (1 + 2^-7): among 64 rows both happen. */
+    float w[64 * 32] = {0}, one[32] = {1}, half[64];
+    for (int r = 0; r < 64; r++) w[r * 32] = 1.0f + 0x1p-8f;
+    const ds4_mat hw = {.type = DS4_TYPE_F32, .cols = 32, .rows = 64, .row_bytes = sizeof(float) * 32,
+                        .data = (const uint8_t *)w, .out = DS4_OUT_JITTER | DS4_OUT_BF16};
+    ds4_dot_matmul(&hw, one, 32, 1, half, 64);
+    int lo = 0, hi = 0;
+    for (int r = 0; r < 64; r++) {
+        lo += half[r] == 1.0f;
+        hi += half[r] == 1.0f + 0x1p-7f;
+    }
+    if (lo + hi != 64 || !lo || !hi) fail_msg("halfway outputs: %d to 1, %d to 1 + 2^-7", lo, hi);
     /* Values it leaves alone, and the smallest subnormal, which goes to 0
      * or to twice itself. */
     const float keep[] = {0.0f, -0.0f, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX};
