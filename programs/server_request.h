@@ -3,7 +3,7 @@
  * Every refusal says which field and what was expected, with the HTTP
  * status and OpenAI error type to answer with (docs/SERVER.md).  The one
  * part of the server that reads untrusted bytes: it has a fuzz target
- * (tests/fuzz/fuzz_server_request.c). */
+ * (tests/fuzz/fuzz_server.c). */
 #ifndef DS4REF_SERVER_REQUEST_H
 #define DS4REF_SERVER_REQUEST_H
 

@@ -1,5 +1,5 @@
 /* Plain greedy decoding, one token per forward pass: the reference that
- * speculative decoding (decode/spec.h) must reproduce record for record,
+ * speculative decoding (decode/speculative.h) must reproduce record for record,
  * and a one-row form of the speculative loop to compare it with.
  * It lives with the tests because only they decode this way: the library
  * always goes through ds4_spec_generate, whose depth-0 case is this loop

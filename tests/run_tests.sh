@@ -124,7 +124,7 @@ run "symbols: a symbol without its prefixes is reported" bash -c '
 
 # The documents: every path of this tree they name exists; the README's
 # Quick start and .ci/run install through the one script.
-run "docs: the paths they name exist" python3 tests/docs_paths.py
+run "docs and source comments: the paths and files they name exist" python3 tests/docs_paths.py
 run "docs: the README's Quick start and .ci/run install with scripts/install-deps.sh" bash -c '
     grep -q "^scripts/install-deps.sh && make && ./ds4ref " README.md &&
     grep -q "^scripts/install-deps.sh" .ci/run && grep -q "^make test$" .ci/run'

@@ -529,7 +529,7 @@ static void test_cli_model_truncated(void **state) {
     assert_int_equal(access(golden, F_OK), -1);
     child_free(&c);
     /* tu_rmdir also removes the stray temporary file the killed writer left
-     * next to the target (fileio.h). */
+     * next to the target (base/file.h's atomic writer). */
     remove(model);
     free(model);
     free(golden);

@@ -1,7 +1,8 @@
 /* The public API (include/ds4ref.h) over the internal modules.  Each public
  * handle owns the internal objects it needs; every function converts the
  * internal ds4err into the caller's ds4ref_error (apierr.h).  The tools'
- * entry points are in api_synth.c, api_gguf.c and api_diff.c. */
+ * entry points are in api_synth.c, api_gguf.c, api_golden.c, api_file.c and
+ * api_serve.c. */
 #include "ds4ref.h"
 
 #include <omp.h>

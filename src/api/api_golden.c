@@ -1,5 +1,5 @@
 /* Reading goldens through the public API (ds4ref_golden_read,
- * include/ds4ref.h): the strict reader of golden.c, its result converted to
+ * include/ds4ref.h): the strict reader of golden_read.c, its result converted to
  * the public structs.  Nothing is parsed or checked here. */
 #include "ds4ref.h"
 

@@ -1,5 +1,6 @@
 /* What the public model and session handles hold, for the API files that
- * need the internal objects behind them (api.c, api_conform.c). */
+ * need the internal objects behind them (api.c, api_serve.c, and the checking
+ * library's check_conform.c). */
 #ifndef DS4_APIMODEL_H
 #define DS4_APIMODEL_H
 

@@ -26,9 +26,3 @@ int ds4_err_prefix(ds4err *e, const char *fmt, ...) {
     snprintf(e->msg, sizeof(e->msg), "%.200s: %.300s", prefix, old);
     return -1;
 }
-
-void ds4_err_clear(ds4err *e) {
-    if (!e) return;
-    e->code = DS4_OK;
-    e->msg[0] = '\0';
-}

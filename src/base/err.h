@@ -39,6 +39,4 @@ int ds4_err_set(ds4err *e, int code, const char *fmt, ...)
 int ds4_err_prefix(ds4err *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-void ds4_err_clear(ds4err *e);
-
 #endif

@@ -18,7 +18,7 @@
  * one line with write(2) (naming the file when it was registered with
  * ds4_reslimit_sigbus_watch) and _exit()s with DS4_EXIT_SIGBUS.  Outputs being
  * written are not committed: their targets keep their previous content
- * (fileio.h), so no truncated golden can result. */
+ * (base/file.h, its atomic writer), so no truncated golden can result. */
 #ifndef DS4_RESLIMIT_H
 #define DS4_RESLIMIT_H
 

@@ -1,7 +1,7 @@
 /* The public API of diffing (ds4ref_diff_*, include/ds4ref.h): what
  * ds4ref-diff does between its argument parsing and its exit status.  Load
  * both files (any of the three kinds), compute the figures, check the
- * thresholds and write the text or JSON report, all diffmetrics.c's; this
+ * thresholds and write the text or JSON report, all src/diff/diff.c's; this
  * file converts the options, the result and the errors. */
 #include "ds4check.h"
 

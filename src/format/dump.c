@@ -232,16 +232,3 @@ out:
     if (rc) ds4_golden_free(g);
     return rc;
 }
-
-/* The whole file, then the parser: each trace reader (golden_read.c,
- * ds4dump.c, officialvec.c) ends with these few lines, for its own
- * parser and result type. */
-int ds4_dump_read(const char *path, ds4_golden *g, ds4err *err) {
-    char *buf;
-    size_t len;
-    ds4_golden_init(g, DS4_TRACE_DUMP);
-    if (ds4_file_read(path, DS4_GOLDEN_MAX_FILE, &buf, &len, err)) return -1;
-    int rc = ds4_dump_parse(buf, len, path, g, err);
-    free(buf);
-    return rc;
-}

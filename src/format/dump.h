@@ -46,6 +46,5 @@ int ds4_dump_write(const ds4_golden *g, ds4_afile *dst, ds4err *err);
  * "out.json: steps[3].top_logprobs[2].logprob: expected a number". */
 int ds4_dump_parse(const char *buf, size_t len, const char *name, ds4_golden *g,
                    ds4err *err);
-int ds4_dump_read(const char *path, ds4_golden *g, ds4err *err);
 
 #endif

@@ -16,8 +16,8 @@
  * settings give one golden, byte for byte.
  *
  * In memory a golden is a ds4_golden.  The same struct also carries what the
- * diff tool reads from ds4's --dump-logprobs JSON (ds4dump.h) and from
- * official.vec cases (officialvec.h); the has_* flags say which fields a source
+ * diff tool reads from ds4's --dump-logprobs JSON (dump.h) and from
+ * official.vec cases (lpvec.h); the has_* flags say which fields a source
  * provides.
  *
  * Writing is golden_write.h (the streaming writer the golden runner uses),

@@ -339,9 +339,9 @@ int ds4_golden_read_text(const char *buf, size_t len, const char *name, ds4_gold
     return rc;
 }
 
-/* The whole file, then the parser: each trace reader (golden_read.c,
- * ds4dump.c, officialvec.c) ends with these few lines, for its own
- * parser and result type. */
+/* The whole file, then the parser: the two trace readers of whole files
+ * (golden_read.c, lpvec.c) end with these few lines, for their own parser
+ * and result type; ds4 dumps are read through trace.c. */
 int ds4_golden_read(const char *path, ds4_golden *g, ds4err *err) {
     char *buf;
     size_t len;

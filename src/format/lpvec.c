@@ -214,9 +214,9 @@ int ds4_lpvec_parse(const char *buf, size_t len, const char *name, ds4_lpv_file 
     return rc;
 }
 
-/* The whole file, then the parser: each trace reader (golden_read.c,
- * ds4dump.c, officialvec.c) ends with these few lines, for its own
- * parser and result type. */
+/* The whole file, then the parser: the two trace readers of whole files
+ * (golden_read.c, lpvec.c) end with these few lines, for their own parser
+ * and result type; ds4 dumps are read through trace.c. */
 int ds4_lpvec_read(const char *path, ds4_lpv_file *f, ds4err *err) {
     char *buf;
     size_t len;

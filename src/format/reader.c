@@ -1,4 +1,4 @@
-/* The trace readers' scaffold (record.h). */
+/* The trace readers' scaffold (reader.h). */
 #include "format/reader.h"
 
 #include <errno.h>

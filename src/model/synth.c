@@ -21,9 +21,6 @@
 #include "quant/gguf_write.h"
 #include "text/tokenizer.h"
 
-const char *const ds4_synth_configs[] = {"tiny", "tiny-k64", "tiny-ckpt", "tiny-spec", "fullwidth", "fulldepth",
-                                         NULL};
-
 /* ---------------------------------------------------------------------------
  * Configurations
  * ------------------------------------------------------------------------- */

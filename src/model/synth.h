@@ -16,15 +16,12 @@
 #include "model/model.h"
 
 typedef struct ds4_synth_opts {
-    const char *config;       /* "tiny", "tiny-k64", "tiny-spec", "fullwidth", "fulldepth"
-                                 (ds4_synth_configs) */
+    const char *config;       /* "tiny", "tiny-k64", "tiny-ckpt", "tiny-spec", "fullwidth",
+                                 "fulldepth" */
     bool f32;                 /* every float tensor F32 (else ds4's quant mix) */
     uint64_t seed;
     const char *vocab_from;   /* NULL, or a Hugging Face tokenizer.json[.xz] */
 } ds4_synth_opts;
-
-/* Names of the built-in configurations, NULL-terminated. */
-extern const char *const ds4_synth_configs[];
 
 /* Write the base model to `path` and the MTP head to `mtp_path` (NULL: no MTP
  * file).  Both are written atomically. */
