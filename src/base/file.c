@@ -39,8 +39,10 @@ static int grow(char **buf, size_t *cap, size_t need) {
     return 0;
 }
 
-int ds4_file_read_fd(int fd, const char *name, size_t limit, char **out, size_t *out_len,
-                ds4err *err) {
+/* ds4_file_read from an open descriptor, up to its end; `name` labels
+ * messages.  The descriptor stays open. */
+static int read_fd(int fd, const char *name, size_t limit, char **out, size_t *out_len,
+                   ds4err *err) {
     *out = NULL;
     *out_len = 0;
     /* Pipes have no size; regular files get their buffer in one step. */
@@ -143,7 +145,7 @@ int ds4_file_read(const char *path, size_t limit, char **out, size_t *out_len, d
         fd = open(path, O_RDONLY | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return ds4_err_set(err, DS4_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    int rc = ds4_file_read_fd(fd, path, limit, out, out_len, err);
+    int rc = read_fd(fd, path, limit, out, out_len, err);
     close(fd);
     return rc;
 }

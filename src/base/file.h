@@ -32,10 +32,6 @@
  * it holds more than `limit` bytes or memory runs out. */
 int ds4_file_read(const char *path, size_t limit, char **buf, size_t *len, ds4err *err);
 
-/* The same from an open descriptor (a pipe from a child process, say) up to
- * its end; `name` labels messages.  The descriptor stays open. */
-int ds4_file_read_fd(int fd, const char *name, size_t limit, char **buf, size_t *len, ds4err *err);
-
 /* The SHA-256 of a whole file as 64 lowercase hex digits, what sha256sum
  * prints: read in pieces, so a model of any size takes its own time and
  * no more memory.  DS4_E_IO naming the file when it cannot be read. */

@@ -202,15 +202,6 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
                        const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err);
 void ds4chk_conform_result_free(ds4_cf_result *r);
 
-/* The report: the matrix table, each failure, the smallest failing cell of
- * each prompt, the summary line. */
-int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *out);
-
-/* Every cell as JSON: {"backend", "mode", "cells": [{"draft", "chunk",
- * "batch", "prompt", "status", "first_step", "gap", "detail", ...}],
- * "summary"}. */
-int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *out);
-
 /* Both reports of a finished run: the text to report (NULL: none), the JSON
  * into json (an atomic writer opened before the run, committed here; a
  * closed one: none). */

@@ -330,7 +330,9 @@ static void put_cuts(ds4_buf *b, const ds4_cf_result *r) {
                        rows, least);
 }
 
-int ds4chk_report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
+/* The report: the header, the matrix table, each failure and tie, the
+ * smallest failing cell of each prompt, the summary line. */
+static int report_text(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
     put_header(b, r, o);
     put_table(b, r);
     put_list(b, r, DS4_CF_FAIL, DS4_CF_ERROR, "failures");
@@ -522,7 +524,9 @@ static void put_ties_json(ds4_buf *b, const ds4_cf_ties *t) {
                    t->base_ties, t->base_cells);
 }
 
-int ds4chk_report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
+/* Every cell as JSON (docs/CONFORM.md §4): {"format", "backend", ...,
+ * "cells": [...], "summary"}. */
+static int report_json(const ds4_cf_result *r, const ds4_cf_opts *o, ds4_buf *b) {
     ds4_buf_puts(b, "{\"format\":\"ds4ref-conform-v1\"");
     put_str(b, "backend", o->backend_name ? o->backend_name : o->backend);
     if (o->backend) put_str(b, "template", o->backend);
@@ -574,13 +578,13 @@ int ds4chk_report_write(const ds4_cf_result *r, const ds4_cf_opts *in, FILE *rep
     ds4_buf b = {0};
     int rc = 0;
     if (report) {
-        rc = ds4chk_report_text(r, in, &b) ? ds4_err_set(e, DS4_E_NOMEM, "out of memory") : 0;
+        rc = report_text(r, in, &b) ? ds4_err_set(e, DS4_E_NOMEM, "out of memory") : 0;
         if (rc == 0 && (fwrite(b.p, 1, b.len, report) != b.len || fflush(report)))
             rc = ds4_err_set(e, DS4_E_IO, "report: write failed");
         ds4_buf_free(&b);
     }
     if (rc == 0 && json->path) {
-        rc = ds4chk_report_json(r, in, &b) ? ds4_err_set(e, DS4_E_NOMEM, "out of memory") : 0;
+        rc = report_json(r, in, &b) ? ds4_err_set(e, DS4_E_NOMEM, "out of memory") : 0;
         if (rc == 0) rc = ds4_file_atomic_write(json, b.p, b.len, e);
         if (rc == 0) rc = ds4_file_atomic_commit(json, e);
         ds4_buf_free(&b);

@@ -381,7 +381,13 @@ static int load_tokenizer(ds4_model *m, const char *dir, ds4err *err) {
     return 0;
 }
 
-int ds4_hfbind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err) {
+/* Bind the checkpoint at ck, which the model takes over (ds4_model_close,
+ * or a failure here, closes it), into *m: config.json's hyper-parameters,
+ * every tensor checked for its name, dtype, shape and scales, and the MTP
+ * layer when the checkpoint holds mtp.0.e_proj.weight (then all of it).  `path`
+ * names the checkpoint in messages; an error also names the tensor, what
+ * was expected and what was found. */
+static int bind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err) {
     memset(m, 0, sizeof(*m));
     m->ckpt = ck;
     /* Messages about the model (the engine's, the API's) name the folder. */
@@ -425,5 +431,5 @@ int ds4_hfbind_open(ds4_model *m, const char *path, ds4err *err) {
         free(ck);
         return -1;
     }
-    return ds4_hfbind_model(m, ck, path, err);
+    return bind_model(m, ck, path, err);
 }

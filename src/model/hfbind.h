@@ -24,14 +24,6 @@
 #include "ckpt/checkpoint.h"
 #include "model/model.h"
 
-/* Bind the checkpoint at ck, which the model takes over (ds4_model_close,
- * or a failure here, closes it), into *m: config.json's hyper-parameters,
- * every tensor checked for its name, dtype, shape and scales, and the MTP
- * layer when the checkpoint holds mtp.0.e_proj.weight (then all of it).  `path`
- * names the checkpoint in messages; an error also names the tensor, what
- * was expected and what was found. */
-int ds4_hfbind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err);
-
 /* The release's name of the GGUF layout's tensor `gguf` (a name of
  * layout.c, without "blk.N."), with "%u" for the expert where the release
  * stores one tensor an expert; NULL for a name layout.c does not have. */
@@ -43,7 +35,11 @@ const char *ds4_hfbind_release_name(const char *gguf);
 enum ds4_hf_form { DS4_HF_F32, DS4_HF_BF16, DS4_HF_FP8, DS4_HF_FP4, DS4_HF_I64 };
 int ds4_hfbind_release_form(const char *gguf);
 
-/* ds4_checkpoint_open + ds4_hfbind_model. */
+/* The checkpoint at path opened (ckpt/checkpoint.h) and bound, into *m:
+ * config.json's hyper-parameters, every tensor checked for its name,
+ * dtype, shape and scales, and the MTP layer when the checkpoint holds
+ * mtp.0.e_proj.weight (then all of it).  An error names the checkpoint,
+ * the tensor, what was expected and what was found. */
 int ds4_hfbind_open(ds4_model *m, const char *path, ds4err *err);
 
 #endif

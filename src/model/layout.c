@@ -79,6 +79,11 @@ const ds4_tensor_spec ds4_layout_mtp[] = {
 };
 const uint32_t ds4_layout_n_mtp = sizeof(ds4_layout_mtp) / sizeof(ds4_layout_mtp[0]);
 
+/* Compressor width of a layer: (ratio == 4 ? 2 : 1) * head_dim. */
+static uint32_t comp_width(const ds4_config *c, uint32_t ratio) {
+    return (ratio == 4 ? 2u : 1u) * c->head_dim;
+}
+
 uint64_t ds4_layout_dim(const ds4_config *c, uint32_t ratio, uint8_t dim) {
     switch (dim) {
     case DS4_D_1: return 1;
@@ -94,7 +99,7 @@ uint64_t ds4_layout_dim(const ds4_config *c, uint32_t ratio, uint8_t dim) {
     case DS4_D_N_HEAD: return c->n_head;
     case DS4_D_OUT_A_IN: return (uint64_t)c->head_dim * (c->n_head / c->o_groups);
     case DS4_D_OUT_LOW: return (uint64_t)c->o_groups * c->o_lora;
-    case DS4_D_COMP_W: return ds4_layout_comp_width(c, ratio);
+    case DS4_D_COMP_W: return comp_width(c, ratio);
     case DS4_D_RATIO: return ratio;
     case DS4_D_IDX_Q: return (uint64_t)c->idx_head * c->idx_dim;
     case DS4_D_IDX_HEAD: return c->idx_head;
@@ -105,10 +110,6 @@ uint64_t ds4_layout_dim(const ds4_config *c, uint32_t ratio, uint8_t dim) {
     case DS4_D_FF: return c->n_ff;
     }
     return 0;
-}
-
-uint32_t ds4_layout_comp_width(const ds4_config *c, uint32_t ratio) {
-    return (ratio == 4 ? 2u : 1u) * c->head_dim;
 }
 
 bool ds4_layout_applies(const ds4_tensor_spec *s, uint32_t ratio, bool hash) {

@@ -128,7 +128,8 @@ int ds4_model_config_check_qat(const ds4_config *c, const char *path, ds4err *er
                       path, c->head_dim, c->n_rot, nope);
 }
 
-int ds4_model_config_load(ds4_config *c, const gguf_file *g, ds4err *err) {
+/* Read and validate the configuration from a GGUF's metadata. */
+static int config_load(ds4_config *c, const gguf_file *g, ds4err *err) {
     memset(c, 0, sizeof(*c));
     uint32_t n_head_kv = 0, value_len = 0, n_shared = 0;
     if (get_u32(g, KEY("block_count"), &c->n_layer, err) ||
@@ -498,7 +499,7 @@ int ds4_model_from_gguf(ds4_model *m, const gguf_file *g, ds4err *err) {
     m->file = *g;
     /* A SIGBUS handler the program installed names this file. */
     if (m->file.mapped) ds4_reslimit_sigbus_watch(m->file.map, m->file.size, m->file.path);
-    if (ds4_model_config_load(&m->cfg, &m->file, err)) goto fail;
+    if (config_load(&m->cfg, &m->file, err)) goto fail;
     for (uint32_t i = 0; i < ds4_layout_n_global; i++)
         if (bind_one(&m->file, &m->cfg, 0, &ds4_layout_global[i], "", m, err)) goto fail;
     m->layers = calloc(m->cfg.n_layer, sizeof(ds4_layer));

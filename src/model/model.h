@@ -40,7 +40,7 @@ enum {
     DS4_MAX_IDX_HEAD = 1024,
     DS4_MAX_IDX_DIM = 1024,
     /* A compressor row: twice the head on ratio-4 layers (layout.c's
-     * ds4_layout_comp_width), the compressor's position bias (compressor.c). */
+     * DS4_D_COMP_W), the compressor's position bias (compressor.c). */
     DS4_MAX_COMP_WIDTH = 2 * DS4_MAX_HEAD_DIM,
 };
 
@@ -160,12 +160,10 @@ typedef struct ds4_model {
 } ds4_model;
 
 /* The relations between hyper-parameters the forward pass relies on, for a
- * configuration read from elsewhere (hfconfig.h); ds4_model_config_load
- * checks them itself.  The error names `path` and the rule that broke. */
+ * configuration read from elsewhere (hfconfig.h); a GGUF's is checked so as
+ * it is read.  The error names `path` and the rule that broke. */
 int ds4_model_config_validate(const ds4_config *c, const char *path, ds4err *err);
 
-/* Read and validate the configuration from a GGUF's metadata. */
-int ds4_model_config_load(ds4_config *cfg, const gguf_file *g, ds4err *err);
 void ds4_model_config_free(ds4_config *cfg);
 
 /* Whether the official FP8 KV / FP4 indexer simulation (QAT on) applies to
@@ -192,9 +190,6 @@ void ds4_model_close(ds4_model *m);
 /* The bytes of the model's files: its GGUF and MTP GGUF, or its
  * checkpoint's shards. */
 uint64_t ds4_model_file_bytes(const ds4_model *m);
-
-/* Compressor width of a layer: (ratio == 4 ? 2 : 1) * head_dim. */
-uint32_t ds4_layout_comp_width(const ds4_config *c, uint32_t ratio);
 
 /* ---- The DS4 tensor layout, shared by the loader and the generator ---- */
 

@@ -128,7 +128,17 @@ static uint64_t ckpt_nbytes(const void *c, uint64_t i) {
     return t->end - t->begin;
 }
 
-int ds4_modelid_of_ckpt(const ds4_ckpt *c, const char *path, ds4_modelid *id, ds4err *err) {
+/* Identity of an open checkpoint (ckpt/checkpoint.h), opened from `path`:
+ *   file                base name of path (the folder, or the one shard)
+ *   size                config.json's bytes plus every shard's file size
+ *   metadata_sha256     SHA-256 of config.json's bytes, then, shard by shard
+ *                       in name order, the shard's name with its NUL and its
+ *                       first 8 + N bytes (the header's length and the header)
+ *   tensor_data_sha256, tensors[]
+ *                       as for a GGUF, over the tensors of every shard in
+ *                       name order (each tensor's bytes, its scales being
+ *                       tensors of their own) */
+static int of_ckpt(const ds4_ckpt *c, const char *path, ds4_modelid *id, ds4err *err) {
     uint64_t size = c->config_len;
     for (size_t s = 0; s < c->n_shards; s++) size += c->shards[s].size;
     const tensor_list l = {c->n_tensors, ckpt_name, ckpt_data, ckpt_nbytes, c};
@@ -145,7 +155,7 @@ int ds4_modelid_of_ckpt(const ds4_ckpt *c, const char *path, ds4_modelid *id, ds
 }
 
 int ds4_modelid_of_model(const ds4_model *m, bool mtp, ds4_modelid *id, ds4err *err) {
-    if (m->ckpt) return ds4_modelid_of_ckpt(m->ckpt, m->file.path, id, err);
+    if (m->ckpt) return of_ckpt(m->ckpt, m->file.path, id, err);
     return ds4_modelid_of(mtp ? &m->mtp->file : &m->file, id, err);
 }
 

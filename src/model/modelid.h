@@ -44,21 +44,10 @@ typedef struct ds4_modelid {
 /* Identity of an open (validated) GGUF file.  Reads every tensor byte. */
 int ds4_modelid_of(const gguf_file *g, ds4_modelid *id, ds4err *err);
 
-/* Identity of an open checkpoint (ckpt/checkpoint.h), opened from `path`:
- *   file                base name of path (the folder, or the one shard)
- *   size                config.json's bytes plus every shard's file size
- *   metadata_sha256     SHA-256 of config.json's bytes, then, shard by shard
- *                       in name order, the shard's name with its NUL and its
- *                       first 8 + N bytes (the header's length and the header)
- *   tensor_data_sha256, tensors[]
- *                       as for a GGUF, over the tensors of every shard in
- *                       name order (each tensor's bytes, its scales being
- *                       tensors of their own) */
-struct ds4_ckpt;
-int ds4_modelid_of_ckpt(const struct ds4_ckpt *c, const char *path, ds4_modelid *id, ds4err *err);
 
 /* Identity of a model's file: its GGUF (mtp: its MTP GGUF's), or its
- * checkpoint, which holds the MTP layer too (mtp then gives the same). */
+ * checkpoint, which holds the MTP layer too (mtp then gives the same; what
+ * a checkpoint's identity holds: modelid.c, of_ckpt). */
 struct ds4_model;
 int ds4_modelid_of_model(const struct ds4_model *m, bool mtp, ds4_modelid *id, ds4err *err);
 

@@ -7,7 +7,9 @@
 #include "model/hfbind.h"
 #include "model/numerics.h"
 
-bool ds4_modelopen_is_checkpoint(const char *path) {
+/* Is `path` a checkpoint (a folder, or a name ending in .safetensors)?
+ * Anything else is taken for a GGUF. */
+static bool is_checkpoint(const char *path) {
     struct stat st;
     const size_t n = strlen(path), k = strlen(".safetensors");
     return (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) ||
@@ -32,7 +34,7 @@ static int checkpoint_rules(ds4_model *m, const char *path, const char *mtp_path
 int ds4_modelopen(ds4_model *m, const char *path, const char *mtp_path, uint32_t numerics,
                   bool qat, ds4err *err) {
     int rc;
-    if (ds4_modelopen_is_checkpoint(path)) {
+    if (is_checkpoint(path)) {
         if (ds4_hfbind_open(m, path, err)) return -1;
         rc = checkpoint_rules(m, path, mtp_path, numerics, qat, err);
     } else {

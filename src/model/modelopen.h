@@ -12,9 +12,6 @@
 #include "base/err.h"
 #include "model/model.h"
 
-/* Is `path` a checkpoint (a folder, or a name ending in .safetensors)?
- * Anything else is taken for a GGUF. */
-bool ds4_modelopen_is_checkpoint(const char *path);
 
 /* Open the model at path into *m, its MTP head from mtp_path (NULL: none),
  * and mark its matrices for the numerics set (model/numerics.h) and qat.
