@@ -26,7 +26,7 @@ static inline void lanes_add(double *restrict l, const float *restrict a, const 
     __m256d v[4];
     for (int q = 0; q < 4; q++) v[q] = _mm256_loadu_pd(l + 4 * q);
     uint64_t i = 0;
-    for (; i + L <= n; i += L)
+    for (; i + LANES <= n; i += LANES)
         for (int q = 0; q < 4; q++)
             v[q] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + i + 4 * q)),
                                    _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4 * q)), v[q]);
@@ -37,13 +37,13 @@ static inline void lanes_add(double *restrict l, const float *restrict a, const 
 /* 16 lanes are four 4-double registers; two rows at a time keep 8
  * accumulators and the 4 activation registers within the 16 ymm. */
 static inline __attribute__((always_inline)) void
-rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
+rows_fma_n(double (*restrict acc)[LANES], const int nr, const float *restrict w,
            const float *restrict x, uint64_t m) {
     __m256d a[2][4];
     for (int j = 0; j < nr; j++)
         for (int q = 0; q < 4; q++) a[j][q] = _mm256_loadu_pd(acc[j] + 4 * q);
     uint64_t i = 0;
-    for (; i + L <= m; i += L) {
+    for (; i + LANES <= m; i += LANES) {
         __m256d xv[4];
         for (int q = 0; q < 4; q++) xv[q] = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * q));
         for (int j = 0; j < nr; j++) {
@@ -57,7 +57,7 @@ rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
     if (i < m) rows_fma_portable(acc, nr, w + i, x + i, m - i);
 }
 
-static inline void rows_fma(double (*restrict acc)[L], int nr, const float *restrict w,
+static inline void rows_fma(double (*restrict acc)[LANES], int nr, const float *restrict w,
                      const float *restrict x, uint64_t m) {
     for (int j = 0; j < nr; j += 2) {
         if (nr - j >= 2) rows_fma_n(acc + j, 2, w + (uint64_t)j * CHUNK, x, m);
@@ -138,14 +138,14 @@ static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, con
  * multiply-add) and the block that fits its registers, and one shared body
  * would take a macro for each of those inside the innermost loop. */
 static inline __attribute__((always_inline)) void
-mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
+mma_block(double (*restrict acc)[TILE_T][LANES], const int R, const int K, int k0,
           const double *restrict wd, const double *restrict xd, uint64_t groups) {
     for (int q = 0; q < 4; q++) {
         __m256d a[4][2];
         for (int r = 0; r < R; r++)
             for (int k = 0; k < K; k++) a[r][k] = _mm256_loadu_pd(acc[r][k0 + k] + 4 * q);
         const double *wp = wd + 4 * q, *xp = xd + (uint64_t)k0 * BCHUNK + 4 * q;
-        for (uint64_t g = 0; g < groups; g++, wp += L, xp += L) {
+        for (uint64_t g = 0; g < groups; g++, wp += LANES, xp += LANES) {
             __m256d w[4];
             for (int r = 0; r < R; r++) w[r] = _mm256_loadu_pd(wp + r * BCHUNK);
             for (int k = 0; k < K; k++) {
@@ -161,7 +161,7 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
 /* The block shapes as compile-time constants, so the accumulators are
  * registers: up to 4 rows x 2 tokens here, 4 x 4 in dot_avx512.c, whose
  * mma_shape is this switch over its own, larger set of shapes. */
-static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, int k0,
+static inline void mma_shape(double (*restrict acc)[TILE_T][LANES], int R, int K, int k0,
                              const double *restrict wd, const double *restrict xd,
                              uint64_t groups) {
     switch (R * 8 + K) {
@@ -176,12 +176,12 @@ static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, in
     }
 }
 
-static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
+static inline void mma(double (*restrict acc)[TILE_T][LANES], int nr, int nt,
                        const double *restrict wd, const double *restrict xd, uint64_t m) {
-    const uint64_t groups = m / L;
+    const uint64_t groups = m / LANES;
     for (int k0 = 0; k0 < nt; k0 += 2)
         mma_shape(acc, nr, nt - k0 < 2 ? nt - k0 : 2, k0, wd, xd, groups);
-    if (m % L) mma_portable(acc, nr, nt, wd + groups * L, xd + groups * L, m % L);
+    if (m % LANES) mma_portable(acc, nr, nt, wd + groups * LANES, xd + groups * LANES, m % LANES);
 }
 
 #define KERN_LANES_ADD lanes_add

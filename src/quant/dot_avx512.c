@@ -29,7 +29,7 @@ static inline void lanes_add(double *restrict l, const float *restrict a, const 
                       uint64_t n) {
     __m512d lo = _mm512_loadu_pd(l), hi = _mm512_loadu_pd(l + 8);
     uint64_t i = 0;
-    for (; i + L <= n; i += L) {
+    for (; i + LANES <= n; i += LANES) {
         lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i)),
                              _mm512_cvtps_pd(_mm256_loadu_ps(b + i)), lo);
         hi = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + i + 8)),
@@ -44,7 +44,7 @@ static inline void lanes_add(double *restrict l, const float *restrict a, const 
  * lives in registers: 2*nr accumulators of 8 lanes each.  The activations
  * are widened once per 16 elements for all nr rows. */
 static inline __attribute__((always_inline)) void
-rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
+rows_fma_n(double (*restrict acc)[LANES], const int nr, const float *restrict w,
            const float *restrict x, uint64_t m) {
     __m512d a[RB][2];
     for (int j = 0; j < nr; j++) {
@@ -52,7 +52,7 @@ rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
         a[j][1] = _mm512_loadu_pd(acc[j] + 8);
     }
     uint64_t i = 0;
-    for (; i + L <= m; i += L) {
+    for (; i + LANES <= m; i += LANES) {
         const __m512d x0 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
         const __m512d x1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
         for (int j = 0; j < nr; j++) {
@@ -68,7 +68,7 @@ rows_fma_n(double (*restrict acc)[L], const int nr, const float *restrict w,
     if (i < m) rows_fma_portable(acc, nr, w + i, x + i, m - i);
 }
 
-static inline void rows_fma(double (*restrict acc)[L], int nr, const float *restrict w,
+static inline void rows_fma(double (*restrict acc)[LANES], int nr, const float *restrict w,
                      const float *restrict x, uint64_t m) {
     switch (nr) {
     case 4: rows_fma_n(acc, 4, w, x, m); break;
@@ -655,7 +655,7 @@ static int dequant_chunk_wide(const ds4_type_info *t, const uint8_t *row, const 
  * type has no fused kernel or a scale is special (acc untouched). */
 static inline __attribute__((always_inline)) int
 fused_n(const ds4_type_info *t, const uint8_t *const *rows, const int nr, const float *x,
-        uint64_t ldx, const int nt, uint64_t n, double (*acc)[RB][L]) {
+        uint64_t ldx, const int nt, uint64_t n, double (*acc)[RB][LANES]) {
     acc16 a[RB][FUSED_T];
     for (int j = 0; j < nr; j++)
         for (int k = 0; k < nt; k++) a[j][k].lo = a[j][k].hi = _mm512_setzero_pd();
@@ -681,7 +681,7 @@ fused_n(const ds4_type_info *t, const uint8_t *const *rows, const int nr, const 
  * (4 rows x 2 tokens: 16 of the 32). */
 static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows, int nr,
                              const float *x, uint64_t ldx, int nt, uint64_t n,
-                             double (*acc)[RB][L]) {
+                             double (*acc)[RB][LANES]) {
     switch (nr * 8 + nt) {
     case 4 * 8 + 2: return fused_n(t, rows, 4, x, ldx, 2, n, acc);
     case 3 * 8 + 2: return fused_n(t, rows, 3, x, ldx, 2, n, acc);
@@ -721,7 +721,7 @@ static inline int fused_multi(const ds4_type_info *t) {
  * multiply-add) and the block that fits its registers, and one shared body
  * would take a macro for each of those inside the innermost loop. */
 static inline __attribute__((always_inline)) void
-mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
+mma_block(double (*restrict acc)[TILE_T][LANES], const int R, const int K, int k0,
           const double *restrict wd, const double *restrict xd, uint64_t groups) {
     for (int h = 0; h < 2; h++) {
         __m512d a[4][4];
@@ -730,7 +730,7 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
         /* Two pointers walk the chunk; rows and tokens are constant
          * offsets from them. */
         const double *wp = wd + 8 * h, *xp = xd + (uint64_t)k0 * BCHUNK + 8 * h;
-        for (uint64_t g = 0; g < groups; g++, wp += L, xp += L) {
+        for (uint64_t g = 0; g < groups; g++, wp += LANES, xp += LANES) {
             __m512d w[4];
             for (int r = 0; r < R; r++) w[r] = _mm512_load_pd(wp + r * BCHUNK);
             for (int k = 0; k < K; k++) {
@@ -746,7 +746,7 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
 /* The block shapes as compile-time constants, so the accumulators are
  * registers: up to 4 rows x 4 tokens here, 4 x 2 in dot_avx2.c, whose
  * mma_shape is this switch over its own, smaller set of shapes. */
-static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, int k0,
+static inline void mma_shape(double (*restrict acc)[TILE_T][LANES], int R, int K, int k0,
                              const double *restrict wd, const double *restrict xd,
                              uint64_t groups) {
     switch (R * 8 + K) {
@@ -769,12 +769,12 @@ static inline void mma_shape(double (*restrict acc)[TILE_T][L], int R, int K, in
     }
 }
 
-static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
+static inline void mma(double (*restrict acc)[TILE_T][LANES], int nr, int nt,
                        const double *restrict wd, const double *restrict xd, uint64_t m) {
-    const uint64_t groups = m / L;
+    const uint64_t groups = m / LANES;
     for (int k0 = 0; k0 < nt; k0 += 4)
         mma_shape(acc, nr, nt - k0 < 4 ? nt - k0 : 4, k0, wd, xd, groups);
-    if (m % L) mma_portable(acc, nr, nt, wd + groups * L, xd + groups * L, m % L);
+    if (m % LANES) mma_portable(acc, nr, nt, wd + groups * LANES, xd + groups * LANES, m % LANES);
 }
 
 #define KERN_LANES_ADD lanes_add

@@ -79,7 +79,7 @@ static inline const uint8_t *scale_row(const ds4_mat *W, const ds4_type_info *t,
 }
 
 static double kern_dot_f32(const float *a, const float *b, uint64_t n) {
-    double l[L] = {0};
+    double l[LANES] = {0};
     KERN_LANES_ADD(l, a, b, n);
     return lanes_sum(l);
 }
@@ -89,7 +89,7 @@ static double kern_dot_f32(const float *a, const float *b, uint64_t n) {
  * The rows are walked once, chunk by chunk, as nr sequential streams; each
  * chunk is dequantized once for all nt tokens. */
 static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
-                         const float *x, uint64_t ldx, int t0, int nt, double (*acc)[RB][L]) {
+                         const float *x, uint64_t ldx, int t0, int nt, double (*acc)[RB][LANES]) {
     const uint64_t n = W->cols;
     /* The fused kernels know the GGUF blocks only; a block-scaled type goes
      * through KERN_DEQUANT. */
@@ -134,7 +134,7 @@ static inline void dequant_wide(const ds4_type_info *t, const uint8_t *row, cons
  * rounded into y. */
 static void blocked_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                         const float *x, uint64_t ldx, int t0, int nt, float *y, uint64_t ldy) {
-    double acc[JOB_ROWS][TILE_T][L] __attribute__((aligned(64)));
+    double acc[JOB_ROWS][TILE_T][LANES] __attribute__((aligned(64)));
     double xd[TILE_T * BCHUNK] __attribute__((aligned(64)));
     double wd[RB * BCHUNK] __attribute__((aligned(64)));
     float w[BCHUNK];
@@ -161,7 +161,7 @@ static void blocked_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, i
 }
 
 static double kern_row_dot(const ds4_mat *W, const ds4_type_info *t, const float *x) {
-    double acc[1][RB][L];
+    double acc[1][RB][LANES];
     rowset_lanes(W, t, 0, 1, x, W->cols, 0, 1, acc);
     return lanes_sum(acc[0][0]);
 }
@@ -176,7 +176,7 @@ static void kern_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int 
         blocked_job(W, t, r0, nr, x, ldx, t0, nt, y, ldy);
         return;
     }
-    double acc[FUSED_T][RB][L];
+    double acc[FUSED_T][RB][LANES];
     for (int j0 = 0; j0 < nr; j0 += RB) {
         const int nb = nr - j0 < RB ? nr - j0 : RB;
         rowset_lanes(W, t, r0 + (uint64_t)j0, nb, x, ldx, t0, nt, acc);

@@ -13,7 +13,8 @@
 #include "quant/dot.h"
 #include "quant/formats.h"
 
-#define L DS4_LANES
+/* The lanes of the canonical order (dot.h), which every kernel keeps. */
+enum { LANES = DS4_LANES };
 
 /* Elements per column chunk: a multiple of every block size (1, 32, 256)
  * and of the 16 lanes; the f32 chunks of RB rows (4 KiB) stay in L1. */
@@ -56,17 +57,17 @@ static inline double lanes_sum(double *l) {
  * 16 of the whole vector. */
 static inline void lanes_add_portable(double *restrict l, const float *restrict a,
                                       const float *restrict b, uint64_t n) {
-    double acc[L];
+    double acc[LANES];
     memcpy(acc, l, sizeof(acc));
     uint64_t i = 0;
-    for (; i + L <= n; i += L)
-        for (int k = 0; k < L; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
     for (int k = 0; i + (uint64_t)k < n; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
     memcpy(l, acc, sizeof(acc));
 }
 
 /* acc[j][i % 16] += w[j*CHUNK + i] * x[i] for rows j < nr and i < m. */
-static inline void rows_fma_portable(double (*restrict acc)[L], int nr, const float *restrict w,
+static inline void rows_fma_portable(double (*restrict acc)[LANES], int nr, const float *restrict w,
                                      const float *restrict x, uint64_t m) {
     for (int j = 0; j < nr; j++) lanes_add_portable(acc[j], w + (uint64_t)j * CHUNK, x, m);
 }
@@ -89,17 +90,17 @@ static inline void dequant_portable(const ds4_type_info *t, const uint8_t *row,
  * double (exact: they are f32 values).  The vector variants run the whole
  * groups of 16 and leave the tail (m % 16 elements, from a multiple of 16)
  * to this. */
-static inline void mma_portable(double (*restrict acc)[TILE_T][L], int nr, int nt,
+static inline void mma_portable(double (*restrict acc)[TILE_T][LANES], int nr, int nt,
                                 const double *restrict wd, const double *restrict xd,
                                 uint64_t m) {
     for (int r = 0; r < nr; r++)
         for (int k = 0; k < nt; k++) {
             const double *w = wd + (uint64_t)r * BCHUNK, *x = xd + (uint64_t)k * BCHUNK;
-            double a[L];
+            double a[LANES];
             memcpy(a, acc[r][k], sizeof(a));
             uint64_t i = 0;
-            for (; i + L <= m; i += L)
-                for (int l = 0; l < L; l++) a[l] += w[i + l] * x[i + l];
+            for (; i + LANES <= m; i += LANES)
+                for (int l = 0; l < LANES; l++) a[l] += w[i + l] * x[i + l];
             for (int l = 0; i + (uint64_t)l < m; l++) a[l] += w[i + l] * x[i + l];
             memcpy(acc[r][k], a, sizeof(a));
         }
@@ -109,7 +110,7 @@ static inline void mma_portable(double (*restrict acc)[TILE_T][L], int nr, int n
  * go through the f32 chunks. */
 static inline int fused_none(const ds4_type_info *t, const uint8_t *const *rows, int nr,
                              const float *x, uint64_t ldx, int nt, uint64_t n,
-                             double (*acc)[RB][L]) {
+                             double (*acc)[RB][LANES]) {
     (void)t, (void)rows, (void)nr, (void)x, (void)ldx, (void)nt, (void)n, (void)acc;
     return 0;
 }

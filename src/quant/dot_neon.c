@@ -27,14 +27,14 @@ static inline void lanes_add(double *restrict l, const float *restrict a, const 
     float64x2_t v[8];
     for (int q = 0; q < 8; q++) v[q] = vld1q_f64(l + 2 * q);
     uint64_t i = 0;
-    for (; i + L <= n; i += L) fma16(v, a + i, b + i);
+    for (; i + LANES <= n; i += LANES) fma16(v, a + i, b + i);
     for (int q = 0; q < 8; q++) vst1q_f64(l + 2 * q, v[q]);
     lanes_add_portable(l, a + i, b + i, n - i);
 }
 
 /* Two rows at a time: 16 accumulators and the widened activations stay
  * within the 32 vector registers. */
-static inline void rows_fma(double (*restrict acc)[L], int nr, const float *restrict w,
+static inline void rows_fma(double (*restrict acc)[LANES], int nr, const float *restrict w,
                             const float *restrict x, uint64_t m) {
     for (int j = 0; j < nr; j += 2) {
         const int two = nr - j >= 2;
@@ -45,7 +45,7 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
         }
         const float *w0 = w + (uint64_t)j * CHUNK, *w1 = w0 + CHUNK;
         uint64_t i = 0;
-        for (; i + L <= m; i += L) {
+        for (; i + LANES <= m; i += LANES) {
             fma16(a0, w0 + i, x + i);
             if (two) fma16(a1, w1 + i, x + i);
         }
@@ -68,14 +68,14 @@ static inline void rows_fma(double (*restrict acc)[L], int nr, const float *rest
  * multiply-add) and the block that fits its registers, and one shared body
  * would take a macro for each of those inside the innermost loop. */
 static inline __attribute__((always_inline)) void
-mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
+mma_block(double (*restrict acc)[TILE_T][LANES], const int R, const int K, int k0,
           const double *restrict wd, const double *restrict xd, uint64_t groups) {
     for (int q = 0; q < 8; q++) {
         float64x2_t a[4][4];
         for (int r = 0; r < R; r++)
             for (int k = 0; k < K; k++) a[r][k] = vld1q_f64(acc[r][k0 + k] + 2 * q);
         const double *wp = wd + 2 * q, *xp = xd + (uint64_t)k0 * BCHUNK + 2 * q;
-        for (uint64_t g = 0; g < groups; g++, wp += L, xp += L) {
+        for (uint64_t g = 0; g < groups; g++, wp += LANES, xp += LANES) {
             float64x2_t w[4];
             for (int r = 0; r < R; r++) w[r] = vld1q_f64(wp + r * BCHUNK);
             for (int k = 0; k < K; k++) {
@@ -90,14 +90,14 @@ mma_block(double (*restrict acc)[TILE_T][L], const int R, const int K, int k0,
 
 /* Full blocks of 4 rows x 4 tokens as compile-time shapes; the edges of a
  * job (fewer rows or tokens) through the general loop. */
-static inline void mma(double (*restrict acc)[TILE_T][L], int nr, int nt,
+static inline void mma(double (*restrict acc)[TILE_T][LANES], int nr, int nt,
                        const double *restrict wd, const double *restrict xd, uint64_t m) {
-    const uint64_t groups = m / L;
+    const uint64_t groups = m / LANES;
     int k0 = 0;
     if (nr == 4)
         for (; k0 + 4 <= nt; k0 += 4) mma_block(acc, 4, 4, k0, wd, xd, groups);
     for (; k0 < nt; k0++) mma_block(acc, nr, 1, k0, wd, xd, groups);
-    if (m % L) mma_portable(acc, nr, nt, wd + groups * L, xd + groups * L, m % L);
+    if (m % LANES) mma_portable(acc, nr, nt, wd + groups * LANES, xd + groups * LANES, m % LANES);
 }
 
 #define KERN_LANES_ADD lanes_add
