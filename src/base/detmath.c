@@ -26,17 +26,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/bits.h"
+
 #if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
 #error "ds4ref needs each float/double operation rounded to its own type (SSE2, aarch64; no x87)"
 #endif
 
 /* ---- bits ---- */
 
-static uint64_t bits_of(double x) {
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
 
 static double from_bits(uint64_t u) {
     double x;
@@ -54,7 +51,7 @@ static double pow2i(int n) {
 }
 
 static double dabs(double x) {
-    return from_bits(bits_of(x) & ~(1ULL << 63));
+    return from_bits(ds4_bits_of_f64(x) & ~(1ULL << 63));
 }
 
 /* ---- double-double arithmetic: hi + lo with |lo| <= ulp(hi)/2 ---- */
@@ -333,7 +330,7 @@ static dd log_core(double x) {
         x *= 0x1p54;
         e -= 54;
     }
-    uint64_t b = bits_of(x);
+    uint64_t b = ds4_bits_of_f64(x);
     e += (int)(b >> 52);
     double m = from_bits((b & MANT_MASK) | ((uint64_t)1023 << 52));
     if (m >= 1.5) {
@@ -426,7 +423,7 @@ static uint64_t bits64(const uint32_t *p, int n, int pos) {
  * than ~2^-62 to a multiple of pi/2.  The fraction (rounded to the nearest
  * quadrant) is turned into a double-double and multiplied by pi/2. */
 static int reduce_pio2_big(double ax, dd *r) {
-    uint64_t b = bits_of(ax);
+    uint64_t b = ds4_bits_of_f64(ax);
     int E = (int)(b >> 52) - 1075;
     uint64_t M = (b & MANT_MASK) | (1ULL << 52);
     int i0 = E - 1 > 1 ? E - 1 : 1;
@@ -648,7 +645,7 @@ float ds4_det_round_sum_f32(double a, double b) {
     dd s = two_sum(a, b);
     double v = s.hi;
     if (s.lo != 0.0 && v - v == 0.0) {
-        uint64_t u = bits_of(v);
+        uint64_t u = ds4_bits_of_f64(v);
         if ((u & 1) == 0) /* even: take the neighbour on the side of s.lo */
             u = (s.lo > 0.0) == (v > 0.0) ? u + 1 : u - 1;
         v = from_bits(u);

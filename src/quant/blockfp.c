@@ -5,6 +5,8 @@
 #include <string.h>
 #include <threads.h>
 
+#include "base/bits.h"
+
 float ds4_blockfp_e4m3(uint8_t b) {
     int e = b >> 3 & 15, m = b & 7;
     if (e == 15 && m == 7) return NAN;
@@ -65,11 +67,6 @@ int ds4_blockfp_fp4_row(const uint8_t *w, const uint8_t *scale, uint64_t in, uin
 
 /* ---- The kernels' spans ---- */
 
-static float from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
 
 /* An E4M3FN byte from its fields: a normal value's exponent rebiased from 7
  * to 127 and its 3 mantissa bits moved to the top of f32's 23; a
@@ -77,7 +74,7 @@ static float from_bits(uint32_t u) {
 static float e4m3_fields(uint8_t b) {
     const uint32_t e = b >> 3 & 15, m = b & 7;
     if (e == 15 && m == 7) return NAN;
-    const float v = e ? from_bits((e + 120) << 23 | m << 20) : (float)m * 0x1p-9f;
+    const float v = e ? ds4_bits_to_f32((e + 120) << 23 | m << 20) : (float)m * 0x1p-9f;
     return b & 0x80 ? -v : v;
 }
 

@@ -33,6 +33,7 @@
 #include <cpuid.h>
 #endif
 
+#include "base/bits.h"
 #include "quant/actround.h"
 #include "quant/dot_kern.h"
 #include "quant/dot_lanes.h"
@@ -180,8 +181,7 @@ double ds4_dot_row(uint32_t type, const void *row, const float *x, uint64_t n) {
 }
 
 float ds4_dot_jitter(float v, uint64_t row) {
-    uint32_t b;
-    memcpy(&b, &v, sizeof(b));
+    uint32_t b = ds4_bits_of_f32(v);
     const uint32_t mag = b & 0x7fffffffu;
     if (mag == 0 || mag >= 0x7f7fffffu) return v;
     /* splitmix64's finalizer: every bit of the value and the row reaches
@@ -193,8 +193,7 @@ float ds4_dot_jitter(float v, uint64_t row) {
     /* Adding one to the magnitude's bits is the next float away from zero,
      * subtracting one the next towards it (subnormals included). */
     b = (b & 0x80000000u) | (h & 1 ? mag + 1 : mag - 1);
-    memcpy(&v, &b, sizeof(v));
-    return v;
+    return ds4_bits_to_f32(b);
 }
 
 ds4_mat ds4_dot_expert(const ds4_mat *stacked, uint64_t expert) {

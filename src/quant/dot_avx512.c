@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "quant/dot_lanes.h"
+#include "base/bits.h"
 
 /* Fused multiply-add.  These kernels accumulate with fma(w, x, acc) where
  * the portable code writes acc + (double)w * (double)x.  The two are the
@@ -84,9 +85,6 @@ static inline void rows_fma(double (*restrict acc)[LANES], int nr, const float *
  * for every finite half and Inf; a chunk with a NaN-or-Inf scale (exponent
  * field 31) is left to the portable code so even those keep their bits. */
 
-static inline uint32_t rd16(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-}
 
 static inline int f16_special(uint32_t h) {
     return (h & 0x7c00u) == 0x7c00u;
@@ -125,7 +123,7 @@ static void q4k_scale_min(int j, const uint8_t *s, uint32_t *sc, uint32_t *m) {
  * m1[j] = dmin * m, for the fused products and the direct weights; 0
  * when d or dmin is Inf or NaN (such blocks go the portable way). */
 static inline int q4k_block_scales(const uint8_t *p, float d1[8], float m1[8]) {
-    const uint32_t hd = rd16(p), hm = rd16(p + 2);
+    const uint32_t hd = ds4_bits_le16(p), hm = ds4_bits_le16(p + 2);
     if (f16_special(hd) || f16_special(hm)) return 0;
     const float d = f16_scale(hd), dmin = f16_scale(hm);
     for (int j = 0; j < 8; j++) {
@@ -282,17 +280,17 @@ static inline __m512d q8_0_weights8(const uint8_t *p, int g, __m512d d) {
 static inline int q8_0_scales(const uint8_t *p, int nbk, double d[8]) {
     __m128i h = _mm_setzero_si128();
     if (nbk == 8) {
-        h = _mm_insert_epi16(h, (int)rd16(p), 0);
-        h = _mm_insert_epi16(h, (int)rd16(p + 34), 1);
-        h = _mm_insert_epi16(h, (int)rd16(p + 68), 2);
-        h = _mm_insert_epi16(h, (int)rd16(p + 102), 3);
-        h = _mm_insert_epi16(h, (int)rd16(p + 136), 4);
-        h = _mm_insert_epi16(h, (int)rd16(p + 170), 5);
-        h = _mm_insert_epi16(h, (int)rd16(p + 204), 6);
-        h = _mm_insert_epi16(h, (int)rd16(p + 238), 7);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p), 0);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p + 34), 1);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p + 68), 2);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p + 102), 3);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p + 136), 4);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p + 170), 5);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p + 204), 6);
+        h = _mm_insert_epi16(h, (int)ds4_bits_le16(p + 238), 7);
     } else {
         uint16_t hs[8] = {0};
-        for (int k = 0; k < nbk; k++) hs[k] = (uint16_t)rd16(p + 34 * k);
+        for (int k = 0; k < nbk; k++) hs[k] = (uint16_t)ds4_bits_le16(p + 34 * k);
         h = _mm_loadu_si128((const __m128i *)hs);
     }
     const __m128i expo = _mm_set1_epi16(0x7c00);
@@ -349,7 +347,7 @@ fused_q8_0(const uint8_t *const *rows, const int nr, const float *x, uint64_t ld
  * multiply-subtract and the widening to double.  tab[g] holds sub-block g's
  * 4 values; 0 when d or dmin is NaN or Inf. */
 static inline int q2_K_tables(const uint8_t *p, double tab[16][4]) {
-    const uint32_t hd = rd16(p + 80), hm = rd16(p + 82);
+    const uint32_t hd = ds4_bits_le16(p + 80), hm = ds4_bits_le16(p + 82);
     if (f16_special(hd) || f16_special(hm)) return 0;
     const __m512i sc = load16_u8(p);
     const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(f16_scale(hd)),
@@ -538,7 +536,7 @@ fused_iq2_xxs(const uint8_t *const *rows, const int nr, const float *x, uint64_t
         prefetch_rows(rows, nr, 66 * b + 512);
         prefetch_rows(rows, nr, 66 * b + 576);
         for (int j = 0; j < nr; j++) {
-            const uint32_t h = rd16(rows[j] + 66 * b);
+            const uint32_t h = ds4_bits_le16(rows[j] + 66 * b);
             if (f16_special(h)) return 0;
             iq2_prepare(rows[j] + 66 * b, f16_scale(h), &pr[j]);
         }
@@ -608,7 +606,7 @@ static int wide_q2_K(const uint8_t *p, double *wd, uint64_t nb) {
 static int wide_iq2_xxs(const uint8_t *p, double *wd, uint64_t nb) {
     pthread_once(&iq2_once, iq2_tables_init);
     for (uint64_t b = 0; b < nb; b++, p += 66, wd += 256) {
-        const uint32_t h = rd16(p);
+        const uint32_t h = ds4_bits_le16(p);
         if (f16_special(h)) return 0;
         iq2_prep pr;
         iq2_prepare(p, f16_scale(h), &pr);

@@ -15,30 +15,12 @@
 
 #include <string.h>
 
+#include "base/bits.h"
+
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
 
-static inline uint32_t rd16(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-}
-
-static inline uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static inline float f32_from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
 
 /* ------------------------------------------------------------------------ */
 /* IEEE binary16 and bfloat16                                               */
@@ -68,7 +50,7 @@ static inline uint32_t f16_to_f32_bits(uint32_t h) {
 }
 
 float ds4_formats_f16_to_f32(uint16_t h) {
-    return f32_from_bits(f16_to_f32_bits(h));
+    return ds4_bits_to_f32(f16_to_f32_bits(h));
 }
 
 /* Float to half, round to nearest even.  Only simulated roundings and test
@@ -77,7 +59,7 @@ float ds4_formats_f16_to_f32(uint16_t h) {
  * from 65520 up (the midpoint between the largest half 65504 and 2^16, which
  * rounds to the even side) become Inf. */
 uint16_t ds4_formats_f32_to_f16(float f) {
-    const uint32_t u = f32_bits(f);
+    const uint32_t u = ds4_bits_of_f32(f);
     const uint32_t sign = (u >> 16) & 0x8000u;
     const uint32_t a = u & 0x7fffffffu;
 
@@ -108,14 +90,14 @@ uint16_t ds4_formats_f32_to_f16(float f) {
 }
 
 float ds4_formats_bf16_to_f32(uint16_t h) {
-    return f32_from_bits((uint32_t)h << 16);
+    return ds4_bits_to_f32((uint32_t)h << 16);
 }
 
 /* Round to nearest even by adding 0x7FFF plus the lowest kept bit.  A NaN
  * keeps its sign and top payload bits and is forced quiet, so a payload that
  * lives only in the dropped bits cannot turn into Inf. */
 uint16_t ds4_formats_f32_to_bf16(float f) {
-    const uint32_t u = f32_bits(f);
+    const uint32_t u = ds4_bits_of_f32(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
@@ -218,7 +200,7 @@ const uint8_t ds4_formats_ksigns_iq2xs[128] = {
  *   2..33  qs[32] int8
  * y[i] = (float)qs[i] * d. */
 static void dequant_q8_0(const uint8_t *restrict b, float *restrict y) {
-    const float d = ds4_formats_f16_to_f32((uint16_t)rd16(b));
+    const float d = ds4_formats_f16_to_f32((uint16_t)ds4_bits_le16(b));
     const int8_t *qs = (const int8_t *)(b + 2);
     for (int i = 0; i < 32; i++) y[i] = (float)qs[i] * d;
 }
@@ -234,8 +216,8 @@ static void dequant_q8_0(const uint8_t *restrict b, float *restrict y) {
  *   dl = d * (sc & 15); ml = dmin * (sc >> 4); y = dl * q - ml. */
 static void dequant_q2_K(const uint8_t *restrict b, float *restrict y) {
     const uint8_t *sc = b;
-    const float d = ds4_formats_f16_to_f32((uint16_t)rd16(b + 80));
-    const float dmin = ds4_formats_f16_to_f32((uint16_t)rd16(b + 82));
+    const float d = ds4_formats_f16_to_f32((uint16_t)ds4_bits_le16(b + 80));
+    const float dmin = ds4_formats_f16_to_f32((uint16_t)ds4_bits_le16(b + 82));
     for (int half = 0; half < 2; half++) {
         const uint8_t *qs = b + 16 + 32 * half;
         for (int shift = 0; shift < 8; shift += 2) {
@@ -272,8 +254,8 @@ static void q4k_scale_min(int j, const uint8_t *s, uint32_t *sc, uint32_t *m) {
 }
 
 static void dequant_q4_K(const uint8_t *restrict b, float *restrict y) {
-    const float d = ds4_formats_f16_to_f32((uint16_t)rd16(b));
-    const float dmin = ds4_formats_f16_to_f32((uint16_t)rd16(b + 2));
+    const float d = ds4_formats_f16_to_f32((uint16_t)ds4_bits_le16(b));
+    const float dmin = ds4_formats_f16_to_f32((uint16_t)ds4_bits_le16(b + 2));
     const uint8_t *scales = b + 4;
     for (int j = 0; j < 8; j++) {
         uint32_t sc, m;
@@ -295,10 +277,10 @@ static void dequant_q4_K(const uint8_t *restrict b, float *restrict y) {
  *                      elements, bits 28..31 the group's 4-bit scale s
  * ggml's order: db = d * (0.5f + s) * 0.25f; y = db * grid * (+1 or -1). */
 static void dequant_iq2_xxs(const uint8_t *restrict b, float *restrict y) {
-    const float d = ds4_formats_f16_to_f32((uint16_t)rd16(b));
+    const float d = ds4_formats_f16_to_f32((uint16_t)ds4_bits_le16(b));
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *g = b + 2 + 8 * ib;
-        const uint32_t aux = rd32(g + 4);
+        const uint32_t aux = ds4_bits_le32(g + 4);
         const float db = d * (0.5f + (float)(aux >> 28)) * 0.25f;
         /* Unpack the group's 32 grid values and sign bits first, so the
          * arithmetic is one loop the compiler can vectorize. */
@@ -315,7 +297,7 @@ static void dequant_iq2_xxs(const uint8_t *restrict b, float *restrict y) {
         /* The factor +1.0f / -1.0f is built from bits: random signs would
          * make a branch mispredict half the time. */
         for (int i = 0; i < 32; i++)
-            y[i] = db * (float)v[i] * f32_from_bits(0x3f800000u | neg[i] << 31);
+            y[i] = db * (float)v[i] * ds4_bits_to_f32(0x3f800000u | neg[i] << 31);
         y += 32;
     }
 }
@@ -333,15 +315,15 @@ static inline int f16_is_special(uint32_t h) {
 static void dequant_f16(const uint8_t *restrict p, float *restrict y, uint64_t n) {
     uint32_t special = 0;
     for (uint64_t i = 0; i < n; i++) {
-        const uint32_t h = rd16(p + 2 * i);
+        const uint32_t h = ds4_bits_le16(p + 2 * i);
         const uint32_t em = h & 0x7fffu;
         special |= (uint32_t)f16_is_special(h);
-        y[i] = f32_from_bits((h & 0x8000u) << 16 | (em ? (em << 13) + (112u << 23) : 0));
+        y[i] = ds4_bits_to_f32((h & 0x8000u) << 16 | (em ? (em << 13) + (112u << 23) : 0));
     }
     if (!special) return;
     for (uint64_t i = 0; i < n; i++) {
-        const uint32_t h = rd16(p + 2 * i);
-        if (f16_is_special(h)) y[i] = f32_from_bits(f16_to_f32_bits(h));
+        const uint32_t h = ds4_bits_le16(p + 2 * i);
+        if (f16_is_special(h)) y[i] = ds4_bits_to_f32(f16_to_f32_bits(h));
     }
 }
 
@@ -359,17 +341,17 @@ int ds4_formats_dequant_row(uint32_t type, const void *src, float *dst, uint64_t
 
     switch (type) {
     case DS4_TYPE_F32:
-        for (uint64_t i = 0; i < n; i++) dst[i] = f32_from_bits(rd32(p + 4 * i));
+        for (uint64_t i = 0; i < n; i++) dst[i] = ds4_bits_to_f32(ds4_bits_le32(p + 4 * i));
         break;
     case DS4_TYPE_F16:
         dequant_f16(p, dst, n);
         break;
     case DS4_TYPE_BF16:
-        for (uint64_t i = 0; i < n; i++) dst[i] = f32_from_bits(rd16(p + 2 * i) << 16);
+        for (uint64_t i = 0; i < n; i++) dst[i] = ds4_bits_to_f32(ds4_bits_le16(p + 2 * i) << 16);
         break;
     case DS4_TYPE_I32:
         /* Exact below 2^24 in magnitude, rounded to nearest even above. */
-        for (uint64_t i = 0; i < n; i++) dst[i] = (float)(int32_t)rd32(p + 4 * i);
+        for (uint64_t i = 0; i < n; i++) dst[i] = (float)(int32_t)ds4_bits_le32(p + 4 * i);
         break;
     case DS4_TYPE_Q8_0:
         for (uint64_t i = 0; i < nblocks; i++) dequant_q8_0(p + 34 * i, dst + 32 * i);

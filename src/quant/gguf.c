@@ -12,6 +12,7 @@
  * the real model. */
 #include "quant/gguf.h"
 
+#include "base/bits.h"
 #include "base/file.h"
 #include "quant/formats.h"
 
@@ -39,20 +40,6 @@ enum {
  * the host's byte order and of the alignment of the mapping.
  * ======================================================================== */
 
-static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
-static uint32_t le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const uint8_t *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
-
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
 
 static double bits_f64(uint64_t u) {
     double d;
@@ -160,14 +147,14 @@ static int need(parser *p, const char *field, uint64_t n) {
 
 static int rd_u32(parser *p, const char *field, uint32_t *v) {
     if (need(p, field, 4)) return -1;
-    *v = le32(p->buf + p->pos);
+    *v = ds4_bits_le32(p->buf + p->pos);
     p->pos += 4;
     return 0;
 }
 
 static int rd_u64(parser *p, const char *field, uint64_t *v) {
     if (need(p, field, 8)) return -1;
-    *v = le64(p->buf + p->pos);
+    *v = ds4_bits_le64(p->buf + p->pos);
     p->pos += 8;
     return 0;
 }
@@ -359,13 +346,13 @@ static wide decode_int(const uint8_t *v, uint32_t type) {
     int64_t s;
     switch (type) {
     case GGUF_U8: return (wide){false, v[0]};
-    case GGUF_U16: return (wide){false, le16(v)};
-    case GGUF_U32: return (wide){false, le32(v)};
-    case GGUF_U64: return (wide){false, le64(v)};
+    case GGUF_U16: return (wide){false, ds4_bits_le16(v)};
+    case GGUF_U32: return (wide){false, ds4_bits_le32(v)};
+    case GGUF_U64: return (wide){false, ds4_bits_le64(v)};
     case GGUF_I8: s = (int8_t)v[0]; break;
-    case GGUF_I16: s = (int16_t)le16(v); break;
-    case GGUF_I32: s = (int32_t)le32(v); break;
-    default: s = (int64_t)le64(v); break;
+    case GGUF_I16: s = (int16_t)ds4_bits_le16(v); break;
+    case GGUF_I32: s = (int32_t)ds4_bits_le32(v); break;
+    default: s = (int64_t)ds4_bits_le64(v); break;
     }
     /* The magnitude of INT64_MIN is 2^63, which a u64 holds. */
     return s < 0 ? (wide){true, (uint64_t)0 - (uint64_t)s} : (wide){false, (uint64_t)s};
@@ -715,13 +702,13 @@ int ds4_gguf_read_scalar(const gguf_file *g, uint32_t type, uint64_t off, gguf_s
         else
             out->v.u = w.mag;
     } else if (type == GGUF_F32) {
-        out->v.f = bits_f32(le32(v));
+        out->v.f = ds4_bits_to_f32(ds4_bits_le32(v));
     } else if (type == GGUF_F64) {
-        out->v.f = bits_f64(le64(v));
+        out->v.f = bits_f64(ds4_bits_le64(v));
     } else if (type == GGUF_BOOL) {
         out->v.b = v[0] != 0;
     } else {   /* GGUF_STR */
-        out->v.s.len = le64(v);
+        out->v.s.len = ds4_bits_le64(v);
         out->v.s.ptr = (const char *)v + 8;
     }
     if (next_off) *next_off = p.pos;
@@ -733,10 +720,10 @@ int ds4_gguf_read_arr(const gguf_file *g, uint64_t off, uint32_t *elem_type, uin
     if (check_off(g, off, err)) return -1;
     parser p = value_parser(g, off, err);
     if (need(&p, "array", ARR_HEADER_BYTES)) return -1;
-    uint32_t et = le32(g->map + off);
+    uint32_t et = ds4_bits_le32(g->map + off);
     if (check_vtype(&p, "array element type", off, et)) return -1;
     *elem_type = et;
-    *n = le64(g->map + off + 4);
+    *n = ds4_bits_le64(g->map + off + 4);
     *first_off = off + ARR_HEADER_BYTES;
     return 0;
 }
@@ -823,10 +810,10 @@ static int to_i32(const where *w, uint32_t type, int32_t *out, ds4err *err) {
 
 static int to_f32(const where *w, uint32_t type, float *out, ds4err *err) {
     if (type == GGUF_F32) {
-        *out = bits_f32(le32(w->g->map + w->off));
+        *out = ds4_bits_to_f32(ds4_bits_le32(w->g->map + w->off));
         return 0;
     }
-    double d = bits_f64(le64(w->g->map + w->off));
+    double d = bits_f64(ds4_bits_le64(w->g->map + w->off));
     /* Written so that NaN fails too. */
     if (!(d >= -FLT_MAX && d <= FLT_MAX)) {
         char got[48];
@@ -876,7 +863,7 @@ int ds4_gguf_get_str(const gguf_file *g, const char *key, gguf_str *out, ds4err 
     const gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return -1;
     if (kv->type != GGUF_STR) return wrong_type(g, kv, "str", err);
-    out->len = le64(g->map + kv->value_off);
+    out->len = ds4_bits_le64(g->map + kv->value_off);
     out->ptr = (const char *)g->map + kv->value_off + 8;
     return 0;
 }
@@ -951,7 +938,7 @@ int ds4_gguf_get_arr_str(const gguf_file *g, const char *key, gguf_str *out, uin
     /* Validated at open: every length and its bytes lie in the file. */
     uint64_t off = kv->arr_off;
     for (uint64_t i = 0; i < kv->arr_n; i++) {
-        out[i].len = le64(g->map + off);
+        out[i].len = ds4_bits_le64(g->map + off);
         out[i].ptr = (const char *)g->map + off + 8;
         off += 8 + out[i].len;
     }
