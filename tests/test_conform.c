@@ -16,7 +16,7 @@
 
 #include "conform/backend.h"
 #include "conform/matrix.h"
-#include "conform/server.h"
+#include "conform/client.h"
 #include "format/dump.h"
 #include "format/golden.h"
 #include "conform/template.h"
@@ -143,15 +143,15 @@ static void test_server_prompt_count(void **state) {
     ds4_buf out = {0};
     ds4err err = {0};
     snprintf(body, sizeof(body), steps, ", \"usage\": {\"prompt_tokens\": 4}");
-    assert_int_not_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    assert_int_not_equal(ds4chk_client_answer(&c, 0, body, strlen(body), &out, &err), 0);
     assert_non_null(strstr(err.msg, "row 0: the engine read the prompt as 4 tokens, the reference's has 3"));
     assert_non_null(strstr(err.msg, "--server-prompt ids"));
     ds4_buf_free(&out);
     snprintf(body, sizeof(body), steps, ", \"usage\": {\"prompt_tokens\": 3}");
-    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    assert_int_equal(ds4chk_client_answer(&c, 0, body, strlen(body), &out, &err), 0);
     ds4_buf_free(&out);
     snprintf(body, sizeof(body), steps, "");
-    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    assert_int_equal(ds4chk_client_answer(&c, 0, body, strlen(body), &out, &err), 0);
     ds4_buf_free(&out);
 }
 
@@ -186,7 +186,7 @@ static void test_server_answers(void **state) {
         c.dialect = answers[i].dialect;
         ds4_buf out = {0};
         ds4err err = {0};
-        assert_int_equal(ds4chk_server_answer(&c, 0, answers[i].body, strlen(answers[i].body), &out, &err), 0);
+        assert_int_equal(ds4chk_client_answer(&c, 0, answers[i].body, strlen(answers[i].body), &out, &err), 0);
         ds4_golden g;
         if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
         assert_false(g.has_logits);
@@ -203,7 +203,7 @@ static void test_server_answers(void **state) {
         ds4_buf_free(&out);
         /* Another dialect's answer is refused, saying what was missing. */
         c.dialect = answers[(i + 1) % 3].dialect;
-        assert_int_not_equal(ds4chk_server_answer(&c, 0, answers[i].body, strlen(answers[i].body),
+        assert_int_not_equal(ds4chk_client_answer(&c, 0, answers[i].body, strlen(answers[i].body),
                                                   &out, &err), 0);
         assert_non_null(strstr(err.msg, "row 0"));
         ds4_buf_free(&out);
@@ -241,7 +241,7 @@ static void test_server_llama_tokens(void **state) {
                        "{\"id\": 4, \"logprob\": -1.75}]}]}";
     ds4_buf out = {0};
     ds4err err = {0};
-    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    assert_int_equal(ds4chk_client_answer(&c, 0, body, strlen(body), &out, &err), 0);
     ds4_golden g;
     if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
     static const int32_t want[4] = {7, 228, 9, 5};
@@ -255,12 +255,12 @@ static void test_server_llama_tokens(void **state) {
     ds4_buf_free(&out);
     const char *nan = "{\"completion_probabilities\": [{\"id\": 30, \"logprob\": null, "
                       "\"top_logprobs\": [{\"id\": 0, \"logprob\": null}]}]}";
-    assert_int_not_equal(ds4chk_server_answer(&c, 0, nan, strlen(nan), &out, &err), 0);
+    assert_int_not_equal(ds4chk_client_answer(&c, 0, nan, strlen(nan), &out, &err), 0);
     assert_non_null(strstr(err.msg, "logprob is null: the engine's logits were not finite"));
     ds4_buf_free(&out);
     const char *stray = "{\"tokens\": [7], \"completion_probabilities\": [{\"id\": 8, \"logprob\": -1, "
                         "\"top_logprobs\": []}]}";
-    assert_int_not_equal(ds4chk_server_answer(&c, 0, stray, strlen(stray), &out, &err), 0);
+    assert_int_not_equal(ds4chk_client_answer(&c, 0, stray, strlen(stray), &out, &err), 0);
     assert_non_null(strstr(err.msg, "none of the tokens left"));
     ds4_buf_free(&out);
 }
@@ -287,7 +287,7 @@ static void test_server_lossy(void **state) {
     const int32_t b9b = id_of_bytes(tok, "\x9b", 1), h = id_of_bytes(tok, "h", 1);
     assert_true(b9b >= 0 && h >= 0);
     ds4_cf_vocab_index *ix;
-    assert_int_equal(ds4chk_server_index_new(tok, true, &ix, &err), 0);
+    assert_int_equal(ds4chk_client_index_new(tok, true, &ix, &err), 0);
     const int32_t p0[3] = {1, 2, 3}, ref0[3] = {h, b9b, h};
     const int32_t *ids[1] = {p0}, *refs[1] = {ref0};
     const uint32_t n[1] = {3}, ref_n[1] = {3};
@@ -299,7 +299,7 @@ static void test_server_lossy(void **state) {
                        "\"top_logprobs\": [{\"h\": -0.5, \"\": -1.0}, {\"\": -0.25, \"h\": -2.0}, "
                        "{\"h\": -0.5}]}}]}";
     ds4_buf out = {0};
-    assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+    assert_int_equal(ds4chk_client_answer(&c, 0, body, strlen(body), &out, &err), 0);
     ds4_golden g;
     if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
     assert_int_equal(cut[0], -1);
@@ -326,14 +326,14 @@ static void test_server_lossy(void **state) {
     for (int k = 0; k < 4; k++) {
         refs[0] = k == 0 ? ref1 : k == 3 ? ref80 : ref0;
         tops[0] = k == 2 ? top_rival : k == 3 ? top_rival80 : top_h;
-        assert_int_equal(ds4chk_server_answer(&c, 0, body, strlen(body), &out, &err), 0);
+        assert_int_equal(ds4chk_client_answer(&c, 0, body, strlen(body), &out, &err), 0);
         if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
         assert_int_equal(cut[0], k == 1 ? -1 : 1);
         assert_int_equal(g.n_steps, k == 1 ? 3 : 1);
         ds4_golden_free(&g);
         ds4_buf_free(&out);
     }
-    ds4chk_server_index_free(ix);
+    ds4chk_client_index_free(ix);
     tu_model_free(t);
 }
 
@@ -366,7 +366,7 @@ static void test_server_ds4(void **state) {
     for (size_t k = 0; k < 2; k++) {
         const int32_t names[4] = {h, b9b, x, eos};
         ds4_buf out = {0};
-        assert_int_equal(ds4chk_server_answer(&c, 0, cases[k].body, strlen(cases[k].body), &out, &err), 0);
+        assert_int_equal(ds4chk_client_answer(&c, 0, cases[k].body, strlen(cases[k].body), &out, &err), 0);
         ds4_golden g;
         if (ds4_dump_parse(out.p, out.len, "answer", &g, &err)) fail_msg("%s: %s", out.p, err.msg);
         assert_int_equal(g.n_steps, 3);
@@ -382,7 +382,7 @@ static void test_server_ds4(void **state) {
     const char *sys = "{\"choices\": [{\"message\": {\"content\": \"h\"}, \"finish_reason\": "
                       "\"length\"}], \"usage\": {\"prompt_tokens\": 9}}";
     ds4_buf out = {0};
-    assert_int_not_equal(ds4chk_server_answer(&c, 0, sys, strlen(sys), &out, &err), 0);
+    assert_int_not_equal(ds4chk_client_answer(&c, 0, sys, strlen(sys), &out, &err), 0);
     assert_non_null(strstr(err.msg, "system prompt"));
     ds4_buf_free(&out);
     tu_model_free(t);

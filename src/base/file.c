@@ -1,5 +1,6 @@
 #include "base/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -148,6 +149,25 @@ int ds4_file_read(const char *path, size_t limit, char **out, size_t *out_len, d
     int rc = read_fd(fd, path, limit, out, out_len, err);
     close(fd);
     return rc;
+}
+
+void ds4_file_remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *sub = malloc(strlen(path) + strlen(e->d_name) + 2);
+            struct stat st;
+            if (sub) sprintf(sub, "%s/%s", path, e->d_name);
+            if (sub && lstat(sub, &st) == 0) {
+                if (S_ISDIR(st.st_mode)) ds4_file_remove_tree(sub);
+                else unlink(sub);
+            }
+            free(sub);
+        }
+        closedir(d);
+    }
+    rmdir(path);
 }
 
 int ds4_file_sha256(const char *path, char hex[65], ds4err *err) {

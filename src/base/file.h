@@ -32,6 +32,10 @@
  * it holds more than `limit` bytes or memory runs out. */
 int ds4_file_read(const char *path, size_t limit, char **buf, size_t *len, ds4err *err);
 
+/* Remove a folder and everything in it (symbolic links themselves, not
+ * what they point to); what cannot be removed is left. */
+void ds4_file_remove_tree(const char *path);
+
 /* The SHA-256 of a whole file as 64 lowercase hex digits, what sha256sum
  * prints: read in pieces, so a model of any size takes its own time and
  * no more memory.  DS4_E_IO naming the file when it cannot be read. */

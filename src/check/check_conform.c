@@ -8,7 +8,7 @@
 #include "api/apimodel.h"
 #include "base/file.h"
 #include "conform/conform.h"
-#include "conform/server.h"
+#include "conform/client.h"
 #include "conform/template.h"
 
 void ds4check_conform_options_init(ds4check_conform_options *o) {

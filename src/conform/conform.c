@@ -1,7 +1,6 @@
 /* The ds4ref-conform driver (conform.h). */
 #include "conform/conform.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <inttypes.h>
@@ -9,9 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,7 +15,8 @@
 #include "base/file.h"
 #include "base/utf8.h"
 #include "conform/backend.h"
-#include "conform/server.h"
+#include "conform/http.h"
+#include "conform/client.h"
 #include "conform/template.h"
 #include "quant/gguf_twin.h"
 #include "decode/generate.h"
@@ -239,24 +236,6 @@ static int write_inputs(const ds4_cf_result *res, const ds4_cf_cell *c, const ch
     return rc;
 }
 
-/* Remove a folder this run made, with everything in it. */
-static void remove_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        for (struct dirent *e; (e = readdir(d));) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *sub = path_in(path, e->d_name, -1);
-            struct stat st;
-            if (sub && lstat(sub, &st) == 0) {
-                if (S_ISDIR(st.st_mode)) remove_tree(sub);
-                else unlink(sub);
-            }
-            free(sub);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
 
 /* ---- running a cell ---- */
 
@@ -447,19 +426,6 @@ static double now_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* A free TCP port on the loopback, for a server started for one cell. */
-static uint32_t free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    uint32_t port = 0;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
-        !getsockname(fd, (struct sockaddr *)&a, &len))
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* Is the engine at url on this machine (a loopback address), so that the
  * paths it names are this machine's? */
 static bool loopback(const char *url) {
@@ -476,7 +442,7 @@ static int server_alive(void *ud) {
 
 /* The reference's stream g as ids, and each step's alternatives, k a step
  * (-1 past the last): what a server's ambiguous token names are weighed
- * against (server.h). */
+ * against (client.h). */
 static int reference_ids(const ds4_golden *g, uint32_t k, int32_t **ids, int32_t **top,
                          ds4err *why) {
     const size_t n = g->n_steps ? g->n_steps : 1;
@@ -504,13 +470,13 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     ds4_buf cmd = {0};
     int rc = 0;
     if (o->server_cmd) {
-        v->port = free_port();
+        v->port = ds4chk_http_free_port();
         snprintf(url, sizeof(url), "http://127.0.0.1:%u", v->port);
         rc = v->port ? ds4chk_template_expand(o->server_cmd, v, &cmd, why)
                      : ds4_err_set(why, DS4_E_IO, "no free port for the server");
         if (rc == 0) rc = ds4chk_backend_start(cmd.p, log, &pid, why);
         if (rc == 0)
-            rc = ds4chk_server_wait_ready(url, o->timeout > 0 ? 10 * o->timeout : 600,
+            rc = ds4chk_client_wait_ready(url, o->timeout > 0 ? 10 * o->timeout : 600,
                                           server_alive, &pid, why);
     } else {
         snprintf(url, sizeof(url), "%.95s", o->server_url);
@@ -549,7 +515,7 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
         .temp = o->temp, .seed = o->seed, .out = out, .log = log,
         .timeout = o->timeout > 0 ? 10 * o->timeout : 0, .warm = c->cache == DS4_CF_WARM,
         .dialect = o->server_dialect, .vocab = o->vocab, .tok = o->tok};
-    if (rc == 0) rc = ds4chk_server_cell(&sc, why);
+    if (rc == 0) rc = ds4chk_client_cell(&sc, why);
     for (uint32_t r = 0; r < c->batch; r++) {
         free(ref_ids[r]);
         free(ref_top[r]);
@@ -1106,7 +1072,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     const bool texts = run.server_dialect == DS4_CF_DIALECT_TEXT ||
                        run.server_dialect == DS4_CF_DIALECT_LOSSY;
     if (rc == 0 && texts &&
-        (rc = ds4chk_server_index_new(tok, run.server_dialect == DS4_CF_DIALECT_LOSSY, &vocab,
+        (rc = ds4chk_client_index_new(tok, run.server_dialect == DS4_CF_DIALECT_LOSSY, &vocab,
                                       err)) == 0)
         run.vocab = vocab;
     run.tok = tok;
@@ -1118,7 +1084,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         rc = 0;
     }
     if (rc == 0 && (res->interrupted || res->not_found)) mark_not_run(res);
-    ds4chk_server_index_free(vocab);
+    ds4chk_client_index_free(vocab);
     if (rc == 0) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
     if (rc == 0 && run.calibrate && !run.limits.exact && !stopping(&run, res))
         rc = calibrate(&ref, m, res, &run, err);
@@ -1161,7 +1127,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         res->cells[i].dir = NULL;
     }
     if (temporary) {
-        remove_tree(work);
+        ds4_file_remove_tree(work);
         for (uint32_t i = 0; res->cells && i < res->n_cells; i++) res->cells[i].log[0] = '\0';
     }
     ds4_buf_free(&twins[0]);

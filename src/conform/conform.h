@@ -62,13 +62,13 @@ typedef struct ds4_cf_opts {
     const char *cache_dir;     /* NULL: no cache */
     const char *work_dir;      /* NULL: a temporary folder, removed at the end */
     double timeout;            /* CPU seconds per cell (backend.h); 0: none */
-    /* An engine behind HTTP instead of a command a cell (server.h): one
+    /* An engine behind HTTP instead of a command a cell (client.h): one
      * already running at server_url, or server_cmd (a template with
      * {port}) started for each cell and stopped after it.  NULL both: the
      * backend template. */
     const char *server_url, *server_cmd;
-    int server_dialect;        /* enum ds4_cf_dialect (server.h) */
-    bool server_text_prompt;   /* prompts sent as text less BOS (server.h) */
+    int server_dialect;        /* enum ds4_cf_dialect (client.h) */
+    bool server_text_prompt;   /* prompts sent as text less BOS (client.h) */
     const struct ds4_cf_vocab_index *vocab;   /* made by the run for the text dialects */
     const ds4_tokenizer *tok;  /* the run's, for the ds4 dialect */
     uint32_t jobs;             /* cells whose commands run at once (0, 1: one) */

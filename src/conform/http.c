@@ -2,6 +2,10 @@
 #include "conform/http.h"
 
 #include <threads.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <curl/curl.h>
 
@@ -43,4 +47,16 @@ int ds4chk_http_request(const char *url, const char *body, size_t len, double ti
         return ds4_err_set(err, DS4_E_IO, "%s: %s", url, curl_easy_strerror(rc));
     if (resp->failed) return ds4_err_set(err, DS4_E_NOMEM, "out of memory for %s's answer", url);
     return 0;
+}
+
+uint32_t ds4chk_http_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    uint32_t port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+        !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
 }

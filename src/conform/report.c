@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/file.h"
-#include "conform/server.h"
+#include "conform/client.h"
 #include "text/json.h"
 
 static const char *base_name(const char *p) {

@@ -42,7 +42,7 @@ bool ds4chk_template_var_at(uint32_t i, const char **name, const char **about) {
 }
 
 /* A preset; a server's also says how its API reads prompts and names
- * tokens (dialect and prompt form, server.h), NULL for a command's. */
+ * tokens (dialect and prompt form, client.h), NULL for a command's. */
 typedef struct preset {
     const char *name, *tmpl, *about;
     const char *dialect, *prompt;

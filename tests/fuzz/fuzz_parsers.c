@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "conform/identity.h"
-#include "conform/server.h"
+#include "conform/client.h"
 #include "fuzzutil.h"
 #include "model/model.h"
 #include "quant/gguf.h"
@@ -172,7 +172,7 @@ static const ds4_cf_vocab_index *answer_vocab(uint32_t *n_vocab, const ds4_token
         fz_check(!ds4_gguf_parse(&g, bytes, len, "tiny.gguf", &err), err.msg);
         fz_check(!ds4_model_from_gguf(&model, &g, &err), err.msg);
         fz_check(!ds4_model_tokenizer(&model, &tok, &err), err.msg);
-        fz_check(!ds4chk_server_index_new(tok, true, &ix, &err), err.msg);
+        fz_check(!ds4chk_client_index_new(tok, true, &ix, &err), err.msg);
         n = tok->n_vocab;
     }
     *n_vocab = n;
@@ -197,7 +197,7 @@ static void server_answer(const char *buf, size_t len) {
         c.dialect = dialects[d];
         ds4_buf out = {0};
         ds4err err = {0};
-        if (ds4chk_server_answer(&c, 0, buf, len, &out, &err)) {
+        if (ds4chk_client_answer(&c, 0, buf, len, &out, &err)) {
             fz_check(err.code != DS4_OK && err.msg[0], "a refused answer carries a message");
             ds4_buf_free(&out);
             continue;

@@ -1,5 +1,5 @@
-/* ds4ref-conform against an engine behind HTTP (server.h). */
-#include "conform/server.h"
+/* ds4ref-conform as the HTTP client of an engine behind HTTP (client.h). */
+#include "conform/client.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -92,7 +92,7 @@ static bool put_lenient(ds4_buf *out, const uint8_t *b, size_t n, bool replace) 
     return lossy;
 }
 
-int ds4chk_server_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_index **out,
+int ds4chk_client_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_index **out,
                             ds4err *err) {
     ds4_cf_vocab_index *ix = calloc(1, sizeof(*ix));
     const uint32_t V = tok->n_vocab;
@@ -109,7 +109,7 @@ int ds4chk_server_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_i
         const int32_t id = (int32_t)i;
         if (ds4_tok_decode(tok, &id, 1, &ix->names, err)) {
             free(off);
-            ds4chk_server_index_free(ix);
+            ds4chk_client_index_free(ix);
             return -1;
         }
     }
@@ -133,7 +133,7 @@ int ds4chk_server_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_i
         }
     free(off);
     if (ix->names.failed) {
-        ds4chk_server_index_free(ix);
+        ds4chk_client_index_free(ix);
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     }
     sort_ix = ix;
@@ -143,7 +143,7 @@ int ds4chk_server_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_i
     return 0;
 }
 
-void ds4chk_server_index_free(ds4_cf_vocab_index *ix) {
+void ds4chk_client_index_free(ds4_cf_vocab_index *ix) {
     if (!ix) return;
     free(ix->e);
     ds4_buf_free(&ix->names);
@@ -597,7 +597,7 @@ static int sglang_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
     return 0;
 }
 
-int ds4chk_server_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
+int ds4chk_client_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
                          ds4_buf *out, ds4err *err) {
     ds4_json_doc *doc;
     if (c->cut) c->cut[r] = -1;
@@ -627,7 +627,7 @@ static void log_line(const char *log, const char *fmt, ...) {
     fclose(f);
 }
 
-int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
+int ds4chk_client_cell(const ds4_cf_server_cell *c, ds4err *err) {
     row_job *jobs = calloc(c->rows, sizeof(*jobs));
     pthread_t *th = calloc(c->rows, sizeof(*th));
     if (!jobs || !th) {
@@ -671,7 +671,7 @@ int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
             break;
         }
         ds4_buf dump = {0};
-        rc = ds4chk_server_answer(c, r, j->resp.p ? j->resp.p : "", j->resp.len, &dump, err);
+        rc = ds4chk_client_answer(c, r, j->resp.p ? j->resp.p : "", j->resp.len, &dump, err);
         char path[1024];
         if (c->rows > 1) snprintf(path, sizeof(path), "%s.%u", c->out, r);
         else snprintf(path, sizeof(path), "%s", c->out);
@@ -686,7 +686,7 @@ int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err) {
     return rc;
 }
 
-int ds4chk_server_wait_ready(const char *url, double timeout, int (*alive)(void *ud), void *ud,
+int ds4chk_client_wait_ready(const char *url, double timeout, int (*alive)(void *ud), void *ud,
                              ds4err *err) {
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);

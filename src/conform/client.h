@@ -17,8 +17,8 @@
  * judged) up to it (CONFORM.md, "Against a server").  An answer whose usage counts other than the reference's prompt
  * tokens is the cell's error: the engine did not read the prompt as the
  * reference tokenized it. */
-#ifndef DS4_CONFORM_SERVER_H
-#define DS4_CONFORM_SERVER_H
+#ifndef DS4_CONFORM_CLIENT_H
+#define DS4_CONFORM_CLIENT_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -45,9 +45,9 @@ typedef struct ds4_cf_vocab_index ds4_cf_vocab_index;
 
 /* Every token's bytes, sorted, to find the ids a text names; with lossy,
  * also each token as a lenient decoding names it (DS4_CF_DIALECT_LOSSY). */
-int ds4chk_server_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_index **out,
+int ds4chk_client_index_new(const ds4_tokenizer *tok, bool lossy, ds4_cf_vocab_index **out,
                             ds4err *err);
-void ds4chk_server_index_free(ds4_cf_vocab_index *ix);
+void ds4chk_client_index_free(ds4_cf_vocab_index *ix);
 
 typedef struct ds4_cf_server_cell {
     const char *url;               /* the engine, "http://HOST:PORT" */
@@ -78,16 +78,16 @@ typedef struct ds4_cf_server_cell {
 /* Send the rows and write their outputs.  An error is the cell's (an engine
  * that refused, failed or answered something else): the message says
  * which row and what. */
-int ds4chk_server_cell(const ds4_cf_server_cell *c, ds4err *err);
+int ds4chk_client_cell(const ds4_cf_server_cell *c, ds4err *err);
 
 /* Row r's answer body[0..len) in the cell's dialect as ds4's dump layout
  * (appended to *out); an error says what the answer lacked. */
-int ds4chk_server_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
+int ds4chk_client_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
                          ds4_buf *out, ds4err *err);
 
 /* Wait, at most timeout seconds, until url answers GET /health or
  * /v1/models with 200; 0, or an error saying what it last answered. */
-int ds4chk_server_wait_ready(const char *url, double timeout, int (*alive)(void *ud), void *ud,
+int ds4chk_client_wait_ready(const char *url, double timeout, int (*alive)(void *ud), void *ud,
                              ds4err *err);
 
 #endif
