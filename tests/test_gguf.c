@@ -29,7 +29,7 @@ static uint64_t align_to(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 /* The bytes of the file w writes, read back (the writer's one output is a
  * file: ds4_gguf_writer_save into a scratch directory). */
-static int writer_bytes(gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) {
+static int writer_bytes(ds4_gguf_writer *w, uint8_t **buf, size_t *len, ds4err *err) {
     char *dir = tu_tmpdir();
     if (!dir) return ds4_err_set(err, DS4_E_IO, "no scratch directory");
     char *path = tu_path(dir, "w.gguf");
@@ -48,7 +48,7 @@ static uint32_t rd32(const uint8_t *p) {
 
 static uint64_t rd64(const uint8_t *p) { return rd32(p) | (uint64_t)rd32(p + 4) << 32; }
 
-static bool str_eq(gguf_str s, const char *want, size_t len) {
+static bool str_eq(ds4_gguf_str s, const char *want, size_t len) {
     return s.len == len && memcmp(s.ptr, want, len) == 0;
 }
 
@@ -161,8 +161,8 @@ static void fill_long_str(void) {
     for (size_t i = 0; i < sizeof(long_str); i++) long_str[i] = (char)(i * 131 + 7);
 }
 
-static gguf_writer *build_rt_writer(rt *r) {
-    gguf_writer *w = ds4_gguf_writer_new(r->alignment);
+static ds4_gguf_writer *build_rt_writer(rt *r) {
+    ds4_gguf_writer *w = ds4_gguf_writer_new(r->alignment);
     assert_non_null(w);
     assert_int_equal(ds4_gguf_write_u8(w, "t.u8", 200), 0);
     assert_int_equal(ds4_gguf_write_i8(w, "t.i8", -100), 0);
@@ -185,8 +185,10 @@ static gguf_writer *build_rt_writer(rt *r) {
     assert_int_equal(ds4_gguf_write_arr_str(w, "t.arr_str", arr_str, arr_str_len, 3), 0);
     assert_int_equal(ds4_gguf_write_arr_u32(w, "t.arr_empty_u32", NULL, 0), 0);
     assert_int_equal(ds4_gguf_write_arr_str(w, "t.arr_empty_str", NULL, NULL, 0), 0);
-    assert_int_equal(ds4_gguf_write_raw(w, "t.nested_u16", GGUF_ARR, nested_u16, sizeof(nested_u16)), 0);
-    assert_int_equal(ds4_gguf_write_raw(w, "t.nested_str", GGUF_ARR, nested_str, sizeof(nested_str)), 0);
+    assert_int_equal(ds4_gguf_write_raw(w, "t.nested_u16", GGUF_ARR, nested_u16,
+                     sizeof(nested_u16)), 0);
+    assert_int_equal(ds4_gguf_write_raw(w, "t.nested_str", GGUF_ARR, nested_str,
+                     sizeof(nested_str)), 0);
     assert_int_equal(ds4_gguf_write_raw(w, "t.arr_bool", GGUF_ARR, arr_bool, sizeof(arr_bool)), 0);
     assert_int_equal(ds4_gguf_write_raw(w, "t.arr_f64", GGUF_ARR, arr_f64, sizeof(arr_f64)), 0);
     uint64_t seed = r->alignment;
@@ -241,12 +243,12 @@ static rt_layout expected_layout(uint32_t alignment) {
     return l;
 }
 
-static void check_rt_tensors(const gguf_file *g, const rt *r, const rt_layout *l) {
+static void check_rt_tensors(const ds4_gguf_file *g, const rt *r, const rt_layout *l) {
     assert_int_equal(g->n_tensors, N_SPEC_TENSORS);
     assert_int_equal(g->data_off, l->data_off);
     for (size_t i = 0; i < N_SPEC_TENSORS; i++) {
         const spec_tensor *s = &spec_tensors[i];
-        const gguf_tensor *t = &g->tensors[i];
+        const ds4_gguf_tensor *t = &g->tensors[i];
         assert_string_equal(t->name, s->name);
         assert_ptr_equal(ds4_gguf_find_tensor(g, s->name), t);
         assert_int_equal(t->type, s->type);
@@ -274,39 +276,44 @@ static void check_padding(const uint8_t *buf, const rt_layout *l) {
     }
 }
 
-static void check_rt_scalars(const gguf_file *g) {
+static void check_rt_scalars(const ds4_gguf_file *g) {
     ds4err err = {0};
-    gguf_scalar s;
+    ds4_gguf_scalar s;
     uint64_t next;
     uint32_t u32;
     uint64_t u64;
     float f;
     bool b;
-    gguf_str str;
+    ds4_gguf_str str;
     assert_int_equal(ds4_gguf_get_u32(g, "t.u8", &u32, &err), 0);
     assert_int_equal(u32, 200);
-    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I8, ds4_gguf_find_kv(g, "t.i8")->value_off, &s, &next,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I8, ds4_gguf_find_kv(g, "t.i8")->value_off, &s,
+                     &next,
                                       &err), 0);
     assert_int_equal(s.v.i, -100);
     assert_int_equal(next, ds4_gguf_find_kv(g, "t.i8")->value_off + 1);
     assert_int_equal(ds4_gguf_get_u32(g, "t.u16", &u32, &err), 0);
     assert_int_equal(u32, 60000);
-    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I16, ds4_gguf_find_kv(g, "t.i16")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I16, ds4_gguf_find_kv(g, "t.i16")->value_off, &s,
+                     NULL,
                                       &err), 0);
     assert_int_equal(s.v.i, -30000);
     assert_int_equal(ds4_gguf_get_u32(g, "t.u32", &u32, &err), 0);
     assert_int_equal(u32, 4000000000u);
-    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I32, ds4_gguf_find_kv(g, "t.i32")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I32, ds4_gguf_find_kv(g, "t.i32")->value_off, &s,
+                     NULL,
                                       &err), 0);
     assert_int_equal(s.v.i, -2000000000);
     assert_int_equal(ds4_gguf_get_u64(g, "t.u64", &u64, &err), 0);
     assert_true(u64 == 0xfedcba9876543210ull);
-    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I64, ds4_gguf_find_kv(g, "t.i64")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_I64, ds4_gguf_find_kv(g, "t.i64")->value_off, &s,
+                     NULL,
                                       &err), 0);
     assert_true(s.v.i == INT64_MIN);
     assert_int_equal(ds4_gguf_get_f32(g, "t.f32", &f, &err), 0);
     assert_true(f == -1.5e-7f);
-    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_F64, ds4_gguf_find_kv(g, "t.f64")->value_off, &s, NULL,
+    assert_int_equal(ds4_gguf_read_scalar(g, GGUF_F64, ds4_gguf_find_kv(g, "t.f64")->value_off, &s,
+                     NULL,
                                       &err), 0);
     assert_true(s.v.f == 1e300);
     assert_int_equal(ds4_gguf_get_bool(g, "t.true", &b, &err), 0);
@@ -321,12 +328,12 @@ static void check_rt_scalars(const gguf_file *g) {
     assert_true(str_eq(str, long_str, sizeof(long_str)));
 }
 
-static void check_rt_arrays(const gguf_file *g) {
+static void check_rt_arrays(const ds4_gguf_file *g) {
     ds4err err = {0};
     uint32_t u[3];
     int32_t i[4];
     float f[3];
-    gguf_str s[3];
+    ds4_gguf_str s[3];
     uint64_t n = 99;
     assert_int_equal(ds4_gguf_get_arr_u32(g, "t.arr_u32", u, 3, &err), 0);
     assert_memory_equal(u, arr_u32, sizeof(u));
@@ -343,11 +350,11 @@ static void check_rt_arrays(const gguf_file *g) {
     assert_int_equal(ds4_gguf_get_arr_f32(g, "t.arr_f64", f, 2, &err), 0);
     assert_true(f[0] == 0.1f && f[1] == -2.0f);
 
-    const gguf_kv *kv = ds4_gguf_find_kv(g, "t.arr_bool");
+    const ds4_gguf_kv *kv = ds4_gguf_find_kv(g, "t.arr_bool");
     assert_int_equal(kv->arr_type, GGUF_BOOL);
     assert_int_equal(kv->arr_n, 3);
     assert_int_equal(kv->arr_off, kv->value_off + 12);
-    gguf_scalar sc;
+    ds4_gguf_scalar sc;
     uint64_t off = kv->arr_off;
     for (int k = 0; k < 3; k++) {
         assert_int_equal(ds4_gguf_read_scalar(g, GGUF_BOOL, off, &sc, &off, &err), 0);
@@ -356,9 +363,9 @@ static void check_rt_arrays(const gguf_file *g) {
 }
 
 /* [[1, 2], [], [3]] and [["x", "yy"], []], walked with the generic access. */
-static void check_rt_nested(const gguf_file *g) {
+static void check_rt_nested(const ds4_gguf_file *g) {
     ds4err err = {0};
-    const gguf_kv *kv = ds4_gguf_find_kv(g, "t.nested_u16");
+    const ds4_gguf_kv *kv = ds4_gguf_find_kv(g, "t.nested_u16");
     assert_int_equal(kv->arr_type, GGUF_ARR);
     assert_int_equal(kv->arr_n, 3);
     static const uint64_t want_n[] = {2, 0, 1};
@@ -372,7 +379,7 @@ static void check_rt_nested(const gguf_file *g) {
         assert_int_equal(et, GGUF_U16);
         assert_int_equal(n, want_n[k]);
         for (uint64_t e = 0; e < n; e++) {
-            gguf_scalar sc;
+            ds4_gguf_scalar sc;
             assert_int_equal(ds4_gguf_read_scalar(g, GGUF_U16, first, &sc, &first, &err), 0);
             assert_int_equal(sc.v.u, want_v[v++]);
         }
@@ -388,7 +395,7 @@ static void check_rt_nested(const gguf_file *g) {
     assert_int_equal(ds4_gguf_read_arr(g, kv->arr_off, &et, &n, &first, &err), 0);
     assert_int_equal(et, GGUF_STR);
     assert_int_equal(n, 2);
-    gguf_scalar sc;
+    ds4_gguf_scalar sc;
     assert_int_equal(ds4_gguf_read_scalar(g, GGUF_STR, first, &sc, &first, &err), 0);
     assert_true(str_eq(sc.v.s, "x", 1));
     assert_int_equal(ds4_gguf_read_scalar(g, GGUF_STR, first, &sc, &first, &err), 0);
@@ -399,7 +406,7 @@ static void check_rt_nested(const gguf_file *g) {
     assert_int_equal(first, kv->value_off + sizeof(nested_str));
 }
 
-static void check_rt_file(const gguf_file *g, const rt *r) {
+static void check_rt_file(const ds4_gguf_file *g, const rt *r) {
     rt_layout l = expected_layout(r->alignment);
     assert_int_equal(g->version, 3);
     assert_int_equal(g->alignment, r->alignment);
@@ -427,9 +434,9 @@ static void round_trip(uint32_t alignment) {
     fill_long_str();
     rt r = {.alignment = alignment};
     ds4err err = {0};
-    gguf_writer *w = build_rt_writer(&r);
+    ds4_gguf_writer *w = build_rt_writer(&r);
     if (writer_bytes(w, &r.buf, &r.len, &err)) fail_msg("%s", err.msg);
-    gguf_file g;
+    ds4_gguf_file g;
     if (ds4_gguf_parse(&g, r.buf, r.len, "rt.gguf", &err)) fail_msg("%s", err.msg);
     check_rt_file(&g, &r);
     ds4_gguf_close(&g);
@@ -462,7 +469,7 @@ static void test_writer_deterministic(void **state) {
     fill_long_str();
     rt a = {.alignment = 32}, b = {.alignment = 32};
     ds4err err = {0};
-    gguf_writer *wa = build_rt_writer(&a), *wb = build_rt_writer(&b);
+    ds4_gguf_writer *wa = build_rt_writer(&a), *wb = build_rt_writer(&b);
     assert_int_equal(writer_bytes(wa, &a.buf, &a.len, &err), 0);
     assert_int_equal(writer_bytes(wb, &b.buf, &b.len, &err), 0);
     assert_int_equal(a.len, b.len);
@@ -504,7 +511,7 @@ static void test_writer_bytes(void **state) {
         0, 0, 0, 0, 0, 0, 0, 0,
     };
     static const float data[] = {1.0f, -2.0f};
-    gguf_writer *w = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(32);
     assert_non_null(w);
     assert_int_equal(ds4_gguf_write_str(w, "s", "hi"), 0);
     assert_int_equal(ds4_gguf_write_tensor(w, "t", F32, 1, (const uint64_t[]){2}, data, 8), 0);
@@ -522,7 +529,7 @@ static void test_writer_bytes(void **state) {
  * no tensors: the file ends at the padded header. */
 static void test_writer_own_alignment_key(void **state) {
     (void)state;
-    gguf_writer *w = ds4_gguf_writer_new(64);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(64);
     assert_non_null(w);
     assert_int_equal(ds4_gguf_write_str(w, "a", "x"), 0);
     assert_int_equal(ds4_gguf_write_u32(w, "general.alignment", 64), 0);
@@ -533,7 +540,7 @@ static void test_writer_own_alignment_key(void **state) {
     /* 24 + "a" (8+1+4+8+1) + "general.alignment" (8+17+4+4) = 79, padded. */
     assert_int_equal(len, 128);
     assert_int_equal(rd64(buf + 16), 2);
-    gguf_file g;
+    ds4_gguf_file g;
     if (ds4_gguf_parse(&g, buf, len, "own.gguf", &err)) fail_msg("%s", err.msg);
     assert_int_equal(g.n_kv, 2);
     assert_string_equal(g.kv[0].key, "a");
@@ -552,7 +559,7 @@ static void test_writer_save_fails_cleanly(void **state) {
     char *dir = tu_tmpdir();
     assert_non_null(dir);
     char *path = tu_path(dir, "missing/sub/x.gguf");
-    gguf_writer *w = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(32);
     assert_int_equal(ds4_gguf_write_u32(w, "k", 1), 0);
     ds4err err = {0};
     assert_int_equal(ds4_gguf_writer_save(w, path, &err), -1);
@@ -576,7 +583,7 @@ static void test_valid_small(void **state) {
         assert_int_equal(mf_valid_small(version, &buf, &len), 0);
         /* 24 + keys (33 + 27 + 32) + infos (42 + 34) = 192, no padding; 96 data. */
         assert_int_equal(len, 192 + 96);
-        gguf_file g;
+        ds4_gguf_file g;
         ds4err err = {0};
         if (ds4_gguf_parse(&g, buf, len, "small.gguf", &err)) fail_msg("%s", err.msg);
         assert_int_equal(g.version, version);
@@ -599,7 +606,7 @@ static void test_catalogue(void **state) {
     for (size_t i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof(name), "%s.gguf", c[i].name);
-        gguf_file g;
+        ds4_gguf_file g;
         ds4err err = {0};
         if (ds4_gguf_parse(&g, c[i].buf, c[i].len, name, &err) == 0) {
             ds4_gguf_close(&g);
@@ -620,7 +627,7 @@ static void test_nesting_limit(void **state) {
     uint8_t *buf;
     size_t len;
     ds4err err = {0};
-    gguf_file g;
+    ds4_gguf_file g;
     assert_int_equal(mf_nested_arrays(GGUF_MAX_ARRAY_DEPTH, &buf, &len), 0);
     if (ds4_gguf_parse(&g, buf, len, "deep.gguf", &err)) fail_msg("%s", err.msg);
     /* The innermost array ends the file. */
@@ -641,7 +648,7 @@ static void test_truncations(void **state) {
         /* A copy of exactly n bytes so that valgrind sees any overread. */
         uint8_t *prefix = malloc(n ? n : 1);
         memcpy(prefix, buf, n);
-        gguf_file g;
+        ds4_gguf_file g;
         ds4err err = {0};
         if (ds4_gguf_parse(&g, prefix, n, "prefix.gguf", &err) == 0)
             fail_msg("prefix of %zu bytes parsed", n);
@@ -658,18 +665,18 @@ static void test_truncations_rich(void **state) {
     fill_long_str();
     rt r = {.alignment = 32};
     ds4err err = {0};
-    gguf_writer *w = build_rt_writer(&r);
+    ds4_gguf_writer *w = build_rt_writer(&r);
     assert_int_equal(writer_bytes(w, &r.buf, &r.len, &err), 0);
     rt_layout l = expected_layout(32);
     const spec_tensor *last = &spec_tensors[N_SPEC_TENSORS - 1];
     uint64_t end = l.data_off + l.rel_off[N_SPEC_TENSORS - 1] + last->nbytes;
     for (uint64_t n = 0; n < end; n += (n > 1000 && n < 100000) ? 997 : 1) {
-        gguf_file g;
+        ds4_gguf_file g;
         if (ds4_gguf_parse(&g, r.buf, n, "rich.gguf", &err) == 0)
             fail_msg("prefix of %llu bytes parsed", (unsigned long long)n);
         assert_err(&err, DS4_E_FORMAT, "rich.gguf", "(at byte ");
     }
-    gguf_file g;
+    ds4_gguf_file g;
     assert_int_equal(ds4_gguf_parse(&g, r.buf, end, "rich.gguf", &err), 0);
     ds4_gguf_close(&g);
     ds4_gguf_writer_free(w);
@@ -689,7 +696,7 @@ static void test_corruptions(void **state) {
         uint8_t keep = buf[i];
         for (size_t v = 0; v < sizeof(values); v++) {
             buf[i] = values[v];
-            gguf_file g;
+            ds4_gguf_file g;
             ds4err err = {0};
             if (ds4_gguf_parse(&g, buf, len, "flip.gguf", &err) == 0) {
                 ds4_gguf_close(&g);
@@ -706,7 +713,7 @@ static void test_corruptions(void **state) {
 
 static void test_open_errors(void **state) {
     (void)state;
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
     assert_int_equal(ds4_gguf_open(&g, "/nonexistent/dir/m.gguf", &err), -1);
     assert_err(&err, DS4_E_IO, "/nonexistent/dir/m.gguf", "cannot open");
@@ -742,7 +749,7 @@ static void test_open_errors(void **state) {
 typedef struct getter_file {
     uint8_t *buf;
     size_t len;
-    gguf_file g;
+    ds4_gguf_file g;
 } getter_file;
 
 static int getter_setup(void **state) {
@@ -759,7 +766,7 @@ static int getter_setup(void **state) {
         0, 0, 0, 0x80, 0xff, 0xff, 0xff, 0xff,            /* -2^31 */
     };
     getter_file *f = calloc(1, sizeof(*f));
-    gguf_writer *w = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(32);
     ds4err err = {0};
     int rc = !f || !w || ds4_gguf_write_u8(w, "u8", 7) || ds4_gguf_write_u16(w, "u16", 65535) ||
              ds4_gguf_write_u32(w, "u32", UINT32_MAX) || ds4_gguf_write_u64(w, "u64.small", 5) ||
@@ -769,7 +776,8 @@ static int getter_setup(void **state) {
              ds4_gguf_write_f64(w, "f64", 0.1) || ds4_gguf_write_f64(w, "f64.big", 1e300) ||
              ds4_gguf_write_f64(w, "f64.nan", NAN) || ds4_gguf_write_bool(w, "bool", true) ||
              ds4_gguf_write_str(w, "str", "text") || ds4_gguf_write_arr_u32(w, "arr.u32", u3, 3) ||
-             ds4_gguf_write_arr_i32(w, "arr.ineg", ineg, 2) || ds4_gguf_write_arr_u32(w, "arr.ubig", ubig, 2) ||
+             ds4_gguf_write_arr_i32(w, "arr.ineg", ineg, 2) || ds4_gguf_write_arr_u32(w,
+                                    "arr.ubig", ubig, 2) ||
              ds4_gguf_write_raw(w, "arr.f64big", GGUF_ARR, f64big, sizeof(f64big)) ||
              ds4_gguf_write_raw(w, "arr.i64", GGUF_ARR, i64arr, sizeof(i64arr)) ||
              ds4_gguf_write_arr_str(w, "arr.str", (const char *const[]){"p", "qq"}, NULL, 2) ||
@@ -795,7 +803,7 @@ static int getter_teardown(void **state) {
 }
 
 static void test_get_u32(void **state) {
-    const gguf_file *g = &((getter_file *)*state)->g;
+    const ds4_gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     uint32_t v = 0;
     assert_int_equal(ds4_gguf_get_u32(g, "u8", &v, &err), 0);
@@ -823,7 +831,7 @@ static void test_get_u32(void **state) {
 }
 
 static void test_get_u64(void **state) {
-    const gguf_file *g = &((getter_file *)*state)->g;
+    const ds4_gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     uint64_t v = 0;
     assert_int_equal(ds4_gguf_get_u64(g, "u64.big", &v, &err), 0);
@@ -841,7 +849,7 @@ static void test_get_u64(void **state) {
 }
 
 static void test_get_f32(void **state) {
-    const gguf_file *g = &((getter_file *)*state)->g;
+    const ds4_gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     float v = 0;
     assert_int_equal(ds4_gguf_get_f32(g, "f32", &v, &err), 0);
@@ -858,10 +866,10 @@ static void test_get_f32(void **state) {
 }
 
 static void test_get_bool_str(void **state) {
-    const gguf_file *g = &((getter_file *)*state)->g;
+    const ds4_gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     bool b = false;
-    gguf_str s;
+    ds4_gguf_str s;
     assert_int_equal(ds4_gguf_get_bool(g, "bool", &b, &err), 0);
     assert_true(b);
     assert_int_equal(ds4_gguf_get_bool(g, "u8", &b, &err), -1);
@@ -876,7 +884,7 @@ static void test_get_bool_str(void **state) {
 }
 
 static void test_get_arrays(void **state) {
-    const gguf_file *g = &((getter_file *)*state)->g;
+    const ds4_gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
     uint32_t u[3];
     int32_t i[2];
@@ -906,7 +914,7 @@ static void test_get_arrays(void **state) {
     assert_int_equal(ds4_gguf_get_arr_u32(g, "none", u, 1, &err), -1);
     assert_err(&err, DS4_E_MODEL, "get.gguf", "is missing");
 
-    gguf_str s[2];
+    ds4_gguf_str s[2];
     uint64_t n = 0;
     assert_int_equal(ds4_gguf_get_arr_str(g, "arr.str", NULL, 0, &n, &err), 0);
     assert_int_equal(n, 2);
@@ -919,9 +927,9 @@ static void test_get_arrays(void **state) {
 }
 
 static void test_read_scalar_checks(void **state) {
-    const gguf_file *g = &((getter_file *)*state)->g;
+    const ds4_gguf_file *g = &((getter_file *)*state)->g;
     ds4err err = {0};
-    gguf_scalar s;
+    ds4_gguf_scalar s;
     uint64_t next;
     assert_int_equal(ds4_gguf_read_scalar(g, GGUF_U8, g->size + 1, &s, &next, &err), -1);
     assert_err(&err, DS4_E_ARG, "get.gguf", "past end of file");
@@ -945,7 +953,7 @@ static void test_read_scalar_checks(void **state) {
 
 /* Checks the tensor lines ("  name TYPE [ne0, ne1] offset") and metadata
  * lines ("  key = type value") of one "== file" section of gguf_info.txt. */
-static void check_against_info(const gguf_file *g, char *section) {
+static void check_against_info(const ds4_gguf_file *g, char *section) {
     uint64_t n_kv = 0, n_t = 0;
     bool in_tensors = false;
     for (char *line = strtok(section, "\n"); line; line = strtok(NULL, "\n")) {
@@ -958,7 +966,7 @@ static void check_against_info(const gguf_file *g, char *section) {
             char key[256], type[64];
             if (sscanf(line, " %255s = %63s", key, type) != 2) fail_msg("bad line: %s", line);
             assert_true(n_kv < g->n_kv);
-            const gguf_kv *kv = &g->kv[n_kv++];
+            const ds4_gguf_kv *kv = &g->kv[n_kv++];
             assert_string_equal(kv->key, key);
             char ours[64];
             if (kv->type == GGUF_ARR)
@@ -979,7 +987,7 @@ static void check_against_info(const gguf_file *g, char *section) {
         unsigned long long off;
         if (sscanf(line, " %255s %31s [%127[^]]] %llu", name, type, dims, &off) != 4)
             fail_msg("bad tensor line: %s", line);
-        const gguf_tensor *t = ds4_gguf_find_tensor(g, name);
+        const ds4_gguf_tensor *t = ds4_gguf_find_tensor(g, name);
         if (!t) fail_msg("tensor %s missing", name);
         assert_ptr_equal(t, &g->tensors[n_t]);
         n_t++;
@@ -1009,7 +1017,7 @@ static void check_official(const char *file) {
     char *text = malloc(len + 1);
     memcpy(text, info, len);
     text[len] = '\0';
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
     if (ds4_gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
     /* The section of this file: from its "== file:" line to the next "==". */
@@ -1048,7 +1056,7 @@ static void test_tiny_ds4types(void **state) {
     (void)state;
     char *path = tu_shared("oracle/tiny-ds4types/model.gguf");
     if (!path) skip();
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
     if (ds4_gguf_open(&g, path, &err)) fail_msg("%s", err.msg);
     assert_int_equal(g.size, 5907872);
@@ -1067,7 +1075,7 @@ static void test_tiny_ds4types(void **state) {
         {"blk.2.attn_q_a.weight", Q8_0, 256, 64, 1},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-        const gguf_tensor *t = ds4_gguf_find_tensor(&g, want[i].name);
+        const ds4_gguf_tensor *t = ds4_gguf_find_tensor(&g, want[i].name);
         if (!t) fail_msg("missing %s", want[i].name);
         assert_int_equal(t->type, want[i].type);
         assert_int_equal(t->ne[0], want[i].ne0);
@@ -1075,7 +1083,8 @@ static void test_tiny_ds4types(void **state) {
         assert_int_equal(t->ne[2], want[i].ne2);
     }
     uint32_t ratios[4];
-    assert_int_equal(ds4_gguf_get_arr_u32(&g, "deepseek4.attention.compress_ratios", ratios, 4, &err),
+    assert_int_equal(ds4_gguf_get_arr_u32(&g, "deepseek4.attention.compress_ratios", ratios, 4,
+                     &err),
                      0);
     assert_true(ratios[0] == 0 && ratios[1] == 0 && ratios[2] == 4 && ratios[3] == 128);
     uint64_t n_tok;
@@ -1087,7 +1096,7 @@ static void test_tiny_ds4types(void **state) {
 
 /* ds4ref-gguf info's listing (ds4ref_gguf_describe) of the file w makes,
  * as a malloc'd string. */
-static char *describe_text(gguf_writer *w) {
+static char *describe_text(ds4_gguf_writer *w) {
     char *dir = tu_tmpdir();
     char *path = tu_path(dir, "s.gguf"), *txt = tu_path(dir, "s.txt");
     ds4err err = {0};
@@ -1121,7 +1130,7 @@ static void expect_line(const char *out, const char *want) {
 static void test_describe_escapes_strings(void **state) {
     (void)state;
     static const char value[] = "a\"\\\n\x01\xc2\x85" "b\xc3\xa9\xed\xa0\x80\xff" "c";
-    gguf_writer *w = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(32);
     assert_int_equal(ds4_gguf_write_str_n(w, "t.s", value, sizeof(value) - 1), 0);
     char *out = describe_text(w);
     expect_line(out, "t.s = str \"a\\\"\\\\\\n\\x01\\xc2\\x85b\xc3\xa9\\xed\\xa0\\x80\\xffc\"");
@@ -1134,12 +1143,14 @@ static void test_describe_escapes_strings(void **state) {
  * repr() of the values (of the float32's shortest digits for f32). */
 static void test_describe_floats(void **state) {
     (void)state;
-    gguf_writer *w = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(32);
     assert_int_equal(ds4_gguf_write_f32(w, "f.tenth", 0.1f), 0);
     assert_int_equal(ds4_gguf_write_f32(w, "f.eps", 1e-6f), 0);
-    assert_int_equal(ds4_gguf_write_f32(w, "f.big", 3e10f), 0);        /* 30000001024 as a float32 */
+    assert_int_equal(ds4_gguf_write_f32(w, "f.big", 3e10f),
+                     0);        /* 30000001024 as a float32 */
     assert_int_equal(ds4_gguf_write_f32(w, "f.inf", INFINITY), 0);
-    assert_int_equal(ds4_gguf_write_f64(w, "d.pow2", 0x1p-24), 0);     /* a lopsided rounding interval */
+    assert_int_equal(ds4_gguf_write_f64(w, "d.pow2", 0x1p-24),
+                     0);     /* a lopsided rounding interval */
     assert_int_equal(ds4_gguf_write_f64(w, "d.negzero", -0.0), 0);
     assert_int_equal(ds4_gguf_write_f64(w, "d.e16", 1e16), 0);
     assert_int_equal(ds4_gguf_write_f64(w, "d.e15", 1e15), 0);

@@ -774,7 +774,7 @@ static void test_modelid(void **state) {
     for (int i = 0; i < 64; i++) w1[i] = (float)i * 0.5f;
     for (int i = 0; i < 7; i++) w2[i] = -(float)i;
     for (int i = 0; i < 1000; i++) w3[i] = (uint8_t)(i * 7);
-    gguf_writer *gw = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *gw = ds4_gguf_writer_new(32);
     assert_non_null(gw);
     ds4_gguf_write_str(gw, "general.architecture", "test");
     ds4_gguf_write_tensor(gw, "blk.0.a", 0, 2, (uint64_t[]){8, 8}, w1, sizeof(w1));
@@ -784,7 +784,7 @@ static void test_modelid(void **state) {
     assert_int_equal(ds4_gguf_writer_save(gw, path, &err), 0);
     ds4_gguf_writer_free(gw);
 
-    gguf_file g;
+    ds4_gguf_file g;
     assert_int_equal(ds4_gguf_open(&g, path, &err), 0);
     ds4_modelid a, b;
     omp_set_num_threads(1);

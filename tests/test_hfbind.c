@@ -157,16 +157,18 @@ static out_t *add(writer *w, const char *name, const char *dtype, uint32_t n_dim
 /* The GGUF's vocabulary (tokenizer.ggml.*) as a Hugging Face tokenizer.json:
  * normal tokens in model.vocab, the others in added_tokens (control ones
  * "special"), the merges as "left right". */
-static void write_tokenizer(const gguf_file *g, const char *dir) {
+static void write_tokenizer(const ds4_gguf_file *g, const char *dir) {
     ds4err err = {0};
     uint64_t n_tok, n_merge;
     assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", NULL, 0, &n_tok, &err), 0);
     assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", NULL, 0, &n_merge, &err), 0);
-    gguf_str *tok = malloc(sizeof(gguf_str) * n_tok), *merge = malloc(sizeof(gguf_str) * n_merge);
+    ds4_gguf_str *tok = malloc(sizeof(ds4_gguf_str) * n_tok),
+                 *merge = malloc(sizeof(ds4_gguf_str) * n_merge);
     int32_t *type = malloc(sizeof(int32_t) * n_tok);
     assert_true(tok && merge && type);
     assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", tok, n_tok, &n_tok, &err), 0);
-    assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", merge, n_merge, &n_merge, &err), 0);
+    assert_int_equal(ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", merge, n_merge, &n_merge,
+                     &err), 0);
     assert_int_equal(ds4_gguf_get_arr_i32(g, "tokenizer.ggml.token_type", type, n_tok, &err), 0);
     ds4_buf b = {0};
     ds4_buf_puts(&b, "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
@@ -331,7 +333,7 @@ static void put_matrix(writer *w, enum mode mode, const char *name, float *v, ui
     put_values(w, mode, name, 2, shape, v, rows * cols);
 }
 
-static void add_tensor(writer *w, enum mode mode, const gguf_tensor *t) {
+static void add_tensor(writer *w, enum mode mode, const ds4_gguf_tensor *t) {
     char name[128];
     release_name(t->name, name, sizeof(name));
     if (t->type == DS4_TYPE_I32) {   /* tid2eid, widened as the release */

@@ -24,7 +24,7 @@
 
 typedef struct fixture {
     char *dir, *base, *variant;
-    gguf_file src;
+    ds4_gguf_file src;
 } fixture;
 
 static int setup(void **state) {
@@ -70,13 +70,13 @@ typedef struct change {
  * must exist: a change that edits nothing would let the test pass on the
  * unmodified model. */
 static void write_variant(fixture *f, const change *c) {
-    const gguf_file *g = &f->src;
-    gguf_writer *w = ds4_gguf_writer_new((uint32_t)g->alignment);
+    const ds4_gguf_file *g = &f->src;
+    ds4_gguf_writer *w = ds4_gguf_writer_new((uint32_t)g->alignment);
     ds4err err = {0};
     assert_non_null(w);
     bool key_seen = false, tensor_seen = false;
     for (uint64_t i = 0; i < g->n_kv; i++) {
-        const gguf_kv *kv = &g->kv[i];
+        const ds4_gguf_kv *kv = &g->kv[i];
         if (c->key && !strcmp(kv->key, c->key)) {
             key_seen = true;
             if (!c->drop_key) assert_int_equal(ds4_gguf_write_u32(w, kv->key, c->u32), 0);
@@ -89,7 +89,7 @@ static void write_variant(fixture *f, const change *c) {
     }
     uint8_t *patched = NULL;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const gguf_tensor *t = &g->tensors[i];
+        const ds4_gguf_tensor *t = &g->tensors[i];
         uint64_t ne[GGUF_MAX_DIMS];
         memcpy(ne, t->ne, sizeof(ne));
         const char *name = t->name;
@@ -151,7 +151,7 @@ static void test_indexer_underscore_spelling(void **state) {
     change c = {.tensor = "blk.2.indexer.proj.weight", .rename = "blk.2.indexer_proj.weight"};
     ds4_model m;
     loads(f, &c, &m);
-    const gguf_tensor *t = ds4_gguf_find_tensor(&f->src, "blk.2.indexer.proj.weight");
+    const ds4_gguf_tensor *t = ds4_gguf_find_tensor(&f->src, "blk.2.indexer.proj.weight");
     const ds4_mat *p = &m.layers[2].idx_proj;
     assert_non_null(ds4_gguf_find_tensor(&m.file, "blk.2.indexer_proj.weight"));
     assert_null(ds4_gguf_find_tensor(&m.file, "blk.2.indexer.proj.weight"));

@@ -143,7 +143,7 @@ void ds4ref_set_tap(ds4ref_model *m, ds4ref_tap_fn fn, void *ud) {
 
 int ds4ref_tensor_f32(const ds4ref_model *m, const char *name, float **data, uint64_t ne[4],
                       ds4ref_error *err) {
-    const gguf_tensor *t = ds4_gguf_find_tensor(&m->m.file, name);
+    const ds4_gguf_tensor *t = ds4_gguf_find_tensor(&m->m.file, name);
     if (!t && m->m.mtp) t = ds4_gguf_find_tensor(&m->m.mtp->file, name);
     if (!t) {
         ds4err e;

@@ -988,7 +988,7 @@ static int write_twins(ds4_cf_opts *run, uint32_t uses, const char *work, ds4_bu
             return ds4_err_prefix(err, "{model_f32}");
         run->model_f32 = paths[0].p;
         /* An output made from the twin names the twin. */
-        gguf_file g;
+        ds4_gguf_file g;
         if (ds4_gguf_open(&g, paths[0].p, err)) return -1;
         int rc = ds4_modelid_of(&g, id, err);
         ds4_gguf_close(&g);

@@ -355,18 +355,19 @@ static int write_shards(const outs *o, const char *dir, uint32_t shards, ds4err 
 /* tokenizer.json of the GGUF's vocabulary: normal tokens in model.vocab, the
  * others in added_tokens (control ones "special"), merges "left right". */
 static int write_tokenizer(const ds4_model *m, const char *dir, ds4err *err) {
-    const gguf_file *g = &m->file;
+    const ds4_gguf_file *g = &m->file;
     uint64_t n_tok = 0, n_merge = 0;
     if (ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", NULL, 0, &n_tok, err) ||
         (ds4_gguf_find_kv(g, "tokenizer.ggml.merges") &&
          ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", NULL, 0, &n_merge, err)))
         return -1;
-    gguf_str *tok = malloc(sizeof(gguf_str) * (n_tok + n_merge + 1));
+    ds4_gguf_str *tok = malloc(sizeof(ds4_gguf_str) * (n_tok + n_merge + 1));
     int32_t *type = malloc(sizeof(int32_t) * (n_tok + 1));
     int rc = tok && type ? 0 : ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    gguf_str *merge = tok + n_tok;
+    ds4_gguf_str *merge = tok + n_tok;
     if (!rc) rc = ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", tok, n_tok, &n_tok, err);
-    if (!rc && n_merge) rc = ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", merge, n_merge, &n_merge, err);
+    if (!rc && n_merge) rc = ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", merge, n_merge,
+        &n_merge, err);
     for (uint64_t i = 0; !rc && i < n_tok; i++) type[i] = 1;
     if (!rc && ds4_gguf_find_kv(g, "tokenizer.ggml.token_type"))
         rc = ds4_gguf_get_arr_i32(g, "tokenizer.ggml.token_type", type, n_tok, err);

@@ -17,17 +17,17 @@
 
 #define KEY(k) "deepseek4." k
 
-static int get_u32(const gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
+static int get_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
     return ds4_gguf_get_u32(g, key, out, err);
 }
 
 /* Optional u32: absent keeps *out; present with a bad type is an error. */
-static int opt_u32(const gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
+static int opt_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
     if (!ds4_gguf_find_kv(g, key)) return 0;
     return ds4_gguf_get_u32(g, key, out, err);
 }
 
-static int opt_f32(const gguf_file *g, const char *key, float *out, ds4err *err) {
+static int opt_f32(const ds4_gguf_file *g, const char *key, float *out, ds4err *err) {
     if (!ds4_gguf_find_kv(g, key)) return 0;
     return ds4_gguf_get_f32(g, key, out, err);
 }
@@ -35,9 +35,9 @@ static int opt_f32(const gguf_file *g, const char *key, float *out, ds4err *err)
 /* A per-layer f32 array with at least n_layer entries.  Entry n_layer (the MTP
  * block) is taken from the file when present, else repeats the last layer's
  * value: the official model has a single swiglu_limit for every block. */
-static int load_layer_floats(const gguf_file *g, const char *key, uint32_t n_layer,
+static int load_layer_floats(const ds4_gguf_file *g, const char *key, uint32_t n_layer,
                              float **out, ds4err *err) {
-    const gguf_kv *kv = ds4_gguf_find_kv(g, key);
+    const ds4_gguf_kv *kv = ds4_gguf_find_kv(g, key);
     if (!kv)
         return ds4_err_set(err, DS4_E_MODEL, "%s: required metadata key is missing: %s",
                           g->path, key);
@@ -129,7 +129,7 @@ int ds4_model_config_check_qat(const ds4_config *c, const char *path, ds4err *er
 }
 
 /* Read and validate the configuration from a GGUF's metadata. */
-static int config_load(ds4_config *c, const gguf_file *g, ds4err *err) {
+static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
     memset(c, 0, sizeof(*c));
     uint32_t n_head_kv = 0, value_len = 0, n_shared = 0;
     if (get_u32(g, KEY("block_count"), &c->n_layer, err) ||
@@ -205,7 +205,7 @@ static int config_load(ds4_config *c, const gguf_file *g, ds4err *err) {
     c->yarn_beta_slow = 1;
     c->yarn = ds4_gguf_find_kv(g, KEY("rope.scaling.original_context_length")) != NULL;
     if (ds4_gguf_find_kv(g, KEY("rope.scaling.type"))) {
-        gguf_str t;
+        ds4_gguf_str t;
         if (ds4_gguf_get_str(g, KEY("rope.scaling.type"), &t, err)) return -1;
         if (t.len == 4 && !memcmp(t.ptr, "none", 4)) {
             c->yarn = false;
@@ -226,7 +226,7 @@ static int config_load(ds4_config *c, const gguf_file *g, ds4err *err) {
         return check(err, g->path, false, "block_count must be in [1, %d]", DS4_MAX_LAYER);
     c->ratio = malloc(sizeof(uint32_t) * c->n_layer);
     if (!c->ratio) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    const gguf_kv *rk = ds4_gguf_find_kv(g, KEY("attention.compress_ratios"));
+    const ds4_gguf_kv *rk = ds4_gguf_find_kv(g, KEY("attention.compress_ratios"));
     if (!rk || rk->type != GGUF_ARR || rk->arr_n < c->n_layer) {
         ds4_model_config_free(c);
         return ds4_err_set(err, DS4_E_MODEL,
@@ -319,7 +319,7 @@ static const char *class_types(uint8_t tclass) {
     return "?";
 }
 
-static int copy_vec(ds4_vec *v, const gguf_tensor *t, ds4err *err) {
+static int copy_vec(ds4_vec *v, const ds4_gguf_tensor *t, ds4err *err) {
     v->n = (uint32_t)t->n_elem;
     v->v = malloc(sizeof(float) * t->n_elem);
     if (!v->v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory copying %s", t->name);
@@ -336,7 +336,7 @@ static int copy_vec(ds4_vec *v, const gguf_tensor *t, ds4err *err) {
     return 0;
 }
 
-static int copy_tid2eid(int32_t **out, const gguf_tensor *t, const ds4_config *c, ds4err *err) {
+static int copy_tid2eid(int32_t **out, const ds4_gguf_tensor *t, const ds4_config *c, ds4err *err) {
     int32_t *tab = malloc(sizeof(int32_t) * t->n_elem);
     if (!tab) return ds4_err_set(err, DS4_E_NOMEM, "out of memory copying %s", t->name);
     memcpy(tab, t->data, sizeof(int32_t) * t->n_elem);
@@ -355,11 +355,11 @@ static int copy_tid2eid(int32_t **out, const gguf_tensor *t, const ds4_config *c
 }
 
 /* Bind one tensor described by spec s into the struct at `base`. */
-static int bind_one(const gguf_file *g, const ds4_config *c, uint32_t ratio,
+static int bind_one(const ds4_gguf_file *g, const ds4_config *c, uint32_t ratio,
                     const ds4_tensor_spec *s, const char *prefix, void *base, ds4err *err) {
     char name[256], alt[256];
     snprintf(name, sizeof(name), "%s%s", prefix, s->name);
-    const gguf_tensor *t = ds4_gguf_find_tensor(g, name);
+    const ds4_gguf_tensor *t = ds4_gguf_find_tensor(g, name);
     if (!t && s->alt) {
         snprintf(alt, sizeof(alt), "%s%s", prefix, s->alt);
         t = ds4_gguf_find_tensor(g, alt);
@@ -430,7 +430,7 @@ static int default_bias(ds4_layer *L, uint32_t n_expert, ds4err *err) {
     return 0;
 }
 
-static int bind_layer(const gguf_file *g, const ds4_config *c, ds4_layer *L, uint32_t ratio,
+static int bind_layer(const ds4_gguf_file *g, const ds4_config *c, ds4_layer *L, uint32_t ratio,
                       bool hash, const char *prefix, ds4err *err) {
     L->ratio = ratio;
     L->hash = hash;
@@ -445,7 +445,7 @@ static int bind_layer(const gguf_file *g, const ds4_config *c, ds4_layer *L, uin
 /* tokenizer.ggml.tokens / token_type / merges -> a tokenizer whose strings
  * point into the mapping. */
 static int load_tokenizer(ds4_model *m, ds4err *err) {
-    const gguf_file *g = &m->file;
+    const ds4_gguf_file *g = &m->file;
     if (!ds4_gguf_find_kv(g, "tokenizer.ggml.tokens")) return 0;
     uint64_t n_tok, n_merge = 0;
     if (ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", NULL, 0, &n_tok, err)) return -1;
@@ -460,7 +460,8 @@ static int load_tokenizer(ds4_model *m, ds4err *err) {
     if (!m->tok_strs) return ds4_err_set(err, DS4_E_NOMEM, "out of memory loading the tokenizer");
     ds4_strref *merges = m->tok_strs + n_tok;
     if (ds4_gguf_get_arr_str(g, "tokenizer.ggml.tokens", m->tok_strs, n_tok, &n_tok, err) ||
-        (n_merge && ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", merges, n_merge, &n_merge, err)))
+        (n_merge && ds4_gguf_get_arr_str(g, "tokenizer.ggml.merges", merges, n_merge, &n_merge,
+         err)))
         return -1;
     if (ds4_gguf_find_kv(g, "tokenizer.ggml.token_type")) {
         types = malloc(sizeof(int32_t) * (n_tok ? n_tok : 1));
@@ -488,13 +489,13 @@ int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *e
 }
 
 int ds4_model_open(ds4_model *m, const char *path, ds4err *err) {
-    gguf_file g;
+    ds4_gguf_file g;
     memset(m, 0, sizeof(*m));
     if (ds4_gguf_open(&g, path, err)) return -1;
     return ds4_model_from_gguf(m, &g, err);
 }
 
-int ds4_model_from_gguf(ds4_model *m, const gguf_file *g, ds4err *err) {
+int ds4_model_from_gguf(ds4_model *m, const ds4_gguf_file *g, ds4err *err) {
     memset(m, 0, sizeof(*m));
     m->file = *g;
     /* A SIGBUS handler the program installed names this file. */
@@ -530,7 +531,7 @@ int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err) {
         free(mtp);
         return -1;
     }
-    const gguf_file *g = &mtp->file;
+    const ds4_gguf_file *g = &mtp->file;
     if (g->mapped) ds4_reslimit_sigbus_watch(g->map, g->size, g->path);
     for (uint32_t i = 0; i < ds4_layout_n_mtp; i++)
         if (bind_one(g, &m->cfg, 0, &ds4_layout_mtp[i], "mtp.0.", mtp, err)) goto fail;

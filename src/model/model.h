@@ -130,7 +130,7 @@ typedef struct ds4_layer {
 /* The MTP draft head (separate GGUF, tensors mtp.0.*): one ratio-0,
  * score-routed block plus its own input projections and HC output head. */
 typedef struct ds4_mtp {
-    gguf_file file;
+    ds4_gguf_file file;
     ds4_mat e_proj, h_proj;                 /* [n_embd, n_embd] */
     ds4_vec enorm, hnorm, norm;             /* [n_embd] */
     ds4_mat hc_head_fn;                     /* [n_hc*n_embd, n_hc] */
@@ -139,7 +139,7 @@ typedef struct ds4_mtp {
 } ds4_mtp;
 
 typedef struct ds4_model {
-    gguf_file file;
+    ds4_gguf_file file;
     ds4_config cfg;
     ds4_mat token_embd;                     /* [n_embd, n_vocab] */
     ds4_mat output;                         /* [n_embd, n_vocab] */
@@ -177,7 +177,7 @@ int ds4_model_open(ds4_model *m, const char *path, ds4err *err);
 
 /* The same from a GGUF already opened or parsed (ds4_gguf_parse: fuzzers, tests).
  * The model takes *g over: ds4_model_close, or a failure here, closes it. */
-int ds4_model_from_gguf(ds4_model *m, const gguf_file *g, ds4err *err);
+int ds4_model_from_gguf(ds4_model *m, const ds4_gguf_file *g, ds4err *err);
 
 /* The model's tokenizer, or an error saying the file has none. */
 int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *err);

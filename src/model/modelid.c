@@ -93,16 +93,16 @@ static int hash_tensors(const tensor_list *l, const char *name, uint64_t size, d
 }
 
 static const char *gguf_name(const void *g, uint64_t i) {
-    return ((const gguf_file *)g)->tensors[i].name;
+    return ((const ds4_gguf_file *)g)->tensors[i].name;
 }
 static const uint8_t *gguf_data(const void *g, uint64_t i) {
-    return ((const gguf_file *)g)->tensors[i].data;
+    return ((const ds4_gguf_file *)g)->tensors[i].data;
 }
 static uint64_t gguf_nbytes(const void *g, uint64_t i) {
-    return ((const gguf_file *)g)->tensors[i].nbytes;
+    return ((const ds4_gguf_file *)g)->tensors[i].nbytes;
 }
 
-int ds4_modelid_of(const gguf_file *g, ds4_modelid *id, ds4err *err) {
+int ds4_modelid_of(const ds4_gguf_file *g, ds4_modelid *id, ds4err *err) {
     const char *name = base_name(g->path);
     memset(id, 0, sizeof(*id));
     if (g->data_off > g->size)

@@ -42,7 +42,7 @@ typedef struct ds4_modelid {
 } ds4_modelid;
 
 /* Identity of an open (validated) GGUF file.  Reads every tensor byte. */
-int ds4_modelid_of(const gguf_file *g, ds4_modelid *id, ds4err *err);
+int ds4_modelid_of(const ds4_gguf_file *g, ds4_modelid *id, ds4err *err);
 
 
 /* Identity of a model's file: its GGUF (mtp: its MTP GGUF's), or its

@@ -317,7 +317,7 @@ static void drafty_params(const synth_drafty *dr, const ds4_tensor_spec *s, cons
     if (!strcmp(name, "output.weight")) *sd *= dr->head;
 }
 
-static int add_tensor(gguf_writer *w, synth_buf *keepbuf, const ds4_synth_opts *o,
+static int add_tensor(ds4_gguf_writer *w, synth_buf *keepbuf, const ds4_synth_opts *o,
                       const synth_cfg *sc, const ds4_config *c, uint32_t ratio,
                       const ds4_tensor_spec *s, const char *prefix, bool mtp, ds4err *err) {
     char name[256];
@@ -381,7 +381,7 @@ static void cfg_to_config(const synth_cfg *s, ds4_config *c, uint32_t n_vocab) {
 
 #define K(k) "deepseek4." k
 
-static int write_metadata(gguf_writer *w, const synth_cfg *s, const ds4_config *c,
+static int write_metadata(ds4_gguf_writer *w, const synth_cfg *s, const ds4_config *c,
                           const char *name, bool mtp) {
     float clamp[SYNTH_MAX_LAYER];
     for (uint32_t l = 0; l < s->n_layer; l++) clamp[l] = 10.0f;
@@ -433,16 +433,18 @@ static int write_metadata(gguf_writer *w, const synth_cfg *s, const ds4_config *
     return rc ? -1 : 0;
 }
 
-static int write_tokenizer(gguf_writer *w, const ds4_synth_vocab *v) {
+static int write_tokenizer(ds4_gguf_writer *w, const ds4_synth_vocab *v) {
     float *scores = calloc(v->n, sizeof(float));
     if (!scores) return -1;
     int rc = 0;
     rc |= ds4_gguf_write_str(w, "tokenizer.ggml.model", "gpt2");
     rc |= ds4_gguf_write_str(w, "tokenizer.ggml.pre", "joyai-llm");
-    rc |= ds4_gguf_write_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, v->tok_len, v->n);
+    rc |= ds4_gguf_write_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok,
+                                 v->tok_len, v->n);
     rc |= ds4_gguf_write_arr_i32(w, "tokenizer.ggml.token_type", v->type, v->n);
     rc |= ds4_gguf_write_arr_f32(w, "tokenizer.ggml.scores", scores, v->n);
-    rc |= ds4_gguf_write_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merge, v->merge_len,
+    rc |= ds4_gguf_write_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merge,
+                                 v->merge_len,
                          v->n_merge);
     uint32_t bos = 0, eos = 0;
     for (uint32_t i = 0; i < v->n; i++) {
@@ -465,7 +467,7 @@ static int write_tokenizer(gguf_writer *w, const ds4_synth_vocab *v) {
 
 static int write_base(const ds4_synth_opts *o, const synth_cfg *s, const ds4_config *c,
                       const ds4_synth_vocab *v, const char *path, ds4err *err) {
-    gguf_writer *w = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(32);
     synth_buf kb = {0};
     int rc = -1;
     char name[64];
@@ -494,7 +496,7 @@ done:
 
 static int write_mtp(const ds4_synth_opts *o, const synth_cfg *s, const ds4_config *c,
                      const char *path, ds4err *err) {
-    gguf_writer *w = ds4_gguf_writer_new(32);
+    ds4_gguf_writer *w = ds4_gguf_writer_new(32);
     synth_buf kb = {0};
     int rc = -1;
     char name[64];

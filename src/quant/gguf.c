@@ -160,7 +160,7 @@ static int rd_u64(parser *p, const char *field, uint64_t *v) {
 }
 
 /* A string: u64 length, then that many bytes, which must be in the file. */
-static int rd_str(parser *p, const char *field, gguf_str *s) {
+static int rd_str(parser *p, const char *field, ds4_gguf_str *s) {
     uint64_t at = p->pos, len;
     if (rd_u64(p, field, &len)) return -1;
     if (len > left(p))
@@ -177,7 +177,7 @@ static int rd_str(parser *p, const char *field, gguf_str *s) {
  * that callers get a C string. */
 static int rd_name(parser *p, const char *field, char **out) {
     uint64_t at = p->pos;
-    gguf_str s = {0};
+    ds4_gguf_str s = {0};
     if (rd_str(p, field, &s)) return -1;
     if (s.len == 0) return bad(p, field, at, "empty %s: expected at least 1 byte, got 0", field);
     const char *nul = memchr(s.ptr, 0, s.len);
@@ -259,7 +259,7 @@ static int check_array(parser *p, int depth, uint32_t *elem_type, uint64_t *n, u
 /* Validate one value of `type` at the cursor and move past it.  `depth` is
  * the number of arrays this value is an element of. */
 static int check_value(parser *p, uint32_t type, int depth, const char *field) {
-    gguf_str s = {0};
+    ds4_gguf_str s = {0};
     uint32_t et;
     uint64_t n, first;
     switch (type) {
@@ -273,7 +273,7 @@ static int check_value(parser *p, uint32_t type, int depth, const char *field) {
     }
 }
 
-static int read_kv(parser *p, uint64_t i, gguf_kv *kv) {
+static int read_kv(parser *p, uint64_t i, ds4_gguf_kv *kv) {
     uint64_t at;
     set_what(p, "key", i, NULL);
     if (rd_name(p, "key", &kv->key)) return -1;
@@ -294,24 +294,26 @@ static int read_kv(parser *p, uint64_t i, gguf_kv *kv) {
  * ======================================================================== */
 
 static int cmp_kv(const void *a, const void *b) {
-    const gguf_kv *x = *(const gguf_kv *const *)a, *y = *(const gguf_kv *const *)b;
+    const ds4_gguf_kv *x = *(const ds4_gguf_kv *const *)a, *y = *(const ds4_gguf_kv *const *)b;
     int c = strcmp(x->key, y->key);
     return c ? c : (x > y) - (x < y);
 }
 
 static int cmp_tensor_name(const void *a, const void *b) {
-    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    const ds4_gguf_tensor *x = *(const ds4_gguf_tensor *const *)a,
+          *y = *(const ds4_gguf_tensor *const *)b;
     int c = strcmp(x->name, y->name);
     return c ? c : (x > y) - (x < y);
 }
 
 static int cmp_tensor_off(const void *a, const void *b) {
-    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    const ds4_gguf_tensor *x = *(const ds4_gguf_tensor *const *)a,
+          *y = *(const ds4_gguf_tensor *const *)b;
     if (x->rel_off != y->rel_off) return x->rel_off < y->rel_off ? -1 : 1;
     return (x > y) - (x < y);
 }
 
-static int index_kvs(parser *p, gguf_file *g) {
+static int index_kvs(parser *p, ds4_gguf_file *g) {
     if (g->n_kv == 0) return 0;
     g->kv_index = malloc((size_t)g->n_kv * sizeof(*g->kv_index));
     if (!g->kv_index)
@@ -320,7 +322,7 @@ static int index_kvs(parser *p, gguf_file *g) {
     for (uint64_t i = 0; i < g->n_kv; i++) g->kv_index[i] = &g->kv[i];
     qsort(g->kv_index, (size_t)g->n_kv, sizeof(*g->kv_index), cmp_kv);
     for (uint64_t i = 1; i < g->n_kv; i++) {
-        const gguf_kv *a = g->kv_index[i - 1], *b = g->kv_index[i];
+        const ds4_gguf_kv *a = g->kv_index[i - 1], *b = g->kv_index[i];
         if (strcmp(a->key, b->key)) continue;
         char q[400];
         quote(q, sizeof(q), b->key, strlen(b->key));
@@ -367,9 +369,9 @@ static void wide_str(char *out, size_t cap, wide w) {
     snprintf(out, cap, "%s%" PRIu64, w.neg ? "-" : "", w.mag);
 }
 
-static int apply_alignment(parser *p, gguf_file *g) {
+static int apply_alignment(parser *p, ds4_gguf_file *g) {
     g->alignment = DEFAULT_ALIGNMENT;
-    const gguf_kv *kv = ds4_gguf_find_kv(g, "general.alignment");
+    const ds4_gguf_kv *kv = ds4_gguf_find_kv(g, "general.alignment");
     if (!kv) return 0;
     snprintf(p->what, sizeof(p->what), "key 'general.alignment'");
     if (!vtype_is_int(kv->type))
@@ -400,7 +402,7 @@ static void supported_types(char *out, size_t cap) {
     }
 }
 
-static int check_type(parser *p, uint64_t at, gguf_tensor *t) {
+static int check_type(parser *p, uint64_t at, ds4_gguf_tensor *t) {
     const ds4_type_info *ti = ds4_types_info(t->type);
     if (ti && !ti->scale_cols) return 0;   /* the block-scaled ids are ds4ref's, not ggml's */
     char names[200];
@@ -409,7 +411,7 @@ static int check_type(parser *p, uint64_t at, gguf_tensor *t) {
                names, t->type, ti ? "unknown" : ds4_types_name(t->type));
 }
 
-static int read_dims(parser *p, gguf_tensor *t) {
+static int read_dims(parser *p, ds4_gguf_tensor *t) {
     uint64_t at = p->pos;
     if (rd_u32(p, "n_dims", &t->n_dims)) return -1;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
@@ -433,7 +435,7 @@ static int read_dims(parser *p, gguf_tensor *t) {
 }
 
 /* nbytes = bytes of one ne0 row times the number of rows. */
-static int tensor_size(parser *p, uint64_t ne0_at, uint64_t type_at, gguf_tensor *t) {
+static int tensor_size(parser *p, uint64_t ne0_at, uint64_t type_at, ds4_gguf_tensor *t) {
     const ds4_type_info *ti = ds4_types_info(t->type);
     if (t->ne[0] % ti->blck)
         return bad(p, "ne[0]", ne0_at,
@@ -448,7 +450,7 @@ static int tensor_size(parser *p, uint64_t ne0_at, uint64_t type_at, gguf_tensor
     return 0;
 }
 
-static int read_tensor(parser *p, uint64_t i, uint64_t alignment, gguf_tensor *t) {
+static int read_tensor(parser *p, uint64_t i, uint64_t alignment, ds4_gguf_tensor *t) {
     set_what(p, "tensor", i, NULL);
     t->info_off = p->pos;
     if (rd_name(p, "tensor name", &t->name)) return -1;
@@ -468,7 +470,7 @@ static int read_tensor(parser *p, uint64_t i, uint64_t alignment, gguf_tensor *t
     return 0;
 }
 
-static int index_tensors(parser *p, gguf_file *g) {
+static int index_tensors(parser *p, ds4_gguf_file *g) {
     if (g->n_tensors == 0) return 0;
     g->tensor_index = malloc((size_t)g->n_tensors * sizeof(*g->tensor_index));
     if (!g->tensor_index)
@@ -477,7 +479,7 @@ static int index_tensors(parser *p, gguf_file *g) {
     for (uint64_t i = 0; i < g->n_tensors; i++) g->tensor_index[i] = &g->tensors[i];
     qsort(g->tensor_index, (size_t)g->n_tensors, sizeof(*g->tensor_index), cmp_tensor_name);
     for (uint64_t i = 1; i < g->n_tensors; i++) {
-        const gguf_tensor *a = g->tensor_index[i - 1], *b = g->tensor_index[i];
+        const ds4_gguf_tensor *a = g->tensor_index[i - 1], *b = g->tensor_index[i];
         if (strcmp(a->name, b->name)) continue;
         char q[400];
         quote(q, sizeof(q), b->name, strlen(b->name));
@@ -490,9 +492,9 @@ static int index_tensors(parser *p, gguf_file *g) {
 }
 
 /* Every tensor's bytes inside the file, and no two sharing a byte. */
-static int place_tensors(parser *p, gguf_file *g) {
+static int place_tensors(parser *p, ds4_gguf_file *g) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        gguf_tensor *t = &g->tensors[i];
+        ds4_gguf_tensor *t = &g->tensors[i];
         set_what(p, "tensor", i, t->name);
         if (t->rel_off > UINT64_MAX - g->data_off ||
             t->nbytes > UINT64_MAX - (g->data_off + t->rel_off))
@@ -507,7 +509,7 @@ static int place_tensors(parser *p, gguf_file *g) {
         t->data = g->map + start;
     }
     if (g->n_tensors < 2) return 0;
-    gguf_tensor **by_off = malloc((size_t)g->n_tensors * sizeof(*by_off));
+    ds4_gguf_tensor **by_off = malloc((size_t)g->n_tensors * sizeof(*by_off));
     if (!by_off)
         return ds4_err_set(p->err, DS4_E_NOMEM, "%s: out of memory sorting %" PRIu64 " tensors",
                           p->name, g->n_tensors);
@@ -515,7 +517,7 @@ static int place_tensors(parser *p, gguf_file *g) {
     qsort(by_off, (size_t)g->n_tensors, sizeof(*by_off), cmp_tensor_off);
     int rc = 0;
     for (uint64_t i = 1; i < g->n_tensors && rc == 0; i++) {
-        const gguf_tensor *a = by_off[i - 1], *b = by_off[i];
+        const ds4_gguf_tensor *a = by_off[i - 1], *b = by_off[i];
         if (a->rel_off + a->nbytes <= b->rel_off) continue;
         char q[200];
         quote(q, sizeof(q), a->name, strlen(a->name));
@@ -534,7 +536,7 @@ static int place_tensors(parser *p, gguf_file *g) {
  * Header and the whole parse.
  * ======================================================================== */
 
-static int read_header(parser *p, gguf_file *g) {
+static int read_header(parser *p, ds4_gguf_file *g) {
     uint32_t magic;
     if (rd_u32(p, "magic", &magic)) return -1;
     if (magic != GGUF_MAGIC) {
@@ -567,7 +569,7 @@ static int read_header(parser *p, gguf_file *g) {
     return 0;
 }
 
-static int read_metadata(parser *p, gguf_file *g) {
+static int read_metadata(parser *p, ds4_gguf_file *g) {
     if (g->n_kv && !(g->kv = calloc((size_t)g->n_kv, sizeof(*g->kv))))
         return ds4_err_set(p->err, DS4_E_NOMEM, "%s: out of memory for %" PRIu64 " keys", p->name,
                           g->n_kv);
@@ -577,7 +579,7 @@ static int read_metadata(parser *p, gguf_file *g) {
     return index_kvs(p, g) || apply_alignment(p, g) ? -1 : 0;
 }
 
-static int read_tensors(parser *p, gguf_file *g) {
+static int read_tensors(parser *p, ds4_gguf_file *g) {
     if (g->n_tensors && !(g->tensors = calloc((size_t)g->n_tensors, sizeof(*g->tensors))))
         return ds4_err_set(p->err, DS4_E_NOMEM, "%s: out of memory for %" PRIu64 " tensors",
                           p->name, g->n_tensors);
@@ -589,7 +591,7 @@ static int read_tensors(parser *p, gguf_file *g) {
     return index_tensors(p, g) || place_tensors(p, g) ? -1 : 0;
 }
 
-static int parse(gguf_file *g, const uint8_t *buf, uint64_t size, ds4err *err) {
+static int parse(ds4_gguf_file *g, const uint8_t *buf, uint64_t size, ds4err *err) {
     parser p = {.name = g->path, .buf = buf, .size = size, .err = err};
     g->map = buf;
     g->size = size;
@@ -598,7 +600,7 @@ static int parse(gguf_file *g, const uint8_t *buf, uint64_t size, ds4err *err) {
 }
 
 /* Frees what parse() allocated; the mapping is the caller's business. */
-static void free_parsed(gguf_file *g) {
+static void free_parsed(ds4_gguf_file *g) {
     for (uint64_t i = 0; g->kv && i < g->n_kv; i++) free(g->kv[i].key);
     for (uint64_t i = 0; g->tensors && i < g->n_tensors; i++) free(g->tensors[i].name);
     free(g->kv);
@@ -609,7 +611,8 @@ static void free_parsed(gguf_file *g) {
     memset(g, 0, sizeof(*g));
 }
 
-int ds4_gguf_parse(gguf_file *g, const uint8_t *buf, uint64_t size, const char *name, ds4err *err) {
+int ds4_gguf_parse(ds4_gguf_file *g, const uint8_t *buf, uint64_t size, const char *name,
+                   ds4err *err) {
     memset(g, 0, sizeof(*g));
     if (!(g->path = strdup(name)))
         return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", name);
@@ -620,7 +623,7 @@ int ds4_gguf_parse(gguf_file *g, const uint8_t *buf, uint64_t size, const char *
     return 0;
 }
 
-int ds4_gguf_open(gguf_file *g, const char *path, ds4err *err) {
+int ds4_gguf_open(ds4_gguf_file *g, const char *path, ds4err *err) {
     memset(g, 0, sizeof(*g));
     ds4_fmap m;
     if (ds4_file_map(path, &m, err)) return -1;
@@ -632,7 +635,7 @@ int ds4_gguf_open(gguf_file *g, const char *path, ds4err *err) {
     return 0;
 }
 
-void ds4_gguf_close(gguf_file *g) {
+void ds4_gguf_close(ds4_gguf_file *g) {
     if (g->mapped) {
         ds4_fmap m = {.data = g->map, .size = (size_t)g->size, .mapped = true};
         ds4_file_unmap(&m);
@@ -645,23 +648,23 @@ void ds4_gguf_close(gguf_file *g) {
  * ======================================================================== */
 
 static int cmp_key_kv(const void *key, const void *elem) {
-    return strcmp(key, (*(const gguf_kv *const *)elem)->key);
+    return strcmp(key, (*(const ds4_gguf_kv *const *)elem)->key);
 }
 
 static int cmp_name_tensor(const void *name, const void *elem) {
-    return strcmp(name, (*(const gguf_tensor *const *)elem)->name);
+    return strcmp(name, (*(const ds4_gguf_tensor *const *)elem)->name);
 }
 
-const gguf_kv *ds4_gguf_find_kv(const gguf_file *g, const char *key) {
+const ds4_gguf_kv *ds4_gguf_find_kv(const ds4_gguf_file *g, const char *key) {
     if (!g->kv_index) return NULL;
-    const gguf_kv *const *kv =
+    const ds4_gguf_kv *const *kv =
         bsearch(key, g->kv_index, (size_t)g->n_kv, sizeof(*g->kv_index), cmp_key_kv);
     return kv ? *kv : NULL;
 }
 
-const gguf_tensor *ds4_gguf_find_tensor(const gguf_file *g, const char *name) {
+const ds4_gguf_tensor *ds4_gguf_find_tensor(const ds4_gguf_file *g, const char *name) {
     if (!g->tensor_index) return NULL;
-    const gguf_tensor *const *t = bsearch(name, g->tensor_index, (size_t)g->n_tensors,
+    const ds4_gguf_tensor *const *t = bsearch(name, g->tensor_index, (size_t)g->n_tensors,
                                           sizeof(*g->tensor_index), cmp_name_tensor);
     return t ? *t : NULL;
 }
@@ -671,20 +674,20 @@ const gguf_tensor *ds4_gguf_find_tensor(const gguf_file *g, const char *name) {
  * caller, so they are bounds-checked again here.
  * ======================================================================== */
 
-static parser value_parser(const gguf_file *g, uint64_t off, ds4err *err) {
+static parser value_parser(const ds4_gguf_file *g, uint64_t off, ds4err *err) {
     parser p = {.name = g->path, .buf = g->map, .size = g->size, .err = err};
     p.pos = off <= g->size ? off : g->size;
     snprintf(p.what, sizeof(p.what), "value");
     return p;
 }
 
-static int check_off(const gguf_file *g, uint64_t off, ds4err *err) {
+static int check_off(const ds4_gguf_file *g, uint64_t off, ds4err *err) {
     if (off <= g->size) return 0;
     return ds4_err_set(err, DS4_E_ARG, "%s: value offset %" PRIu64 " is past end of file (%" PRIu64
                       " bytes)", g->path, off, g->size);
 }
 
-int ds4_gguf_read_scalar(const gguf_file *g, uint32_t type, uint64_t off, gguf_scalar *out,
+int ds4_gguf_read_scalar(const ds4_gguf_file *g, uint32_t type, uint64_t off, ds4_gguf_scalar *out,
                      uint64_t *next_off, ds4err *err) {
     if (check_off(g, off, err)) return -1;
     if (type == GGUF_ARR)
@@ -715,7 +718,7 @@ int ds4_gguf_read_scalar(const gguf_file *g, uint32_t type, uint64_t off, gguf_s
     return 0;
 }
 
-int ds4_gguf_read_arr(const gguf_file *g, uint64_t off, uint32_t *elem_type, uint64_t *n,
+int ds4_gguf_read_arr(const ds4_gguf_file *g, uint64_t off, uint32_t *elem_type, uint64_t *n,
                   uint64_t *first_off, ds4err *err) {
     if (check_off(g, off, err)) return -1;
     parser p = value_parser(g, off, err);
@@ -728,7 +731,7 @@ int ds4_gguf_read_arr(const gguf_file *g, uint64_t off, uint32_t *elem_type, uin
     return 0;
 }
 
-int ds4_gguf_skip_value(const gguf_file *g, uint32_t type, uint64_t off, uint64_t *next_off,
+int ds4_gguf_skip_value(const ds4_gguf_file *g, uint32_t type, uint64_t off, uint64_t *next_off,
                     ds4err *err) {
     if (check_off(g, off, err)) return -1;
     parser p = value_parser(g, off, err);
@@ -741,13 +744,14 @@ int ds4_gguf_skip_value(const gguf_file *g, uint32_t type, uint64_t off, uint64_
  * Typed getters.
  * ======================================================================== */
 
-static const gguf_kv *need_kv(const gguf_file *g, const char *key, ds4err *err) {
-    const gguf_kv *kv = ds4_gguf_find_kv(g, key);
+static const ds4_gguf_kv *need_kv(const ds4_gguf_file *g, const char *key, ds4err *err) {
+    const ds4_gguf_kv *kv = ds4_gguf_find_kv(g, key);
     if (!kv) ds4_err_set(err, DS4_E_MODEL, "%s: metadata key '%s' is missing", g->path, key);
     return kv;
 }
 
-static int wrong_type(const gguf_file *g, const gguf_kv *kv, const char *want, ds4err *err) {
+static int wrong_type(const ds4_gguf_file *g, const ds4_gguf_kv *kv, const char *want,
+                      ds4err *err) {
     char got[32];
     if (kv->type == GGUF_ARR)
         snprintf(got, sizeof(got), "arr[%s; %" PRIu64 "]", ds4_gguf_vtype_name(kv->arr_type),
@@ -760,8 +764,8 @@ static int wrong_type(const gguf_file *g, const gguf_kv *kv, const char *want, d
 
 /* Where a value sits, for messages: "key 'k'" or "key 'k' element 3". */
 typedef struct where {
-    const gguf_file *g;
-    const gguf_kv *kv;
+    const ds4_gguf_file *g;
+    const ds4_gguf_kv *kv;
     uint64_t elem;           /* UINT64_MAX for a scalar key */
     uint64_t off;
 } where;
@@ -824,16 +828,16 @@ static int to_f32(const where *w, uint32_t type, float *out, ds4err *err) {
     return 0;
 }
 
-int ds4_gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
-    const gguf_kv *kv = need_kv(g, key, err);
+int ds4_gguf_get_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
+    const ds4_gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return -1;
     if (!vtype_is_int(kv->type)) return wrong_type(g, kv, "an integer (u32)", err);
     where w = {g, kv, UINT64_MAX, kv->value_off};
     return to_u32(&w, kv->type, out, err);
 }
 
-int ds4_gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out, ds4err *err) {
-    const gguf_kv *kv = need_kv(g, key, err);
+int ds4_gguf_get_u64(const ds4_gguf_file *g, const char *key, uint64_t *out, ds4err *err) {
+    const ds4_gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return -1;
     if (!vtype_is_int(kv->type)) return wrong_type(g, kv, "an integer (u64)", err);
     where w = {g, kv, UINT64_MAX, kv->value_off};
@@ -843,24 +847,24 @@ int ds4_gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out, ds4err 
     return 0;
 }
 
-int ds4_gguf_get_f32(const gguf_file *g, const char *key, float *out, ds4err *err) {
-    const gguf_kv *kv = need_kv(g, key, err);
+int ds4_gguf_get_f32(const ds4_gguf_file *g, const char *key, float *out, ds4err *err) {
+    const ds4_gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return -1;
     if (kv->type != GGUF_F32 && kv->type != GGUF_F64) return wrong_type(g, kv, "f32 or f64", err);
     where w = {g, kv, UINT64_MAX, kv->value_off};
     return to_f32(&w, kv->type, out, err);
 }
 
-int ds4_gguf_get_bool(const gguf_file *g, const char *key, bool *out, ds4err *err) {
-    const gguf_kv *kv = need_kv(g, key, err);
+int ds4_gguf_get_bool(const ds4_gguf_file *g, const char *key, bool *out, ds4err *err) {
+    const ds4_gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return -1;
     if (kv->type != GGUF_BOOL) return wrong_type(g, kv, "bool", err);
     *out = g->map[kv->value_off] != 0;
     return 0;
 }
 
-int ds4_gguf_get_str(const gguf_file *g, const char *key, gguf_str *out, ds4err *err) {
-    const gguf_kv *kv = need_kv(g, key, err);
+int ds4_gguf_get_str(const ds4_gguf_file *g, const char *key, ds4_gguf_str *out, ds4err *err) {
+    const ds4_gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return -1;
     if (kv->type != GGUF_STR) return wrong_type(g, kv, "str", err);
     out->len = ds4_bits_le64(g->map + kv->value_off);
@@ -870,9 +874,9 @@ int ds4_gguf_get_str(const gguf_file *g, const char *key, gguf_str *out, ds4err 
 
 /* The array `key` with an element type accepted by `ok`, holding exactly n
  * elements. */
-static const gguf_kv *need_arr(const gguf_file *g, const char *key, bool (*ok)(uint32_t),
+static const ds4_gguf_kv *need_arr(const ds4_gguf_file *g, const char *key, bool (*ok)(uint32_t),
                                const char *want, uint64_t n, ds4err *err) {
-    const gguf_kv *kv = need_kv(g, key, err);
+    const ds4_gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return NULL;
     if (kv->type != GGUF_ARR || !ok(kv->arr_type)) {
         wrong_type(g, kv, want, err);
@@ -893,9 +897,9 @@ static bool is_float_type(uint32_t t) { return t == GGUF_F32 || t == GGUF_F64; }
  * to_i32, to_f32), and a shared loop would take the output as void * and a
  * converter cast to match, losing the types the compiler checks. */
 
-int ds4_gguf_get_arr_u32(const gguf_file *g, const char *key, uint32_t *out, uint64_t n,
+int ds4_gguf_get_arr_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, uint64_t n,
                      ds4err *err) {
-    const gguf_kv *kv = need_arr(g, key, vtype_is_int, "an integer array", n, err);
+    const ds4_gguf_kv *kv = need_arr(g, key, vtype_is_int, "an integer array", n, err);
     if (!kv) return -1;
     where w = {g, kv, 0, kv->arr_off};
     for (; w.elem < n; w.elem++, w.off += vtype_size(kv->arr_type))
@@ -903,9 +907,9 @@ int ds4_gguf_get_arr_u32(const gguf_file *g, const char *key, uint32_t *out, uin
     return 0;
 }
 
-int ds4_gguf_get_arr_i32(const gguf_file *g, const char *key, int32_t *out, uint64_t n,
+int ds4_gguf_get_arr_i32(const ds4_gguf_file *g, const char *key, int32_t *out, uint64_t n,
                      ds4err *err) {
-    const gguf_kv *kv = need_arr(g, key, vtype_is_int, "an integer array", n, err);
+    const ds4_gguf_kv *kv = need_arr(g, key, vtype_is_int, "an integer array", n, err);
     if (!kv) return -1;
     where w = {g, kv, 0, kv->arr_off};
     for (; w.elem < n; w.elem++, w.off += vtype_size(kv->arr_type))
@@ -913,9 +917,9 @@ int ds4_gguf_get_arr_i32(const gguf_file *g, const char *key, int32_t *out, uint
     return 0;
 }
 
-int ds4_gguf_get_arr_f32(const gguf_file *g, const char *key, float *out, uint64_t n,
+int ds4_gguf_get_arr_f32(const ds4_gguf_file *g, const char *key, float *out, uint64_t n,
                      ds4err *err) {
-    const gguf_kv *kv = need_arr(g, key, is_float_type, "an f32 or f64 array", n, err);
+    const ds4_gguf_kv *kv = need_arr(g, key, is_float_type, "an f32 or f64 array", n, err);
     if (!kv) return -1;
     where w = {g, kv, 0, kv->arr_off};
     for (; w.elem < n; w.elem++, w.off += vtype_size(kv->arr_type))
@@ -923,9 +927,9 @@ int ds4_gguf_get_arr_f32(const gguf_file *g, const char *key, float *out, uint64
     return 0;
 }
 
-int ds4_gguf_get_arr_str(const gguf_file *g, const char *key, gguf_str *out, uint64_t cap,
+int ds4_gguf_get_arr_str(const ds4_gguf_file *g, const char *key, ds4_gguf_str *out, uint64_t cap,
                      uint64_t *n_out, ds4err *err) {
-    const gguf_kv *kv = need_kv(g, key, err);
+    const ds4_gguf_kv *kv = need_kv(g, key, err);
     if (!kv) return -1;
     if (kv->type != GGUF_ARR || kv->arr_type != GGUF_STR)
         return wrong_type(g, kv, "arr[str]", err);

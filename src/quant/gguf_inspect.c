@@ -83,9 +83,9 @@ static void print_float(FILE *f, double v, bool is_f32) {
     fputs(buf, f);
 }
 
-static int print_scalar(FILE *f, const gguf_file *g, uint32_t type, uint64_t off,
+static int print_scalar(FILE *f, const ds4_gguf_file *g, uint32_t type, uint64_t off,
                         uint64_t *next, ds4err *err) {
-    gguf_scalar s;
+    ds4_gguf_scalar s;
     if (ds4_gguf_read_scalar(g, type, off, &s, next, err)) return -1;
     switch (type) {
     case GGUF_STR: print_escaped(f, s.v.s.ptr, s.v.s.len, 1); break;
@@ -100,12 +100,12 @@ static int print_scalar(FILE *f, const gguf_file *g, uint32_t type, uint64_t off
     return 0;
 }
 
-static int print_value(FILE *f, const gguf_file *g, uint32_t type, uint64_t off, uint64_t *next,
+static int print_value(FILE *f, const ds4_gguf_file *g, uint32_t type, uint64_t off, uint64_t *next,
                        int depth, ds4err *err);
 
 /* arr[type; n] [e0, e1, ..., "...", e(n-2), e(n-1)]: the first elements, and
  * the last ones of a long array.  Nested arrays show fewer. */
-static int print_array(FILE *f, const gguf_file *g, uint64_t off, uint64_t *next, int depth,
+static int print_array(FILE *f, const ds4_gguf_file *g, uint64_t off, uint64_t *next, int depth,
                        ds4err *err) {
     uint32_t et;
     uint64_t n, pos;
@@ -130,13 +130,13 @@ static int print_array(FILE *f, const gguf_file *g, uint64_t off, uint64_t *next
     return 0;
 }
 
-static int print_value(FILE *f, const gguf_file *g, uint32_t type, uint64_t off, uint64_t *next,
+static int print_value(FILE *f, const ds4_gguf_file *g, uint32_t type, uint64_t off, uint64_t *next,
                        int depth, ds4err *err) {
     if (type == GGUF_ARR) return print_array(f, g, off, next, depth, err);
     return print_scalar(f, g, type, off, next, err);
 }
 
-static void print_shape(FILE *f, const gguf_tensor *t) {
+static void print_shape(FILE *f, const ds4_gguf_tensor *t) {
     char buf[96];
     int o = snprintf(buf, sizeof(buf), "[");
     for (uint32_t d = 0; d < t->n_dims; d++)
@@ -149,13 +149,13 @@ static void print_shape(FILE *f, const gguf_tensor *t) {
  * The listing.
  * ======================================================================== */
 
-static int describe(FILE *f, const gguf_file *g, const char *path, ds4err *err) {
+static int describe(FILE *f, const ds4_gguf_file *g, const char *path, ds4err *err) {
     fprintf(f, "== %s: GGUF v%" PRIu32 ", %" PRIu64 " metadata keys, %" PRIu64 " tensors, %" PRIu64
             " bytes\n", path, g->version, g->n_kv, g->n_tensors, g->size);
     fprintf(f, "  alignment %" PRIu64 ", tensor data at byte %" PRIu64 "\n", g->alignment,
             g->data_off);
     for (uint64_t i = 0; i < g->n_kv; i++) {
-        const gguf_kv *kv = &g->kv[i];
+        const ds4_gguf_kv *kv = &g->kv[i];
         uint64_t next;
         fputs("  ", f);
         print_escaped(f, kv->key, strlen(kv->key), 0);
@@ -168,7 +168,7 @@ static int describe(FILE *f, const gguf_file *g, const char *path, ds4err *err) 
     fprintf(f, "  %-44s %-8s %-24s %12s %12s\n", "tensor", "type", "ne (ggml order)",
             "file offset", "bytes");
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const gguf_tensor *t = &g->tensors[i];
+        const ds4_gguf_tensor *t = &g->tensors[i];
         fputs("  ", f);
         int cols = print_escaped(f, t->name, strlen(t->name), 0);
         fprintf(f, "%*s %-8s", cols < 44 ? 44 - cols : 0, "", ds4_types_name(t->type));
@@ -180,7 +180,7 @@ static int describe(FILE *f, const gguf_file *g, const char *path, ds4err *err) 
 }
 
 int ds4_gguf_inspect_describe(const char *path, FILE *out, ds4err *err) {
-    gguf_file g;
+    ds4_gguf_file g;
     if (ds4_gguf_open(&g, path, err)) return -1;
     ds4_reslimit_sigbus_watch(g.map, g.size, path);
     int rc = describe(out, &g, path, err);
@@ -195,7 +195,7 @@ int ds4_gguf_inspect_describe(const char *path, FILE *out, ds4err *err) {
 
 /* Rows are dequantized in chunks (a whole number of blocks) so that memory
  * stays bounded whatever ne0 is. */
-static int dequant_to(FILE *out, const gguf_tensor *t, ds4err *err) {
+static int dequant_to(FILE *out, const ds4_gguf_tensor *t, ds4err *err) {
     const ds4_type_info *ti = ds4_types_info(t->type);
     uint64_t chunk = (65536 / ti->blck) * ti->blck;
     float *f = malloc((size_t)chunk * sizeof(float));
@@ -227,10 +227,10 @@ static int dequant_to(FILE *out, const gguf_tensor *t, ds4err *err) {
 }
 
 int ds4_gguf_inspect_dequant(const char *path, const char *tensor, FILE *out, ds4err *err) {
-    gguf_file g;
+    ds4_gguf_file g;
     if (ds4_gguf_open(&g, path, err)) return -1;
     ds4_reslimit_sigbus_watch(g.map, g.size, path);
-    const gguf_tensor *t = ds4_gguf_find_tensor(&g, tensor);
+    const ds4_gguf_tensor *t = ds4_gguf_find_tensor(&g, tensor);
     int rc = t ? dequant_to(out, t, err)
                : ds4_err_set(err, DS4_E_ARG, "%s: no tensor named '%s'", path, tensor);
     ds4_reslimit_sigbus_unwatch(g.map);

@@ -9,9 +9,9 @@
 
 /* Every metadata value, copied as its encoded bytes (general.alignment
  * included, which the writer then keeps). */
-static int copy_metadata(const gguf_file *g, gguf_writer *w, ds4err *err) {
+static int copy_metadata(const ds4_gguf_file *g, ds4_gguf_writer *w, ds4err *err) {
     for (uint64_t i = 0; i < g->n_kv; i++) {
-        const gguf_kv *kv = &g->kv[i];
+        const ds4_gguf_kv *kv = &g->kv[i];
         uint64_t end;
         if (ds4_gguf_skip_value(g, kv->type, kv->value_off, &end, err))
             return ds4_err_prefix(err, "%s: key %s", g->path, kv->key);
@@ -23,7 +23,7 @@ static int copy_metadata(const gguf_file *g, gguf_writer *w, ds4err *err) {
 
 /* Tensor t as F32 into a new buffer (*out), or its own bytes (NULL) when it
  * is F32 or I32 already. */
-static int dequant_tensor(const gguf_tensor *t, float **out, ds4err *err) {
+static int dequant_tensor(const ds4_gguf_tensor *t, float **out, ds4err *err) {
     *out = NULL;
     if (t->type == DS4_TYPE_F32 || t->type == DS4_TYPE_I32) return 0;
     float *v = malloc(sizeof(float) * (t->n_elem ? t->n_elem : 1));
@@ -38,14 +38,14 @@ static int dequant_tensor(const gguf_tensor *t, float **out, ds4err *err) {
 }
 
 int ds4_gguf_twin_write(const char *in_path, const char *out_path, ds4err *err) {
-    gguf_file g;
+    ds4_gguf_file g;
     if (ds4_gguf_open(&g, in_path, err)) return -1;
-    gguf_writer *w = ds4_gguf_writer_new((uint32_t)g.alignment);
+    ds4_gguf_writer *w = ds4_gguf_writer_new((uint32_t)g.alignment);
     float **bufs = calloc(g.n_tensors ? g.n_tensors : 1, sizeof(float *));
     int rc = !w || !bufs ? ds4_err_set(err, DS4_E_NOMEM, "out of memory") : 0;
     if (rc == 0) rc = copy_metadata(&g, w, err);
     for (uint64_t i = 0; rc == 0 && i < g.n_tensors; i++) {
-        const gguf_tensor *t = &g.tensors[i];
+        const ds4_gguf_tensor *t = &g.tensors[i];
         rc = dequant_tensor(t, &bufs[i], err);
         if (rc) break;
         const void *data = bufs[i] ? (const void *)bufs[i] : (const void *)t->data;

@@ -29,7 +29,7 @@ typedef struct wtensor {
     uint64_t nbytes;
 } wtensor;
 
-struct gguf_writer {
+struct ds4_gguf_writer {
     uint32_t alignment;
     ds4_buf kv;                 /* serialized metadata records, in call order */
     uint64_t n_kv;
@@ -81,14 +81,14 @@ static void put_zeros(ds4_buf *b, size_t n) {
  * which drops a half-written record if memory ran out.
  * ======================================================================== */
 
-static size_t kv_begin(gguf_writer *w, const char *key, uint32_t type) {
+static size_t kv_begin(ds4_gguf_writer *w, const char *key, uint32_t type) {
     size_t mark = w->kv.len;
     put_str(&w->kv, key, strlen(key));
     put_u32(&w->kv, type);
     return mark;
 }
 
-static int kv_end(gguf_writer *w, const char *key, size_t mark) {
+static int kv_end(ds4_gguf_writer *w, const char *key, size_t mark) {
     if (w->kv.failed) {
         w->kv.len = mark;
         w->kv.failed = false;
@@ -99,7 +99,7 @@ static int kv_end(gguf_writer *w, const char *key, size_t mark) {
     return 0;
 }
 
-static size_t arr_begin(gguf_writer *w, const char *key, uint32_t elem_type, size_t n) {
+static size_t arr_begin(ds4_gguf_writer *w, const char *key, uint32_t elem_type, size_t n) {
     size_t mark = kv_begin(w, key, GGUF_ARR);
     put_u32(&w->kv, elem_type);
     put_u64(&w->kv, n);
@@ -107,85 +107,87 @@ static size_t arr_begin(gguf_writer *w, const char *key, uint32_t elem_type, siz
 }
 
 /* A scalar record: the value's `bytes` low bytes of bits, little-endian. */
-static int kv_scalar(gguf_writer *w, const char *key, uint32_t type, uint64_t bits, int bytes) {
+static int kv_scalar(ds4_gguf_writer *w, const char *key, uint32_t type, uint64_t bits, int bytes) {
     size_t mark = kv_begin(w, key, type);
     for (int i = 0; i < bytes; i++) put_u8(&w->kv, (uint8_t)(bits >> (8 * i)));
     return kv_end(w, key, mark);
 }
 
-int ds4_gguf_write_u8(gguf_writer *w, const char *key, uint8_t v) { return kv_scalar(w, key, GGUF_U8, v, 1); }
-int ds4_gguf_write_i8(gguf_writer *w, const char *key, int8_t v) {
+int ds4_gguf_write_u8(ds4_gguf_writer *w, const char *key, uint8_t v) { return kv_scalar(w, key,
+                      GGUF_U8, v, 1); }
+int ds4_gguf_write_i8(ds4_gguf_writer *w, const char *key, int8_t v) {
     return kv_scalar(w, key, GGUF_I8, (uint8_t)v, 1);
 }
-int ds4_gguf_write_u16(gguf_writer *w, const char *key, uint16_t v) {
+int ds4_gguf_write_u16(ds4_gguf_writer *w, const char *key, uint16_t v) {
     return kv_scalar(w, key, GGUF_U16, v, 2);
 }
-int ds4_gguf_write_i16(gguf_writer *w, const char *key, int16_t v) {
+int ds4_gguf_write_i16(ds4_gguf_writer *w, const char *key, int16_t v) {
     return kv_scalar(w, key, GGUF_I16, (uint16_t)v, 2);
 }
-int ds4_gguf_write_u32(gguf_writer *w, const char *key, uint32_t v) {
+int ds4_gguf_write_u32(ds4_gguf_writer *w, const char *key, uint32_t v) {
     return kv_scalar(w, key, GGUF_U32, v, 4);
 }
-int ds4_gguf_write_i32(gguf_writer *w, const char *key, int32_t v) {
+int ds4_gguf_write_i32(ds4_gguf_writer *w, const char *key, int32_t v) {
     return kv_scalar(w, key, GGUF_I32, (uint32_t)v, 4);
 }
-int ds4_gguf_write_u64(gguf_writer *w, const char *key, uint64_t v) {
+int ds4_gguf_write_u64(ds4_gguf_writer *w, const char *key, uint64_t v) {
     return kv_scalar(w, key, GGUF_U64, v, 8);
 }
-int ds4_gguf_write_i64(gguf_writer *w, const char *key, int64_t v) {
+int ds4_gguf_write_i64(ds4_gguf_writer *w, const char *key, int64_t v) {
     return kv_scalar(w, key, GGUF_I64, (uint64_t)v, 8);
 }
-int ds4_gguf_write_bool(gguf_writer *w, const char *key, bool v) {
+int ds4_gguf_write_bool(ds4_gguf_writer *w, const char *key, bool v) {
     return kv_scalar(w, key, GGUF_BOOL, v ? 1 : 0, 1);
 }
 
-int ds4_gguf_write_f32(gguf_writer *w, const char *key, float v) {
+int ds4_gguf_write_f32(ds4_gguf_writer *w, const char *key, float v) {
     uint32_t u;
     memcpy(&u, &v, 4);
     return kv_scalar(w, key, GGUF_F32, u, 4);
 }
 
-int ds4_gguf_write_f64(gguf_writer *w, const char *key, double v) {
+int ds4_gguf_write_f64(ds4_gguf_writer *w, const char *key, double v) {
     uint64_t u;
     memcpy(&u, &v, 8);
     return kv_scalar(w, key, GGUF_F64, u, 8);
 }
 
-int ds4_gguf_write_str(gguf_writer *w, const char *key, const char *v) {
+int ds4_gguf_write_str(ds4_gguf_writer *w, const char *key, const char *v) {
     return ds4_gguf_write_str_n(w, key, v, strlen(v));
 }
 
-int ds4_gguf_write_str_n(gguf_writer *w, const char *key, const char *v, size_t len) {
+int ds4_gguf_write_str_n(ds4_gguf_writer *w, const char *key, const char *v, size_t len) {
     size_t mark = kv_begin(w, key, GGUF_STR);
     put_str(&w->kv, v, len);
     return kv_end(w, key, mark);
 }
 
-int ds4_gguf_write_raw(gguf_writer *w, const char *key, uint32_t type, const void *value, size_t len) {
+int ds4_gguf_write_raw(ds4_gguf_writer *w, const char *key, uint32_t type, const void *value,
+                       size_t len) {
     size_t mark = kv_begin(w, key, type);
     put(&w->kv, value, len);
     return kv_end(w, key, mark);
 }
 
-int ds4_gguf_write_arr_u32(gguf_writer *w, const char *key, const uint32_t *v, size_t n) {
+int ds4_gguf_write_arr_u32(ds4_gguf_writer *w, const char *key, const uint32_t *v, size_t n) {
     size_t mark = arr_begin(w, key, GGUF_U32, n);
     for (size_t i = 0; i < n; i++) put_u32(&w->kv, v[i]);
     return kv_end(w, key, mark);
 }
 
-int ds4_gguf_write_arr_i32(gguf_writer *w, const char *key, const int32_t *v, size_t n) {
+int ds4_gguf_write_arr_i32(ds4_gguf_writer *w, const char *key, const int32_t *v, size_t n) {
     size_t mark = arr_begin(w, key, GGUF_I32, n);
     for (size_t i = 0; i < n; i++) put_u32(&w->kv, (uint32_t)v[i]);
     return kv_end(w, key, mark);
 }
 
-int ds4_gguf_write_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n) {
+int ds4_gguf_write_arr_f32(ds4_gguf_writer *w, const char *key, const float *v, size_t n) {
     size_t mark = arr_begin(w, key, GGUF_F32, n);
     for (size_t i = 0; i < n; i++) put_f32(&w->kv, v[i]);
     return kv_end(w, key, mark);
 }
 
-int ds4_gguf_write_arr_str(gguf_writer *w, const char *key, const char *const *strs,
+int ds4_gguf_write_arr_str(ds4_gguf_writer *w, const char *key, const char *const *strs,
                    const size_t *lens, size_t n) {
     size_t mark = arr_begin(w, key, GGUF_STR, n);
     for (size_t i = 0; i < n; i++) put_str(&w->kv, strs[i], lens ? lens[i] : strlen(strs[i]));
@@ -196,7 +198,7 @@ int ds4_gguf_write_arr_str(gguf_writer *w, const char *key, const char *const *s
  * Tensors.
  * ======================================================================== */
 
-int ds4_gguf_write_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+int ds4_gguf_write_tensor(ds4_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                   const uint64_t *ne, const void *data, uint64_t nbytes) {
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? w->cap_t * 2 : 16;
@@ -228,14 +230,14 @@ int ds4_gguf_write_tensor(gguf_writer *w, const char *name, uint32_t type, uint3
  * Layout and output.
  * ======================================================================== */
 
-gguf_writer *ds4_gguf_writer_new(uint32_t alignment) {
+ds4_gguf_writer *ds4_gguf_writer_new(uint32_t alignment) {
     if (alignment == 0 || (alignment & (alignment - 1))) return NULL;
-    gguf_writer *w = calloc(1, sizeof(*w));
+    ds4_gguf_writer *w = calloc(1, sizeof(*w));
     if (w) w->alignment = alignment;
     return w;
 }
 
-void ds4_gguf_writer_free(gguf_writer *w) {
+void ds4_gguf_writer_free(ds4_gguf_writer *w) {
     if (!w) return;
     for (size_t i = 0; i < w->n_t; i++) {
         free(w->t[i].name);
@@ -263,7 +265,7 @@ static int align_up(uint64_t v, uint64_t a, uint64_t *out) {
 }
 
 /* Each tensor at the next aligned offset after the previous one. */
-static int assign_offsets(const gguf_writer *w, layout *l) {
+static int assign_offsets(const ds4_gguf_writer *w, layout *l) {
     uint64_t off = 0;
     for (size_t i = 0; i < w->n_t; i++) {
         l->rel_off[i] = off;
@@ -275,7 +277,7 @@ static int assign_offsets(const gguf_writer *w, layout *l) {
     return 0;
 }
 
-static void put_header(const gguf_writer *w, layout *l) {
+static void put_header(const ds4_gguf_writer *w, layout *l) {
     ds4_buf *h = &l->head;
     bool add_alignment = !w->has_alignment_key;
     put_u32(h, GGUF_MAGIC);
@@ -304,7 +306,7 @@ static void layout_free(layout *l) {
     free(l->rel_off);
 }
 
-static int make_layout(const gguf_writer *w, layout *l, ds4err *err) {
+static int make_layout(const ds4_gguf_writer *w, layout *l, ds4err *err) {
     memset(l, 0, sizeof(*l));
     l->rel_off = calloc(w->n_t ? w->n_t : 1, sizeof(*l->rel_off));
     if (!l->rel_off) return ds4_err_set(err, DS4_E_NOMEM, "gguf writer: out of memory");
@@ -330,7 +332,7 @@ static int write_zeros(ds4_afile *f, uint64_t n, ds4err *err) {
 
 /* Header, then each tensor followed by zeros up to the next aligned offset
  * (or to the padded end of the file for the last one). */
-static int write_file(ds4_afile *f, const gguf_writer *w, const layout *l, ds4err *err) {
+static int write_file(ds4_afile *f, const ds4_gguf_writer *w, const layout *l, ds4err *err) {
     if (ds4_file_atomic_write(f, l->head.p, l->head.len, err)) return -1;
     for (size_t i = 0; i < w->n_t; i++) {
         uint64_t end = l->head.len + l->rel_off[i] + w->t[i].nbytes;
@@ -344,7 +346,7 @@ static int write_file(ds4_afile *f, const gguf_writer *w, const layout *l, ds4er
 
 /* Through the atomic writer (src/base/file.h): the target is replaced only
  * by a complete file. */
-int ds4_gguf_writer_save(gguf_writer *w, const char *path, ds4err *err) {
+int ds4_gguf_writer_save(ds4_gguf_writer *w, const char *path, ds4err *err) {
     layout l;
     if (make_layout(w, &l, err)) return -1;
     ds4_afile f;

@@ -30,7 +30,7 @@
 
 /* A byte string that is not NUL-terminated (GGUF strings point into the
  * mapping). */
-typedef gguf_str ds4_strref;
+typedef ds4_gguf_str ds4_strref;
 
 /* tokenizer.ggml.token_type values (llama.cpp's convention). */
 enum ds4_toktype {

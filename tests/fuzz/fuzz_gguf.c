@@ -29,11 +29,11 @@ enum { MAX_SHOWN = 4, DEQUANT_BUDGET = 1 << 18 };
 /* Read what a value holds the way a consumer would: scalars through
  * ds4_gguf_read_scalar, arrays through ds4_gguf_read_arr, a few elements each and
  * the rest skipped.  Returns the offset past the value. */
-static uint64_t walk_value(const gguf_file *g, uint32_t type, uint64_t off, int depth) {
+static uint64_t walk_value(const ds4_gguf_file *g, uint32_t type, uint64_t off, int depth) {
     ds4err err = {0};
     uint64_t next = 0;
     if (type != GGUF_ARR) {
-        gguf_scalar s;
+        ds4_gguf_scalar s;
         fz_check(!ds4_gguf_read_scalar(g, type, off, &s, &next, &err), "an accepted scalar reads");
         if (type == GGUF_STR) fz_check(s.v.s.len <= g->size && s.v.s.ptr >= (const char *)g->map &&
                                            s.v.s.ptr + s.v.s.len <= (const char *)g->map + g->size,
@@ -55,8 +55,8 @@ static uint64_t walk_value(const gguf_file *g, uint32_t type, uint64_t off, int 
     return pos;
 }
 
-static void check_kv(const gguf_file *g, const gguf_kv *kv) {
-    const gguf_kv *found = ds4_gguf_find_kv(g, kv->key);
+static void check_kv(const ds4_gguf_file *g, const ds4_gguf_kv *kv) {
+    const ds4_gguf_kv *found = ds4_gguf_find_kv(g, kv->key);
     fz_check(found && !strcmp(found->key, kv->key), "every key is found by name");
     uint64_t end = walk_value(g, kv->type, kv->value_off, 0), skipped;
     ds4err err = {0};
@@ -68,7 +68,7 @@ static void check_kv(const gguf_file *g, const gguf_kv *kv) {
     uint64_t u64, cnt;
     float f;
     bool b;
-    gguf_str s;
+    ds4_gguf_str s;
     ds4_gguf_get_u32(g, kv->key, &u32, &err);
     ds4_gguf_get_u64(g, kv->key, &u64, &err);
     ds4_gguf_get_f32(g, kv->key, &f, &err);
@@ -78,24 +78,26 @@ static void check_kv(const gguf_file *g, const gguf_kv *kv) {
         uint32_t au[64];
         float af[64];
         int32_t ai[64];
-        gguf_str as[64];
+        ds4_gguf_str as[64];
         ds4_gguf_get_arr_u32(g, kv->key, au, kv->arr_n, &err);
         ds4_gguf_get_arr_f32(g, kv->key, af, kv->arr_n, &err);
         ds4_gguf_get_arr_i32(g, kv->key, ai, kv->arr_n, &err);
-        if (!ds4_gguf_get_arr_str(g, kv->key, as, 64, &cnt, &err)) fz_check(cnt == kv->arr_n, "string count");
+        if (!ds4_gguf_get_arr_str(g, kv->key, as, 64, &cnt, &err)) fz_check(cnt == kv->arr_n,
+            "string count");
     }
 }
 
 static int by_offset(const void *a, const void *b) {
-    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    const ds4_gguf_tensor *x = *(const ds4_gguf_tensor *const *)a,
+          *y = *(const ds4_gguf_tensor *const *)b;
     return x->rel_off < y->rel_off ? -1 : x->rel_off > y->rel_off;
 }
 
-static void check_tensors(const gguf_file *g) {
+static void check_tensors(const ds4_gguf_file *g) {
     uint64_t budget = DEQUANT_BUDGET;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const gguf_tensor *t = &g->tensors[i];
-        const gguf_tensor *found = ds4_gguf_find_tensor(g, t->name);
+        const ds4_gguf_tensor *t = &g->tensors[i];
+        const ds4_gguf_tensor *found = ds4_gguf_find_tensor(g, t->name);
         fz_check(found && !strcmp(found->name, t->name), "every tensor is found by name");
         const ds4_type_info *ti = ds4_types_info(t->type);
         fz_check(ti != NULL, "an accepted tensor has a known type");
@@ -117,7 +119,7 @@ static void check_tensors(const gguf_file *g) {
         free(row);
     }
     if (g->n_tensors < 2) return;
-    const gguf_tensor **order = malloc(sizeof(*order) * g->n_tensors);
+    const ds4_gguf_tensor **order = malloc(sizeof(*order) * g->n_tensors);
     fz_check(order != NULL, "malloc");
     for (uint64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
     qsort(order, g->n_tensors, sizeof(*order), by_offset);
@@ -129,7 +131,7 @@ static void check_tensors(const gguf_file *g) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
     if (ds4_gguf_parse(&g, data, size, "fuzz.gguf", &err)) {
         fz_check(err.code != DS4_OK && err.msg[0], "a refusal carries a code and a message");

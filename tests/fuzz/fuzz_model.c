@@ -32,9 +32,10 @@ static uint64_t header_len;   /* bytes before the tensor data */
 static void setup(void) {
     fz_tiny_model(false, &base, &base_len);
     work = malloc(base_len);
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
-    fz_check(work && !ds4_gguf_parse(&g, base, base_len, "tiny.gguf", &err), "the base model parses");
+    fz_check(work && !ds4_gguf_parse(&g, base, base_len, "tiny.gguf", &err),
+             "the base model parses");
     header_len = g.data_off;
     ds4_gguf_close(&g);
 }
@@ -85,7 +86,7 @@ static size_t apply(const uint8_t *ed, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!base) setup();
     size_t len = apply(data, size);
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
     if (ds4_gguf_parse(&g, work, len, "variant.gguf", &err)) {
         fz_check(err.code != DS4_OK && err.msg[0], "a refusal carries a code and a message");

@@ -166,7 +166,7 @@ static const ds4_cf_vocab_index *answer_vocab(uint32_t *n_vocab, const ds4_token
     if (!ix) {
         uint8_t *bytes;
         size_t len;
-        gguf_file g;
+        ds4_gguf_file g;
         ds4err err = {0};
         fz_tiny_model(false, &bytes, &len);
         fz_check(!ds4_gguf_parse(&g, bytes, len, "tiny.gguf", &err), err.msg);

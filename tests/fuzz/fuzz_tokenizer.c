@@ -53,7 +53,7 @@ static void setup(void) {
         return;
     }
     size_t len;
-    gguf_file g;
+    ds4_gguf_file g;
     fz_tiny_model(false, &model_bytes, &len);
     fz_check(!ds4_gguf_parse(&g, model_bytes, len, "tiny.gguf", &err), err.msg);
     fz_check(!ds4_model_from_gguf(&model, &g, &err), err.msg);

@@ -96,7 +96,7 @@ static void gguf_seeds(void) {
     uint8_t *buf;
     size_t len;
     fz_tiny_model(false, &buf, &len);
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
     if (ds4_gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
     size_t meta_end = (size_t)g.tensors[0].info_off;
@@ -123,7 +123,7 @@ static void model_seeds(void) {
     uint8_t *buf;
     size_t len;
     fz_tiny_model(false, &buf, &len);
-    gguf_file g;
+    ds4_gguf_file g;
     ds4err err = {0};
     if (ds4_gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
     put("model", "unedited", "", 0);
@@ -131,7 +131,7 @@ static void model_seeds(void) {
     /* Picks index fuzz_model's table: 0 -> 0, 2 -> 2, 22 -> UINT32_MAX,
      * 26 -> UINT64_MAX, 29 -> NaN. */
     for (uint64_t i = 0; i < g.n_kv; i++) {
-        const gguf_kv *kv = &g.kv[i];
+        const ds4_gguf_kv *kv = &g.kv[i];
         snprintf(name, sizeof(name), "kv%llu-zero", (unsigned long long)i);
         put_edit(name, kv->value_off, 0);
         snprintf(name, sizeof(name), "kv%llu-nan", (unsigned long long)i);
@@ -142,7 +142,7 @@ static void model_seeds(void) {
         }
     }
     for (uint64_t i = 0; i < g.n_tensors; i++) {
-        const gguf_tensor *t = &g.tensors[i];
+        const ds4_gguf_tensor *t = &g.tensors[i];
         /* name: u64 length + bytes; n_dims u32; ne[n_dims] u64; type u32; offset u64 */
         uint64_t at = t->info_off + 8 + strlen(t->name);
         uint64_t fields[4] = {at, at + 4, at + 4 + 8ull * t->n_dims, at + 8 + 8ull * t->n_dims};
