@@ -39,7 +39,10 @@ CHECK_SRC = $(sort $(wildcard $(patsubst %,src/%/*.c,$(CHECK_DIRS))))
 CORPUS    = $(sort $(wildcard vectors/conform/*.txt))
 MODEL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(MODEL_SRC))
 CHECK_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(CHECK_SRC)) $(BUILD)/src/conform/corpus_data.o
-HEADERS   = $(wildcard src/*/*.h include/*.h tests/*.h programs/*.h)
+# Each object's headers, as the compiler saw them (-MMD; -MP: a header
+# removed since is no error): touching a header rebuilds its users only.
+DEPS      = $(wildcard $(patsubst %.c,$(BUILD)/%.d,$(MODEL_SRC) $(CHECK_SRC) \
+              $(wildcard programs/*.c bench/*.c tests/*.c)))
 LIBS      = $(BUILD)/libds4check.a $(BUILD)/libds4ref.a
 
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
@@ -66,9 +69,10 @@ SPEC_MODEL = models/tiny-spec.gguf
 all: $(TOOLS) $(TEST_BIN) $(DEFAULT_MODEL) $(SPEC_MODEL) $(BUILD)/libds4ref.so \
      $(BUILD)/libds4check.so $(BUILD)/conform-backend
 
-$(BUILD)/%.o: %.c $(HEADERS) Makefile
+$(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -MMD -MP -c $< -o $@
+-include $(DEPS)
 
 $(BUILD)/gen/corpus_data.c: $(CORPUS) scripts/embed_prompts.sh
 	@mkdir -p $(dir $@)
@@ -126,6 +130,9 @@ $(BINDIR)/ds4_test: $(BUILD)/tests/ds4_test.o $(DS4T_OBJ) $(BUILD)/tests/greedy.
                     $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LDLIBS) $(LDLIBS)
 
+# The tests' objects are kept (not removed as intermediates), so that a
+# change relinks the tests instead of compiling every one again.
+.SECONDARY: $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(TEST_COMMON) $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(CHECK_LDLIBS) $(LDLIBS)
 
