@@ -187,6 +187,10 @@ int ds4check_conform_preset(uint32_t i, const char **name, const char **tmpl, co
  * (without braces) and a line about them; 0 past the last. */
 int ds4check_conform_placeholder(uint32_t i, const char **name, const char **about);
 
+/* The dialects of an engine behind HTTP (server_dialect), i = 0, 1, ...:
+ * their name and a line about them; 0 past the last. */
+int ds4check_conform_dialect(uint32_t i, const char **name, const char **about);
+
 /* The server presets (--server-cmd NAME), likewise. */
 int ds4check_conform_server_preset(uint32_t i, const char **name, const char **tmpl,
                                    const char **about);

@@ -210,6 +210,9 @@ static void backend_help(void) {
     puts("\nPresets (--backend NAME):");
     for (uint32_t i = 0; ds4check_conform_preset(i, &name, &tmpl, &about); i++)
         printf("  %s: %s\n    %s\n", name, about, tmpl);
+    fputs("\nDialects of an engine behind HTTP (--server-dialect NAME):\n", stdout);
+    for (uint32_t i = 0; ds4check_conform_dialect(i, &name, &about); i++)
+        printf("  %-11s %s\n", name, about);
     fputs("\nServer presets (--server-cmd NAME; {port}: a free port of the loopback):\n", stdout);
     for (uint32_t i = 0; ds4check_conform_server_preset(i, &name, &tmpl, &about); i++)
         printf("  %s: %s\n    %s\n", name, about, tmpl);
@@ -228,12 +231,15 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_BACKEND: o->backend = v; return 0;
     case O_SERVER: o->server_url = v; return 0;
     case O_SERVER_CMD: o->server_cmd = v; return 0;
-    case O_SERVER_DIALECT:
-        if (strcmp(v, "ids") && strcmp(v, "text") && strcmp(v, "lossy-text") && strcmp(v, "llama") &&
-            strcmp(v, "sglang") && strcmp(v, "ds4"))
-            return bad_value(a, v, "ids, text, lossy-text, llama, sglang or ds4");
+    case O_SERVER_DIALECT: {
+        const char *name, *about;
+        uint32_t i = 0;
+        while (ds4check_conform_dialect(i, &name, &about) && strcmp(v, name)) i++;
+        if (!ds4check_conform_dialect(i, &name, &about))
+            return bad_value(a, v, "a dialect that --backend-help lists");
         o->server_dialect = v;
         return 0;
+    }
     case O_SERVER_PROMPT:
         if (strcmp(v, "ids") && strcmp(v, "text")) return bad_value(a, v, "ids or text");
         o->server_prompt = v;

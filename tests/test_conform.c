@@ -725,6 +725,21 @@ static void test_verdict_margins(void **state) {
     ds4_golden_free(&out);
 }
 
+/* Every dialect has a complete row in client.c's table, found by its own
+ * name: a dialect added to the enum without its row fails here. */
+static void test_dialect_table(void **state) {
+    (void)state;
+    for (uint32_t d = 0; d < DS4_CF_NDIALECTS; d++) {
+        const ds4_cf_dialect_info *x = ds4chk_client_dialect(d);
+        assert_non_null(x);
+        if (!x->name || !x->about || !x->request || !x->steps) fail_msg("dialect %u has no row", d);
+        assert_int_equal(ds4chk_client_dialect_find(x->name), (int)d);
+        assert_false(x->lossy && !x->by_text);
+    }
+    assert_null(ds4chk_client_dialect(DS4_CF_NDIALECTS));
+    assert_int_equal(ds4chk_client_dialect_find("nope"), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_expand), cmocka_unit_test(test_template_groups),
@@ -735,6 +750,7 @@ int main(void) {
         cmocka_unit_test(test_server_llama_tokens),
         cmocka_unit_test(test_server_ds4),
         cmocka_unit_test(test_matrix),
+        cmocka_unit_test(test_dialect_table),
         cmocka_unit_test(test_accept_lines),    cmocka_unit_test(test_verdict_row),
         cmocka_unit_test(test_verdict_usable),  cmocka_unit_test(test_verdict_same),
         cmocka_unit_test(test_verdict_margins),

@@ -33,6 +33,14 @@ int ds4check_conform_placeholder(uint32_t i, const char **name, const char **abo
     return ds4chk_template_var_at(i, name, about);
 }
 
+int ds4check_conform_dialect(uint32_t i, const char **name, const char **about) {
+    const ds4_cf_dialect_info *d = ds4chk_client_dialect(i);
+    if (!d) return 0;
+    *name = d->name;
+    *about = d->about;
+    return 1;
+}
+
 int ds4check_conform_server_preset(uint32_t i, const char **name, const char **tmpl,
                                    const char **about) {
     return ds4chk_template_server_preset_at(i, name, tmpl, about);
@@ -55,13 +63,17 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
     in->server_cmd = server_preset ? server_preset : o->server_cmd;
     const char *dialect = o->server_dialect ? o->server_dialect
                           : server_preset ? ds4chk_template_server_dialect(o->server_cmd) : "ids";
-    static const char *const dialects[] = {"ids", "text", "llama", "sglang", "lossy-text", "ds4"};
-    int d = 0;
-    while (d < 6 && strcmp(dialect, dialects[d])) d++;
-    if (d == 6)
-        return ds4_err_set(e, DS4_E_ARG, "the server dialect is ids, text, lossy-text, llama, "
-                           "sglang or ds4, not '%s'", dialect);
-    in->server_dialect = d;   /* the order of enum ds4_cf_dialect */
+    const int d = ds4chk_client_dialect_find(dialect);
+    if (d < 0) {
+        ds4_buf names = {0};
+        for (uint32_t i = 0; ds4chk_client_dialect(i); i++)
+            ds4_buf_printf(&names, "%s%s", i ? ", " : "", ds4chk_client_dialect(i)->name);
+        ds4_err_set(e, DS4_E_ARG, "the server dialect is one of %s, not '%s'",
+                    names.p ? names.p : "", dialect);
+        ds4_buf_free(&names);
+        return -1;
+    }
+    in->server_dialect = d;
     /* The preset's prompt form goes with its dialect: a dialect given
      * instead takes ids unless told. */
     const char *prompt = o->server_prompt                       ? o->server_prompt
@@ -69,8 +81,7 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
                                                                 : "ids";
     if (strcmp(prompt, "ids") && strcmp(prompt, "text"))
         return ds4_err_set(e, DS4_E_ARG, "the server prompt form is ids or text, not '%s'", prompt);
-    if (o->server_prompt && (d == DS4_CF_DIALECT_LLAMA || d == DS4_CF_DIALECT_SGLANG ||
-                             d == DS4_CF_DIALECT_DS4))
+    if (o->server_prompt && !ds4chk_client_dialect((uint32_t)d)->openai)
         return ds4_err_set(e, DS4_E_ARG, "--server-prompt is for the OpenAI dialects (ids, text, "
                            "lossy-text); '%s' has its own (ds4's is always the chat's text)",
                            dialect);

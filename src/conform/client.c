@@ -223,35 +223,56 @@ static void put_ids(ds4_buf *b, const ds4_cf_server_cell *c, uint32_t r) {
     ds4_buf_putc(b, ']');
 }
 
-/* Row r's request in the cell's dialect (and where it goes). */
-static const char *request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
-    const unsigned k = c->top_k < 20 ? c->top_k : 20;
-    const unsigned long long seed = (unsigned long long)(c->seed + r);
-    if (c->dialect == DS4_CF_DIALECT_LLAMA) {
-        ds4_buf_puts(b, "{\"prompt\": ");
-        put_ids(b, c, r);
-        ds4_buf_printf(b, ", \"n_predict\": %u, \"n_probs\": %u, \"temperature\": %.17g, "
-                       "\"seed\": %llu, \"return_tokens\": true}", c->n_tokens, k, c->temp, seed);
-        return "/completion";
-    }
-    /* ds4's server: the user's message, rendered by the engine with the
-     * official template, thinking off (which also makes temperature 0
-     * greedy there); no logprobs to ask for. */
-    if (c->dialect == DS4_CF_DIALECT_DS4) {
-        ds4_buf_puts(b, "{\"messages\": [{\"role\": \"user\", \"content\": ");
-        ds4_json_put_str(b, c->text[r], c->text_len[r]);
-        ds4_buf_printf(b, "}], \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
-                       "\"thinking\": false}", c->n_tokens, c->temp, seed);
-        return "/v1/chat/completions";
-    }
-    if (c->dialect == DS4_CF_DIALECT_SGLANG) {
-        ds4_buf_puts(b, "{\"input_ids\": ");
-        put_ids(b, c, r);
-        ds4_buf_printf(b, ", \"sampling_params\": {\"max_new_tokens\": %u, \"temperature\": "
-                       "%.17g, \"sampling_seed\": %llu}, \"return_logprob\": true, "
-                       "\"top_logprobs_num\": %u}", c->n_tokens, c->temp, seed, k);
-        return "/generate";
-    }
+/* The cell's dialect (the table at the end of this file). */
+static const ds4_cf_dialect_info *dialect_of(const ds4_cf_server_cell *c) {
+    return ds4chk_client_dialect((uint32_t)c->dialect);
+}
+
+/* The alternatives asked for (OpenAI's limit is 20), and row r's seed. */
+static unsigned asked_top(const ds4_cf_server_cell *c) {
+    return c->top_k < 20 ? c->top_k : 20;
+}
+
+static unsigned long long row_seed(const ds4_cf_server_cell *c, uint32_t r) {
+    return (unsigned long long)(c->seed + r);
+}
+
+/* Row r's request into b, each dialect's, and the path it goes to. */
+static const char *llama_request(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+    ds4_buf_puts(b, "{\"prompt\": ");
+    put_ids(b, c, r);
+    ds4_buf_printf(b, ", \"n_predict\": %u, \"n_probs\": %u, \"temperature\": %.17g, "
+                   "\"seed\": %llu, \"return_tokens\": true}", c->n_tokens, asked_top(c),
+                   c->temp, row_seed(c, r));
+    return "/completion";
+}
+
+/* ds4's server: the user's message, rendered by the engine with the
+ * official template, thinking off (which also makes temperature 0 greedy
+ * there); no logprobs to ask for. */
+static const char *ds4_request(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+    ds4_buf_puts(b, "{\"messages\": [{\"role\": \"user\", \"content\": ");
+    ds4_json_put_str(b, c->text[r], c->text_len[r]);
+    ds4_buf_printf(b, "}], \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
+                   "\"thinking\": false}", c->n_tokens, c->temp, row_seed(c, r));
+    return "/v1/chat/completions";
+}
+
+static const char *sglang_request(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+    ds4_buf_puts(b, "{\"input_ids\": ");
+    put_ids(b, c, r);
+    ds4_buf_printf(b, ", \"sampling_params\": {\"max_new_tokens\": %u, \"temperature\": "
+                   "%.17g, \"sampling_seed\": %llu}, \"return_logprob\": true, "
+                   "\"top_logprobs_num\": %u}", c->n_tokens, c->temp, row_seed(c, r),
+                   asked_top(c));
+    return "/generate";
+}
+
+/* OpenAI's completions: the prompt as ids or text, tokens named as the
+ * dialect names them. */
+static const char *openai_request(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+    const unsigned k = asked_top(c);
+    const unsigned long long seed = row_seed(c, r);
     ds4_buf_puts(b, "{");
     if (c->model) {
         ds4_buf_puts(b, "\"model\": ");
@@ -263,8 +284,12 @@ static const char *request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf
     else put_ids(b, c, r);
     ds4_buf_printf(b, ", \"max_tokens\": %u, \"temperature\": %.17g, \"seed\": %llu, "
                    "\"logprobs\": %u%s}", c->n_tokens, c->temp, seed, k,
-                   c->dialect == DS4_CF_DIALECT_IDS ? ", \"return_tokens_as_token_ids\": true" : "");
+                   dialect_of(c)->by_text ? "" : ", \"return_tokens_as_token_ids\": true");
     return "/v1/completions";
+}
+
+static const char *request_body(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b) {
+    return dialect_of(c)->request(c, r, b);
 }
 
 static void log_line(const char *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -299,7 +324,7 @@ typedef struct alt {
  * (0 for none). */
 static int name_to_id(const ds4_cf_server_cell *c, uint32_t r, size_t i, const ds4_json *v,
                       int32_t hint, const int32_t *rivals, uint32_t n_rivals, int32_t *id) {
-    if (c->dialect == DS4_CF_DIALECT_IDS) return token_id(v, id);
+    if (!dialect_of(c)->by_text) return token_id(v, id);
     if (!v || v->type != DS4_JSON_STRING) return -1;
     uint8_t b[1024];
     const uint32_t n = text_bytes(v, b, sizeof(b));
@@ -356,7 +381,7 @@ static int check_prompt_count(const ds4_cf_server_cell *c, uint32_t r, const ds4
     if (pt && ds4_json_uint(pt, UINT32_MAX, &used) && used != c->n[r])
         return ds4_err_set(err, DS4_E_FORMAT, "row %u: the engine read the prompt as %llu tokens, "
                            "the reference's has %u (%s)", r, (unsigned long long)used, c->n[r],
-                           c->dialect == DS4_CF_DIALECT_DS4
+                           dialect_of(c)->chat_text
                                ? "did it render the chat with a system prompt, or thinking on?"
                            : c->text ? "a text prompt tokenized otherwise, or its BOS not added: "
                                        "try --server-prompt ids"
@@ -447,7 +472,7 @@ static int openai_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
                                      known && c->ref_top ? c->ref_k : 0, &id);
         if (named < 0)
             return ds4_err_set(err, DS4_E_FORMAT, "row %u: token %zu is not %s", r, i,
-                               c->dialect == DS4_CF_DIALECT_IDS
+                               !dialect_of(c)->by_text
                                    ? "\"token_id:N\": the engine ignored return_tokens_as_token_ids"
                                    : "a string");
         /* A chosen token that cannot be told ends what can be judged: the
@@ -597,6 +622,43 @@ static int sglang_steps(const ds4_cf_server_cell *c, uint32_t r, const ds4_json 
     return 0;
 }
 
+/* ---- the dialects ---- */
+
+/* Every dialect's facts and code, the one place they are stated: a new
+ * dialect is a row here (with its request and its reader) and a name in
+ * enum ds4_cf_dialect; test_conform.c holds every row complete. */
+static const ds4_cf_dialect_info dialects[DS4_CF_NDIALECTS] = {
+    [DS4_CF_DIALECT_IDS] = {"ids", "OpenAI completions, tokens as \"token_id:N\" (vLLM's "
+                            "return_tokens_as_token_ids: ds4ref-server, vLLM)",
+                            .openai = true, .counts_prompt = true, .request = openai_request,
+                            .steps = openai_steps},
+    [DS4_CF_DIALECT_TEXT] = {"text", "OpenAI completions, each token named by its text, matched "
+                             "to ids by its bytes", .by_text = true, .openai = true,
+                             .counts_prompt = true, .request = openai_request,
+                             .steps = openai_steps},
+    [DS4_CF_DIALECT_LOSSY] = {"lossy-text", "OpenAI completions by text, the bytes that are not "
+                              "UTF-8 dropped or made U+FFFD (llama-cpp-python)", .by_text = true, .lossy = true,
+                              .openai = true, .counts_prompt = true, .request = openai_request,
+                              .steps = openai_steps},
+    [DS4_CF_DIALECT_LLAMA] = {"llama", "llama.cpp server's /completion with n_probs (ids)",
+                              .request = llama_request, .steps = llama_steps},
+    [DS4_CF_DIALECT_SGLANG] = {"sglang", "SGLang's /generate with return_logprob (ids)",
+                               .request = sglang_request, .steps = sglang_steps},
+    [DS4_CF_DIALECT_DS4] = {"ds4", "ds4-server's chat: its text only, no logprobs, judged by "
+                            "teacher forcing", .chat_text = true, .counts_prompt = true,
+                            .request = ds4_request, .steps = ds4_steps},
+};
+
+const ds4_cf_dialect_info *ds4chk_client_dialect(uint32_t d) {
+    return d < DS4_CF_NDIALECTS ? &dialects[d] : NULL;
+}
+
+int ds4chk_client_dialect_find(const char *name) {
+    for (int d = 0; d < DS4_CF_NDIALECTS; d++)
+        if (dialects[d].name && !strcmp(dialects[d].name, name)) return d;
+    return -1;
+}
+
 int ds4chk_client_answer(const ds4_cf_server_cell *c, uint32_t r, const char *body, size_t len,
                          ds4_buf *out, ds4err *err) {
     ds4_json_doc *doc;
@@ -605,11 +667,9 @@ int ds4chk_client_answer(const ds4_cf_server_cell *c, uint32_t r, const char *bo
     const ds4_json *root = ds4_json_root(doc);
     ds4_buf_printf(out, "{\"source\":\"server\",\"prompt_tokens\":%u,\"ctx\":%u,\"top_k\":%u,"
                    "\"steps\":[", c->n[r], c->ctx, c->top_k);
-    int rc = c->dialect == DS4_CF_DIALECT_LLAMA    ? llama_steps(c, r, root, out, err)
-             : c->dialect == DS4_CF_DIALECT_SGLANG ? sglang_steps(c, r, root, out, err)
-             : check_prompt_count(c, r, root, err) ? -1
-             : c->dialect == DS4_CF_DIALECT_DS4    ? ds4_steps(c, r, root, out, err)
-                                                   : openai_steps(c, r, root, out, err);
+    const ds4_cf_dialect_info *d = dialect_of(c);
+    int rc = d->counts_prompt && check_prompt_count(c, r, root, err) ? -1
+             : d->steps(c, r, root, out, err);
     ds4_json_free(doc);
     ds4_buf_puts(out, "\n]}\n");
     if (!rc && out->failed) rc = ds4_err_set(err, DS4_E_NOMEM, "out of memory");

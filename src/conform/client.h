@@ -25,19 +25,21 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "text/json.h"
 #include "text/tokenizer.h"
 
 /* How an engine names tokens in its answer. */
 enum ds4_cf_dialect {
     DS4_CF_DIALECT_IDS,    /* "token_id:N" (return_tokens_as_token_ids: ds4ref-server, vLLM) */
     DS4_CF_DIALECT_TEXT,   /* the token's text (plain OpenAI: llama-cpp-python, ...) */
-    DS4_CF_DIALECT_LLAMA,  /* llama.cpp server's /completion with n_probs (ids) */
-    DS4_CF_DIALECT_SGLANG, /* SGLang's /generate with return_logprob (ids) */
     DS4_CF_DIALECT_LOSSY,  /* the token's text, bytes that are not UTF-8 dropped or made
                             * U+FFFD (llama-cpp-python): ambiguous where two ids may be
                             * named so */
+    DS4_CF_DIALECT_LLAMA,  /* llama.cpp server's /completion with n_probs (ids) */
+    DS4_CF_DIALECT_SGLANG, /* SGLang's /generate with return_logprob (ids) */
     DS4_CF_DIALECT_DS4,    /* ds4's server: chat completions, the answer's text only (no
                             * logprobs), tokenized again */
+    DS4_CF_NDIALECTS
 };
 
 /* Every token's bytes, sorted, to find the ids a text names. */
@@ -74,6 +76,29 @@ typedef struct ds4_cf_server_cell {
     const ds4_cf_vocab_index *vocab;   /* the text dialects: texts to ids */
     const ds4_tokenizer *tok;      /* DS4_CF_DIALECT_DS4: the answer's text to ids */
 } ds4_cf_server_cell;
+
+/* What a dialect is and does (client.c's table). */
+typedef struct ds4_cf_dialect_info {
+    const char *name;              /* --server-dialect's */
+    const char *about;             /* a line for --help */
+    bool by_text;                  /* names tokens by their text (a vocabulary index) */
+    bool lossy;                    /* ... with the bytes that are not UTF-8 lost */
+    bool openai;                   /* OpenAI completions: the prompt as ids or text
+                                    * (--server-prompt) */
+    bool chat_text;                /* the user's message in, its text alone out */
+    bool counts_prompt;            /* usage.prompt_tokens, where given, must be the cell's */
+    /* Row r's request into b, returning the path it goes to; and the
+     * answer's steps into out (ds4's dump layout). */
+    const char *(*request)(const ds4_cf_server_cell *c, uint32_t r, ds4_buf *b);
+    int (*steps)(const ds4_cf_server_cell *c, uint32_t r, const ds4_json *root,
+                 ds4_buf *out, ds4err *err);
+} ds4_cf_dialect_info;
+
+/* Dialect d's row (enum ds4_cf_dialect); NULL past the last. */
+const ds4_cf_dialect_info *ds4chk_client_dialect(uint32_t d);
+
+/* The dialect named name, or -1. */
+int ds4chk_client_dialect_find(const char *name);
 
 /* Send the rows and write their outputs.  An error is the cell's (an engine
  * that refused, failed or answered something else): the message says

@@ -497,7 +497,7 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
         n[r] = p->n;
         if (rc == 0) rc = reference_ids(&p->ref, o->top_k, &ref_ids[r], &ref_top[r], why);
         ref_n[r] = p->ref.n_steps;
-        const bool chat = o->server_dialect == DS4_CF_DIALECT_DS4;
+        const bool chat = ds4chk_client_dialect((uint32_t)o->server_dialect)->chat_text;
         const ds4_cf_text *raw = &o->corpus->p[c->rows[r].prompt];
         text[r] = chat ? (const char *)raw->bytes : p->rendered.p + p->bos_len;
         text_len[r] = chat ? raw->len : p->rendered.len - p->bos_len;
@@ -506,7 +506,8 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
             rc = ds4_err_set(why, DS4_E_ARG, "prompt %s is not UTF-8 text, which a text prompt "
                              "must be: use --server-prompt ids", p->name);
     }
-    const bool as_text = o->server_text_prompt || o->server_dialect == DS4_CF_DIALECT_DS4;
+    const bool as_text = o->server_text_prompt ||
+                         ds4chk_client_dialect((uint32_t)o->server_dialect)->chat_text;
     ds4_cf_server_cell sc = {
         .url = url, .ids = ids, .n = n, .text = as_text ? text : NULL, .text_len = text_len,
         .ref_ids = (const int32_t *const *)ref_ids, .ref_n = ref_n,
@@ -1069,11 +1070,9 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         snprintf(c->f.detail, sizeof(c->f.detail), "%s", na);
     }
     ds4_cf_vocab_index *vocab = NULL;
-    const bool texts = run.server_dialect == DS4_CF_DIALECT_TEXT ||
-                       run.server_dialect == DS4_CF_DIALECT_LOSSY;
-    if (rc == 0 && texts &&
-        (rc = ds4chk_client_index_new(tok, run.server_dialect == DS4_CF_DIALECT_LOSSY, &vocab,
-                                      err)) == 0)
+    const ds4_cf_dialect_info *dialect = ds4chk_client_dialect((uint32_t)run.server_dialect);
+    if (rc == 0 && dialect->by_text &&
+        (rc = ds4chk_client_index_new(tok, dialect->lossy, &vocab, err)) == 0)
         run.vocab = vocab;
     run.tok = tok;
     if (rc == 0) rc = launch_all(res, &run, work, err);

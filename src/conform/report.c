@@ -158,7 +158,8 @@ static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o)
                    base_name(o->model_path));
     if (o->mtp_path) ds4_buf_printf(b, " (MTP %s)", base_name(o->mtp_path));
     ds4_buf_printf(b, ", %u tokens a row, context %u\n", o->n_tokens, r->ctx);
-    if ((o->server_url || o->server_cmd) && o->server_dialect == DS4_CF_DIALECT_DS4)
+    if ((o->server_url || o->server_cmd) &&
+        ds4chk_client_dialect((uint32_t)o->server_dialect)->chat_text)
         ds4_buf_puts(b, "logprobs: not available (ds4's server answers text): each row's text, read "
                         "as the reference's tokens while they explain it and tokenized again "
                         "after, judged by the reference's teacher forcing alone (the gap)\n");
