@@ -620,6 +620,16 @@ static void test_dump_reads_back(void **state) {
     assert_int_equal(ds4_dump_parse(no_logits, strlen(no_logits), "n.json", &g, &err), 0);
     assert_false(g.has_logits);
     assert_true(g.steps[0].top[0].logprob == -0.5);
+    assert_string_equal(g.model_sha256, "");
+    ds4_golden_free(&g);
+
+    /* The model file's SHA-256 a backend may give, kept lowercase. */
+    char named[1024];
+    snprintf(named, sizeof(named), "{\"model_sha256\":\"%s\",%s", "0123456789ABCDEF0123456789abcdef"
+             "0123456789abcdef0123456789ABCDEF", no_logits + 1);
+    assert_int_equal(ds4_dump_parse(named, strlen(named), "s.json", &g, &err), 0);
+    assert_string_equal(g.model_sha256,
+                        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
     ds4_golden_free(&g);
 
     static const struct {
@@ -632,6 +642,11 @@ static void test_dump_reads_back(void **state) {
         {"\"top_k\":2", "\"top_k\":1", "more than top_k"},
         {"\"source\":\"ds4ref\"", "\"source\":4", "source"},
         {"\"steps\":[", "\"stepz\":[", "steps"},
+        /* model_sha256: 64 hex digits, nothing else. */
+        {"\"source\":", "\"model_sha256\":\"abc\",\"source\":", "model_sha256"},
+        {"\"source\":", "\"model_sha256\":7,\"source\":", "model_sha256"},
+        {"\"source\":", "\"model_sha256\":\"0123456789abcdef0123456789abcdef0123456789abcdef"
+                        "0123456789abcdeg\",\"source\":", "model_sha256"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *at = strstr(example_dump, bad[i].from);
