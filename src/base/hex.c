@@ -29,6 +29,13 @@ int ds4_hex_decode(const char *s, size_t n, uint8_t *out) {
     return 0;
 }
 
+int ds4_hex_sha256(const char *s, size_t n, char out[65]) {
+    uint8_t d[32];
+    if (n != 64 || ds4_hex_decode(s, n, d)) return -1;
+    ds4_hex(d, sizeof(d), out);
+    return 0;
+}
+
 void ds4_hex_show(const uint8_t *b, uint32_t n, char *out, size_t max) {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0;

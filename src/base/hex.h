@@ -13,6 +13,11 @@ void ds4_hex(const uint8_t *bytes, size_t n, char *out);
  * character. */
 int ds4_hex_decode(const char *s, size_t n, uint8_t *out);
 
+/* s[0..n) as a SHA-256 in its one spelling: when it is 64 hex digits
+ * (either case), their lowercase form into out (65 bytes with the NUL) and
+ * 0; else -1. */
+int ds4_hex_sha256(const char *s, size_t n, char out[65]);
+
 /* Token bytes for humans: printable ASCII as is, everything else \xHH, cut
  * to about `max` output chars with "..." (always NUL-terminated). */
 void ds4_hex_show(const uint8_t *b, uint32_t n, char *out, size_t max);

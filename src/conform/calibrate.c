@@ -154,11 +154,15 @@ static int expect(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows, ui
     return rc;
 }
 
+double ds4chk_calibrate_explainable(const ds4_cf_candidate *k) {
+    const double e = DS4_CF_EXPLAIN_FACTOR * k->expected;
+    return e > DS4_CF_EXPLAIN_MIN ? e : DS4_CF_EXPLAIN_MIN;
+}
+
 /* How many times the noise it could explain k's typical departure is:
  * at most 1 when k explains the backend. */
 static double excess(const ds4_cf_candidate *k) {
-    double e = DS4_CF_EXPLAIN_FACTOR * k->expected;
-    return k->typical / (e > DS4_CF_EXPLAIN_MIN ? e : DS4_CF_EXPLAIN_MIN);
+    return k->typical / ds4chk_calibrate_explainable(k);
 }
 
 /* The earliest step of any base row (the first row on a tie) whose
@@ -167,8 +171,7 @@ static double excess(const ds4_cf_candidate *k) {
 static void find_part(const ds4_tokenizer *tok, const ds4_cf_base_row *rows, uint32_t n,
                       const ds4_cf_tf *tf, const ds4_cf_candidate *k, bool greedy,
                       ds4_cf_part *p) {
-    double e = DS4_CF_EXPLAIN_FACTOR * k->expected;
-    if (!(e > DS4_CF_EXPLAIN_MIN)) e = DS4_CF_EXPLAIN_MIN;
+    const double e = ds4chk_calibrate_explainable(k);
     p->row = -1;
     int32_t found = -1;
     for (uint32_t r = 0; r < n; r++)

@@ -104,6 +104,10 @@ typedef struct ds4_cf_base_row {
 int ds4chk_calibrate(ds4_cf_ref *ref, ds4_model *m, const ds4_cf_base_row *rows, uint32_t n,
                      bool greedy, ds4_cf_calib *c, ds4err *err);
 
+/* The most departure noise could explain for candidate k: 4 times its
+ * expected departure, at least 0.001 (not measured: 0.001). */
+double ds4chk_calibrate_explainable(const ds4_cf_candidate *k);
+
 /* v[0..n), which holds no NaN, in ascending order. */
 void ds4chk_calibrate_sort(double *v, uint32_t n);
 

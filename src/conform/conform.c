@@ -236,7 +236,6 @@ static int write_inputs(const ds4_cf_result *res, const ds4_cf_cell *c, const ch
     return rc;
 }
 
-
 /* ---- running a cell ---- */
 
 /* The teacher-forced record of a row's stream: one already made for the
@@ -469,6 +468,7 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
     pid_t pid = 0;
     ds4_buf cmd = {0};
     int rc = 0;
+    const ds4_cf_dialect_info *dialect = ds4chk_client_dialect((uint32_t)o->server_dialect);
     if (o->server_cmd) {
         v->port = ds4chk_http_free_port();
         snprintf(url, sizeof(url), "http://127.0.0.1:%u", v->port);
@@ -497,7 +497,7 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
         n[r] = p->n;
         if (rc == 0) rc = reference_ids(&p->ref, o->top_k, &ref_ids[r], &ref_top[r], why);
         ref_n[r] = p->ref.n_steps;
-        const bool chat = ds4chk_client_dialect((uint32_t)o->server_dialect)->chat_text;
+        const bool chat = dialect->chat_text;
         const ds4_cf_text *raw = &o->corpus->p[c->rows[r].prompt];
         text[r] = chat ? (const char *)raw->bytes : p->rendered.p + p->bos_len;
         text_len[r] = chat ? raw->len : p->rendered.len - p->bos_len;
@@ -506,8 +506,7 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
             rc = ds4_err_set(why, DS4_E_ARG, "prompt %s is not UTF-8 text, which a text prompt "
                              "must be: use --server-prompt ids", p->name);
     }
-    const bool as_text = o->server_text_prompt ||
-                         ds4chk_client_dialect((uint32_t)o->server_dialect)->chat_text;
+    const bool as_text = o->server_text_prompt || dialect->chat_text;
     ds4_cf_server_cell sc = {
         .url = url, .ids = ids, .n = n, .text = as_text ? text : NULL, .text_len = text_len,
         .ref_ids = (const int32_t *const *)ref_ids, .ref_n = ref_n,
@@ -977,6 +976,22 @@ static int calibrate(ds4_cf_ref *ref, ds4_model *m, ds4_cf_result *res, const ds
 
 /* ---- the run ---- */
 
+/* The limits the verdicts use, l's own where given and the calibration's
+ * otherwise, into l and res->limits; which were the user's; and whether
+ * the run fails for a backend no numerics explains: it does unless the
+ * user set the limits a floor would have, which then judge it (the report
+ * says so). */
+static void settle_limits(ds4_cf_result *res, ds4_cf_limits *l) {
+    res->user_limits = (l->max_gap >= 0 ? DS4_CF_USER_GAP : 0) |
+                       (l->max_dlogprob >= 0 ? DS4_CF_USER_DLOGPROB : 0) |
+                       (l->tie_eps >= 0 ? DS4_CF_USER_TIE : 0);
+    const uint32_t own = DS4_CF_USER_DLOGPROB | (res->greedy ? DS4_CF_USER_GAP : 0);
+    res->unexplained = res->calib.done && !res->calib.explained &&
+                       (res->user_limits & own) != own;
+    ds4chk_calibrate_limits(&res->calib, l);
+    res->limits = *l;
+}
+
 /* The unquantized twins the template names, written once into the work
  * folder (each a copy of its model with every float tensor in F32, which a
  * tiny model affords): "WORK/model-f32.gguf", "WORK/mtp-f32.gguf". */
@@ -1087,16 +1102,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     if (rc == 0) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
     if (rc == 0 && run.calibrate && !run.limits.exact && !stopping(&run, res))
         rc = calibrate(&ref, m, res, &run, err);
-    res->user_limits = (run.limits.max_gap >= 0 ? DS4_CF_USER_GAP : 0) |
-                       (run.limits.max_dlogprob >= 0 ? DS4_CF_USER_DLOGPROB : 0) |
-                       (run.limits.tie_eps >= 0 ? DS4_CF_USER_TIE : 0);
-    /* A backend no numerics explains fails the run, unless the user set the
-     * limits a floor would have: then they judge it, and the report says so. */
-    const uint32_t own = DS4_CF_USER_DLOGPROB | (res->greedy ? DS4_CF_USER_GAP : 0);
-    res->unexplained = res->calib.done && !res->calib.explained &&
-                       (res->user_limits & own) != own;
-    ds4chk_calibrate_limits(&res->calib, &run.limits);
-    res->limits = run.limits;
+    settle_limits(res, &run.limits);
     /* The outputs, one cell after another: teacher forcing runs on the one
      * engine. */
     for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {

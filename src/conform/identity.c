@@ -1,13 +1,13 @@
 /* Which model a backend ran (identity.h). */
 #include "conform/identity.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "base/buf.h"
 #include "base/file.h"
+#include "base/hex.h"
 #include "conform/http.h"
 #include "text/json.h"
 
@@ -89,17 +89,6 @@ static int same_file(ds4_cf_identity *id, const char *path, bool *same, ds4err *
     return 0;
 }
 
-/* s[0..len) as 64 lowercase hex digits into hex, if it is a SHA-256. */
-static bool lower_hex(const char *s, size_t len, char hex[65]) {
-    if (len != 64) return false;
-    for (size_t i = 0; i < 64; i++) {
-        if (!isxdigit((unsigned char)s[i])) return false;
-        hex[i] = (char)tolower((unsigned char)s[i]);
-    }
-    hex[64] = '\0';
-    return true;
-}
-
 /* A JSON string into out when it fits (and holds no NUL). */
 static void copy_str(const ds4_json *v, char *out, size_t cap) {
     out[0] = '\0';
@@ -120,7 +109,7 @@ void ds4chk_identity_parse_models(const char *body, size_t len, ds4_cf_named *ou
         if (e->type != DS4_JSON_OBJECT) continue;
         ds4_cf_named *m = &out[(*n)++];
         const ds4_json *sha = ds4_json_get(e, "model_sha256");
-        if (!sha || sha->type != DS4_JSON_STRING || !lower_hex(sha->str, sha->len, m->sha))
+        if (!sha || sha->type != DS4_JSON_STRING || ds4_hex_sha256(sha->str, sha->len, m->sha))
             m->sha[0] = '\0';
         copy_str(ds4_json_get(e, "root"), m->root, sizeof(m->root));
         copy_str(ds4_json_get(e, "id"), m->id, sizeof(m->id));

@@ -64,8 +64,7 @@ static void put_unexplained(ds4_buf *b, const ds4_cf_result *r) {
     const ds4_cf_calib *c = &r->calib;
     if (!c->done || c->explained) return;
     const ds4_cf_candidate *k = &c->cand[c->best];
-    double e = isnan(k->expected) ? 0 : DS4_CF_EXPLAIN_FACTOR * k->expected;
-    if (e < DS4_CF_EXPLAIN_MIN) e = DS4_CF_EXPLAIN_MIN;
+    const double e = ds4chk_calibrate_explainable(k);
     ds4_buf_printf(b, "%s: no numerics profile explains this backend: its base rows depart from "
                    "the nearest, %s, by %.3g nats |dlogprob| at 90%% of their steps (floor %.3g), "
                    "%.3g times the %.3g noise could explain", r->unexplained ? "FAIL" : "warning",

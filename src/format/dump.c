@@ -1,6 +1,5 @@
 #include "format/dump.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +7,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/hex.h"
 #include "base/utf8.h"
 #include "text/json.h"
 #include "format/reader.h"
@@ -171,11 +171,10 @@ static int read_step(const ds4_rd *r, const ds4_json *v, size_t i, uint32_t top_
 static int read_model_sha256(const ds4_rd *r, const ds4_json *v, char out[65]) {
     out[0] = '\0';
     if (!v) return 0;
-    bool ok = v->type == DS4_JSON_STRING && v->len == 64;
-    for (size_t i = 0; ok && i < 64; i++) ok = isxdigit((unsigned char)v->str[i]);
-    if (!ok) return ds4_reader_fail(r, "model_sha256: expected the 64 hex digits of a SHA-256");
-    for (size_t i = 0; i < 64; i++) out[i] = (char)tolower((unsigned char)v->str[i]);
-    out[64] = '\0';
+    if (v->type != DS4_JSON_STRING || ds4_hex_sha256(v->str, v->len, out)) {
+        out[0] = '\0';
+        return ds4_reader_fail(r, "model_sha256: expected the 64 hex digits of a SHA-256");
+    }
     return 0;
 }
 
