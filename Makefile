@@ -15,8 +15,11 @@ CFLAGS  ?= $(OPT) $(ARCH) -g
 # -fPIC: the same objects make the static and the shared libraries.
 # One source root (src/, internal headers named "layer/file.h") and one
 # include root for what is installed (include/).
+# -Werror=switch: a switch over an enum without a default must name every
+# value, so adding a block type (quant/types.h) fails the build at each
+# kernel that does not handle it yet.
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
-            -ffp-contract=off -fno-fast-math -fopenmp -Isrc -Iinclude
+            -Werror=switch -ffp-contract=off -fno-fast-math -fopenmp -Isrc -Iinclude
 LDLIBS  = -lpcre2-8 -lm
 # What libds4check adds: libcurl, ds4ref-conform's HTTP client (src/conform/http.c).
 CHECK_LDLIBS = -lcurl

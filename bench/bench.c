@@ -57,7 +57,7 @@
 #include "model/modelopen.h"
 #include "model/model.h"
 #include "quant/dot.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "../programs/models.h"
 #include "../programs/wait_policy.h"
 

@@ -509,7 +509,7 @@ static const mf_def defs[] = {
     {"nbytes_overflow", "byte size overflows", c_nbytes_overflow},
     {"type_q6_K", "unsupported tensor type: expected one of f32, f16, q8_0, q2_K, q4_K, iq2_xxs, "
      "i32, bf16, got 14 (q6_K)", c_type_q6_k},
-    /* 1000 is ds4ref's own id of the checkpoint's FP8 (formats.h), never a
+    /* 1000 is ds4ref's own id of the checkpoint's FP8 (types.h), never a
      * GGUF type. */
     {"type_absurd", "unsupported tensor type: expected one of f32, f16, q8_0, q2_K, q4_K, "
      "iq2_xxs, i32, bf16, got 1000 (unknown)", c_type_absurd},

@@ -4,7 +4,10 @@
  * quantizer, ds4.c's lrintf and ggml's nearest_int), the one product where
  * ggml's x86 multiplier 127/amax and the reciprocal of the rounded d part
  * ways, the binary16 scale of ggml's Q8_0 against ds4.c's f32 one, Q8_K's
- * cap and its first-largest scale; and the numerics profiles' names. */
+ * cap and its first-largest scale; the numerics profiles' names, and the
+ * rounding each profile gives a model's products, against what llama.cpp's
+ * CPU backend (ggml-cpu.c's vec_dot_type of each weight type) and ds4.c's
+ * CPU matmuls do, written down here per tensor of the tiny model. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +18,9 @@
 #include <cmocka.h>
 
 #include "model/numerics.h"
+#include "model/model.h"
 #include "quant/actround.h"
+#include "testutil.h"
 
 /* A block of n zeros with the given values at the front. */
 static void block(float *x, uint32_t n, const float *front, uint32_t k) {
@@ -176,6 +181,39 @@ static void test_fp8_linear_input(void **state) {
     assert_memory_equal(x, y, sizeof(y));
 }
 
+/* The tiny model's types (ds4's q2 layout): token_embd F16, output and
+ * q_a Q8_0, gate_exps IQ2_XXS, down_exps Q2_K. */
+static void test_profile_inputs(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    ds4_model *m = &t->m;
+    static const struct {
+        uint32_t set;
+        uint8_t embd, output, q_a, gate, down;
+    } want[] = {
+        {0, DS4_ACT_NONE, DS4_ACT_NONE, DS4_ACT_NONE, DS4_ACT_NONE, DS4_ACT_NONE},
+        {DS4_NUMERICS_GGML_ACT, DS4_ACT_F16, DS4_ACT_Q8_0_GGML, DS4_ACT_Q8_0_GGML, DS4_ACT_Q8_K,
+         DS4_ACT_Q8_K},
+        {DS4_NUMERICS_DS4_ACT, DS4_ACT_NONE, DS4_ACT_Q8_0_DS4, DS4_ACT_Q8_0_DS4, DS4_ACT_Q8_K,
+         DS4_ACT_Q8_K},
+        {DS4_NUMERICS_F16_KV | DS4_NUMERICS_JITTER, DS4_ACT_NONE, DS4_ACT_NONE, DS4_ACT_NONE,
+         DS4_ACT_NONE, DS4_ACT_NONE},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        ds4_numerics_apply(m, want[i].set, false);
+        assert_int_equal(m->token_embd.act, want[i].embd);
+        assert_int_equal(m->output.act, want[i].output);
+        for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+            assert_int_equal(m->layers[l].q_a.act, want[i].q_a);
+            assert_int_equal(m->layers[l].gate_exps.act, want[i].gate);
+            assert_int_equal(m->layers[l].down_exps.act, want[i].down);
+        }
+    }
+    tu_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0_halves), cmocka_unit_test(test_q8_0_scales),
@@ -184,6 +222,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_linear_input),
         cmocka_unit_test(test_floats),
         cmocka_unit_test(test_profile_names),
+        cmocka_unit_test(test_profile_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

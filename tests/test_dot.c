@@ -23,6 +23,7 @@
 #include "quant/blockfp.h"
 #include "quant/dot.h"
 #include "quant/formats.h"
+#include "quant/types.h"
 #include "testutil.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -184,7 +185,7 @@ static void fill_row(uint32_t type, uint8_t *p, uint64_t n) {
 static double ref_dot_row(uint32_t type, const uint8_t *row, const float *x, uint64_t n) {
     float *w = malloc(sizeof(float) * (n ? n : 1));
     assert_non_null(w);
-    assert_int_equal(ds4_formats_dequant_row(type, row, w, n), 0);
+    assert_int_equal(ds4_types_dequant_row(type, row, w, n), 0);
     const double d = ref_dot(w, x, n);
     free(w);
     return d;

@@ -1,5 +1,5 @@
-/* Tests of src/quant/formats.c: half/bfloat conversions and the block
- * dequantizers.
+/* Tests of src/quant/formats.c and types.c: half/bfloat conversions, the
+ * block dequantizers and the table of types.
  *
  * Every expected value is computed independently of the code under test:
  * halves and bfloats from ldexp() of their fields, roundings by searching
@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/actround.h"
 #include "quant/formats.h"
+#include "quant/types.h"
 #include "refquant.h"
 #include "testutil.h"
 
@@ -103,7 +105,7 @@ static void test_f16_row_exhaustive(void **state) {
         for (uint32_t i = 0; i < 65536; i++)
             hs[i] = (uint16_t)(order == 0 ? i : (i * 40503u + 12345u) & 0xffff);
         for (uint32_t i = 0; i < 65536; i++) put16(raw + 2 * i, hs[i]);
-        assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F16, raw, y, 65536), 0);
+        assert_int_equal(ds4_types_dequant_row(DS4_TYPE_F16, raw, y, 65536), 0);
         for (uint32_t i = 0; i < 65536; i++) {
             const uint16_t h = hs[i];
             const int e = (h >> 10) & 31, m = h & 1023;
@@ -294,7 +296,7 @@ static void test_bf16(void **state) {
         if ((hs[i] & 0x7f80) == 0x7f80) hs[i] &= 0xbfff;   /* keep it finite */
         put16(raw + 2 * i, hs[i]);
     }
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_BF16, raw, y, 64), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_BF16, raw, y, 64), 0);
     for (int i = 0; i < 64; i++) assert_same_float(y[i], (float)rq_bf16(hs[i]), "bf16 row", i);
 }
 
@@ -311,7 +313,7 @@ static void test_f32_row(void **state) {
     float y[N];
     /* Start at an odd address: rows inside a GGUF need not be aligned. */
     for (int i = 0; i < N; i++) put32(raw + 1 + 4 * i, v[i]);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F32, raw + 1, y, N), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_F32, raw + 1, y, N), 0);
     for (int i = 0; i < N; i++) assert_int_equal(fbits(y[i]), v[i]);
 }
 
@@ -330,7 +332,7 @@ static void test_i32_row(void **state) {
     uint8_t raw[4 * N];
     float y[N];
     for (int i = 0; i < N; i++) put32(raw + 4 * i, (uint32_t)(cases[i].v & 0xffffffff));
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_I32, raw, y, N), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_I32, raw, y, N), 0);
     for (int i = 0; i < N; i++) assert_same_float(y[i], cases[i].f, "i32", i);
 }
 
@@ -352,7 +354,7 @@ static void test_q8_0(void **state) {
         put16(raw + 34 * b, scales[b / 8]);
         for (int i = 0; i < 32; i++) raw[34 * b + 2 + i] = (uint8_t)(32 * (b % 8) + i);
     }
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q8_0, raw, y, 32 * NB), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q8_0, raw, y, 32 * NB), 0);
     for (int e = 0; e < 32 * NB; e++) {
         const int b = e / 32, i = e % 32;
         const int q = (32 * (b % 8) + i) - ((32 * (b % 8) + i) >= 128 ? 256 : 0);
@@ -379,7 +381,7 @@ static void test_q2_K_element_order(void **state) {
             int byte, shift;
             rq_q2k_pos(e, &byte, &shift);
             blk[16 + byte] = (uint8_t)(q << shift);
-            assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q2_K, blk, y, 256), 0);
+            assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q2_K, blk, y, 256), 0);
             for (int i = 0; i < 256; i++) {
                 const int sc = blk[i / 16];
                 const float d = (float)rq_f16(0x3a3b), dmin = (float)rq_f16(0x2d1f);
@@ -401,7 +403,7 @@ static void test_q2_K_random(void **state) {
         put16(raw + 84 * b + 80, rnd_f16_scale());
         put16(raw + 84 * b + 82, rnd_f16_scale());
     }
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q2_K, raw, y, 256 * NB), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q2_K, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++)
         assert_same_float(y[e], rq_q2k_elem(raw + 84 * (e / 256), e % 256), "q2_K", e);
 }
@@ -425,7 +427,7 @@ static void test_q4_K_scales(void **state) {
             blk[4 + i] = (uint8_t)(1 << k);
             int is_min, j, w;
             rq_q4k_bit_owner(i, k, &is_min, &j, &w);
-            assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
+            assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
             for (int e = 0; e < 256; e++) {
                 const float want = e / 32 == j ? (float)(is_min ? -w : w) : 0.0f;
                 assert_same_float(y[e], want, "q4_K scale bit", 256 * (8 * i + k) + e);
@@ -448,7 +450,7 @@ static void test_q4_K_scales(void **state) {
     for (int e = 0; e < 128; e++) blk[16 + e] = (uint8_t)(e * 37 + 11);
     put16(blk + 0, 0x2b45);
     put16(blk + 2, 0x2411);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q4_K, blk, y, 256), 0);
     for (int e = 0; e < 256; e++) {
         const int j = e / 32;
         const uint8_t byte = blk[16 + 32 * (e / 64) + e % 32];
@@ -469,7 +471,7 @@ static void test_q4_K_random(void **state) {
         put16(raw + 144 * b, rnd_f16_scale());
         put16(raw + 144 * b + 2, rnd_f16_scale());
     }
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, raw, y, 256 * NB), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q4_K, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++)
         assert_same_float(y[e], rq_q4k_elem(raw + 144 * (e / 256), e % 256), "q4_K", e);
 }
@@ -525,7 +527,7 @@ static void iq2_set_group(uint8_t *blk, int ib, const int g[4], const int k[4], 
 static void check_iq2_row(const uint8_t *raw, int nb, const char *what) {
     float *y = malloc(sizeof(float) * 256 * (size_t)nb);
     assert_non_null(y);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * (uint64_t)nb), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * (uint64_t)nb), 0);
     for (int e = 0; e < 256 * nb; e++)
         assert_same_float(y[e], rq_iq2_elem(raw + 66 * (e / 256), e % 256), what, e);
     free(y);
@@ -550,7 +552,7 @@ static void test_iq2_xxs_grid_signs_scales(void **state) {
     }
     check_iq2_row(raw, NB, "iq2_xxs grid");
     float y[256 * NB];
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * NB), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * NB), 0);
     for (int e = 0; e < 256 * NB; e++) {
         const int slot = e / 8, s = (e / 32) % 16;
         const float db = (float)rq_f16(0x3a1b) * (0.5f + (float)s) * 0.25f;
@@ -571,7 +573,7 @@ static void test_iq2_xxs_grid_signs_scales(void **state) {
         }
     }
     check_iq2_row(raw, 4, "iq2_xxs signs");
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * 4), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 256 * 4), 0);
     for (int e = 0; e < 256 * 4; e++) {
         const int k = e / 8, j = e % 8;
         const int neg = j < 7 ? (k >> j) & 1 : rq_parity7(k);
@@ -593,14 +595,73 @@ static void test_dequant_bad_args(void **state) {
     (void)state;
     uint8_t raw[256] = {0};
     float y[256];
-    assert_int_equal(ds4_formats_dequant_row(2, raw, y, 32), -1);     /* q4_0: unsupported */
-    assert_int_equal(ds4_formats_dequant_row(9999, raw, y, 1), -1);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q8_0, raw, y, 31), -1);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q2_K, raw, y, 128), -1);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 255), -1);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F32, raw, y, UINT64_MAX / 2), -1);   /* overflow */
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_Q4_K, raw, y, 0), 0);
-    assert_int_equal(ds4_formats_dequant_row(DS4_TYPE_F16, raw, y, 0), 0);
+    assert_int_equal(ds4_types_dequant_row(2, raw, y, 32), -1);     /* q4_0: unsupported */
+    assert_int_equal(ds4_types_dequant_row(9999, raw, y, 1), -1);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q8_0, raw, y, 31), -1);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q2_K, raw, y, 128), -1);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_IQ2_XXS, raw, y, 255), -1);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_F32, raw, y, UINT64_MAX / 2), -1);   /* overflow */
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_Q4_K, raw, y, 0), 0);
+    assert_int_equal(ds4_types_dequant_row(DS4_TYPE_F16, raw, y, 0), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The type table                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Every row of types.c against facts written down here from their sources:
+ * ids, names, block sizes and bytes from ggml.c's type_traits; the ggml-act
+ * input rounding from ggml-cpu.c's type_traits_cpu (vec_dot_type); the
+ * ds4-act one from ds4.c's CPU matmuls (its own Q8_0 activation before a
+ * Q8_0 weight, quantize_row_q8_K before the K and IQ types, none before a
+ * float weight); the block-scaled types from the official kernel.py
+ * (fp8_gemm: 128x128 scale blocks; fp4_gemm: 32 elements a scale).  A row
+ * added without facts here fails, as does a row missing a field. */
+static void test_type_rows(void **state) {
+    (void)state;
+    static const struct {
+        uint32_t id;
+        const char *name;
+        uint32_t blck, bytes, scale_rows, scale_cols;
+        uint8_t act_ggml, act_ds4;
+        bool is_float, fused;
+    } want[] = {
+        {0, "f32", 1, 4, 0, 0, DS4_ACT_NONE, DS4_ACT_NONE, true, false},
+        {1, "f16", 1, 2, 0, 0, DS4_ACT_F16, DS4_ACT_NONE, true, false},
+        {8, "q8_0", 32, 34, 0, 0, DS4_ACT_Q8_0_GGML, DS4_ACT_Q8_0_DS4, true, true},
+        {10, "q2_K", 256, 84, 0, 0, DS4_ACT_Q8_K, DS4_ACT_Q8_K, true, true},
+        {12, "q4_K", 256, 144, 0, 0, DS4_ACT_Q8_K, DS4_ACT_Q8_K, true, true},
+        {16, "iq2_xxs", 256, 66, 0, 0, DS4_ACT_Q8_K, DS4_ACT_Q8_K, true, true},
+        {26, "i32", 1, 4, 0, 0, DS4_ACT_NONE, DS4_ACT_NONE, false, false},
+        {30, "bf16", 1, 2, 0, 0, DS4_ACT_BF16, DS4_ACT_NONE, true, false},
+        {1000, "fp8_e4m3_b128", 1, 1, 128, 128, DS4_ACT_NONE, DS4_ACT_NONE, true, false},
+        {1001, "fp4_e2m1_b32", 2, 1, 1, 32, DS4_ACT_NONE, DS4_ACT_NONE, true, false},
+    };
+    const size_t n_want = sizeof(want) / sizeof(want[0]);
+    size_t rows = 0;
+    for (uint32_t id = 0; id < 4096; id++) {
+        const ds4_type_info *t = ds4_types_info(id);
+        if (!t) continue;
+        rows++;
+        size_t i = 0;
+        while (i < n_want && want[i].id != id) i++;
+        if (i == n_want) fail_msg("type %u (%s) has a row but no facts in this test", id, t->name);
+        assert_int_equal(t->id, id);
+        assert_string_equal(t->name, want[i].name);
+        assert_string_equal(ds4_types_name(id), want[i].name);
+        assert_int_equal(t->blck, want[i].blck);
+        assert_int_equal(t->bytes, want[i].bytes);
+        assert_int_equal(t->scale_rows, want[i].scale_rows);
+        assert_int_equal(t->scale_cols, want[i].scale_cols);
+        assert_int_equal(t->act_ggml, want[i].act_ggml);
+        assert_int_equal(t->act_ds4, want[i].act_ds4);
+        assert_int_equal(t->is_float, want[i].is_float);
+        assert_int_equal(t->fused, want[i].fused);
+        /* Exactly one dequantizer, the one its scales need. */
+        assert_true((t->dequant != NULL) != (t->span != NULL));
+        assert_int_equal(t->span != NULL, want[i].scale_rows != 0);
+    }
+    assert_int_equal(rows, n_want);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -710,7 +771,7 @@ static void test_oracle_model(void **state) {
                     bytes <= (uint64_t)size - data - ti[i].off);
         float *w = malloc(sizeof(float) * nel);
         assert_non_null(w);
-        assert_int_equal(ds4_formats_dequant_row(type, buf + data + ti[i].off, w, nel), 0);
+        assert_int_equal(ds4_types_dequant_row(type, buf + data + ti[i].off, w, nel), 0);
 
         double amp = sqrt(3.0 / (double)ti[i].ne[0]);
         if (strstr(ti[i].name, "ffn_gate_inp")) amp *= 8;
@@ -758,6 +819,7 @@ int main(void) {
         cmocka_unit_test(test_iq2xxs_tables),
         cmocka_unit_test(test_iq2_xxs_grid_signs_scales),
         cmocka_unit_test(test_dequant_bad_args),
+        cmocka_unit_test(test_type_rows),
         cmocka_unit_test(test_oracle_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

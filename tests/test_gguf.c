@@ -17,12 +17,12 @@
 
 #include "ds4ref.h"
 #include "malformed.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
 #include "testutil.h"
 
-/* ggml type ids, spelled out independently of formats.h. */
+/* ggml type ids, spelled out independently of types.h. */
 enum { F32 = 0, F16 = 1, Q8_0 = 8, Q2_K = 10, Q4_K = 12, IQ2_XXS = 16, I32 = 26, BF16 = 30 };
 
 static uint64_t align_to(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }

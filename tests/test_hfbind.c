@@ -39,6 +39,7 @@
 #include "quant/actround.h"
 #include "quant/blockfp.h"
 #include "quant/formats.h"
+#include "quant/types.h"
 #include "testutil.h"
 
 /* ---- The writer ---- */
@@ -349,7 +350,7 @@ static void add_tensor(writer *w, enum mode mode, const ds4_gguf_tensor *t) {
     }
     float *v = malloc(sizeof(float) * t->n_elem);
     assert_non_null(v);
-    assert_int_equal(ds4_formats_dequant_row(t->type, t->data, v, t->n_elem), 0);
+    assert_int_equal(ds4_types_dequant_row(t->type, t->data, v, t->n_elem), 0);
     if (t->n_dims == 3) {
         const uint64_t per = t->ne[0] * t->ne[1];
         for (uint64_t e = 0; e < t->ne[2]; e++) {

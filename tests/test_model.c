@@ -18,7 +18,7 @@
 #include "forward/forward.h"
 #include "model/model.h"
 #include "model/synth.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "quant/gguf_write.h"
 #include "testutil.h"
 

@@ -43,7 +43,7 @@
 #include "model/model.h"
 #include "quant/actround.h"
 #include "quant/dot.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "refquant.h"
 #include "testutil.h"
 

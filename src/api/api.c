@@ -24,7 +24,7 @@
 #include "model/modelopen.h"
 #include "model/numerics.h"
 #include "quant/dot.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "text/chat.h"
 #include "run/run.h"
 
@@ -152,7 +152,7 @@ int ds4ref_tensor_f32(const ds4ref_model *m, const char *name, float **data, uin
     }
     float *v = malloc(sizeof(float) * (t->n_elem ? t->n_elem : 1));
     if (!v) return api_fail_msg(err, DS4REF_E_NOMEM, "out of memory");
-    ds4_formats_dequant_row(t->type, t->data, v, t->n_elem);
+    ds4_types_dequant_row(t->type, t->data, v, t->n_elem);
     for (int i = 0; i < 4; i++) ne[i] = t->ne[i];
     *data = v;
     api_ok(err);

@@ -19,13 +19,13 @@
 #include "forward/norm.h"
 #include "quant/qat.h"
 #include "quant/actround.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 void ds4_compressor_store(ds4_comp_state *cs, const ds4_mat *ape, uint32_t pos,
                     const float *kv, const float *sc) {
     float ape_row[DS4_MAX_COMP_WIDTH];
     uint32_t w = cs->width;
-    ds4_formats_dequant_row(ape->type, ape->data + (uint64_t)(pos % cs->ratio) * ape->row_bytes,
+    ds4_types_dequant_row(ape->type, ape->data + (uint64_t)(pos % cs->ratio) * ape->row_bytes,
                     ape_row, w);
     float *hk = ds4_comp_hist_kv(cs, pos), *hs = ds4_comp_hist_sc(cs, pos);
     memcpy(hk, kv, sizeof(float) * w);

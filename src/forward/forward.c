@@ -36,7 +36,7 @@
 #include "forward/hyperconn.h"
 #include "forward/moe.h"
 #include "forward/norm.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 /* ================================================================ blocks */
 
@@ -44,7 +44,7 @@
 static void embed(const ds4_model *m, int32_t id, float *x) {
     const ds4_config *c = &m->cfg;
     const ds4_mat *E = &m->token_embd;
-    ds4_formats_dequant_row(E->type, E->data + (uint64_t)id * E->row_bytes, x, c->n_embd);
+    ds4_types_dequant_row(E->type, E->data + (uint64_t)id * E->row_bytes, x, c->n_embd);
     for (uint32_t h = 1; h < c->n_hc; h++)
         memcpy(x + (uint64_t)h * c->n_embd, x, sizeof(float) * c->n_embd);
 }
@@ -231,7 +231,7 @@ static void mtp_input(ds4_engine *e, const float *const *h_in, uint32_t T) {
     for (uint32_t t = 0; t < T; t++) {
         float *emb = s->y + (uint64_t)t * n;
         const ds4_mat *E = &m->token_embd;
-        ds4_formats_dequant_row(E->type, E->data + (uint64_t)s->tok[t].id * E->row_bytes, emb, n);
+        ds4_types_dequant_row(E->type, E->data + (uint64_t)s->tok[t].id * E->row_bytes, emb, n);
         ds4_norm_rms(emb, mtp->enorm.v, n, c->rms_eps, s->a + (uint64_t)t * n);
         for (uint32_t k = 0; k < hc; k++)
             ds4_norm_rms(h_in[t] + (uint64_t)k * n, mtp->hnorm.v, n, c->rms_eps,

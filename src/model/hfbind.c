@@ -9,7 +9,7 @@
 
 #include "model/hfconfig.h"
 #include "quant/blockfp.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 /* How the release may store a tensor. */
 enum store {
@@ -163,7 +163,7 @@ static int copy_vec(const binder *b, const ds4_tensor_spec *s, const char *name,
     v->n = (uint32_t)t->n_elem;
     v->v = malloc(sizeof(float) * (t->n_elem ? t->n_elem : 1));
     if (!v->v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory copying %s", name);
-    ds4_formats_dequant_row(plain_type(t->dtype), t->data, v->v, t->n_elem);
+    ds4_types_dequant_row(plain_type(t->dtype), t->data, v->v, t->n_elem);
     for (uint64_t i = 0; i < t->n_elem; i++)
         /* Inf/NaN in a norm weight or bias poisons every output; say where. */
         if (!(v->v[i] == v->v[i]) || v->v[i] > 3.4e38f || v->v[i] < -3.4e38f)

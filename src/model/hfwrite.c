@@ -13,6 +13,7 @@
 #include "model/hfconfig.h"
 #include "quant/blockfp.h"
 #include "quant/formats.h"
+#include "quant/types.h"
 #include "quant/qat.h"
 #include "text/json.h"
 #include "text/pretok.h"
@@ -204,7 +205,7 @@ static float *mat_values(const ds4_mat *m, ds4err *err) {
     }
 #pragma omp parallel for schedule(static)
     for (uint64_t r = 0; r < m->rows; r++)
-        bad[r] = ds4_formats_dequant_row(m->type, m->data + r * m->row_bytes, v + r * m->cols,
+        bad[r] = ds4_types_dequant_row(m->type, m->data + r * m->row_bytes, v + r * m->cols,
                                          m->cols) != 0;
     int any = 0;
     for (uint64_t r = 0; r < m->rows; r++) any |= bad[r];

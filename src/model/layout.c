@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "model/model.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 #define F(type, field) ((uint32_t)offsetof(type, field))
 #define L(field) F(ds4_layer, field)

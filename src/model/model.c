@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/reslimit.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 /* ---------------------------------------------------------------------------
  * Configuration
@@ -323,7 +323,7 @@ static int copy_vec(ds4_vec *v, const ds4_gguf_tensor *t, ds4err *err) {
     v->n = (uint32_t)t->n_elem;
     v->v = malloc(sizeof(float) * t->n_elem);
     if (!v->v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory copying %s", t->name);
-    if (ds4_formats_dequant_row(t->type, t->data, v->v, t->n_elem) < 0)
+    if (ds4_types_dequant_row(t->type, t->data, v->v, t->n_elem) < 0)
         return ds4_err_set(err, DS4_E_MODEL, "tensor %s: cannot read type %s", t->name,
                           ds4_types_name(t->type));
     for (uint64_t i = 0; i < t->n_elem; i++) {

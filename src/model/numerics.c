@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "quant/actround.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 /* The members first (N_MEMBERS of them, in canonical order), then the
  * names of sets. */
@@ -53,19 +53,14 @@ void ds4_numerics_name(uint32_t set, char *out, size_t cap) {
     if (!used) snprintf(out, cap, "official");
 }
 
-/* The input rounding of a product with a weight of this type. */
+/* The input rounding of a product with a weight of this type: its row of
+ * the type table says what each engine does. */
 static uint8_t act_for(uint32_t set, uint32_t type) {
-    bool ggml = set & DS4_NUMERICS_GGML_ACT, ds4 = set & DS4_NUMERICS_DS4_ACT;
-    if (!ggml && !ds4) return DS4_ACT_NONE;
-    switch (type) {
-    case DS4_TYPE_Q8_0: return ggml ? DS4_ACT_Q8_0_GGML : DS4_ACT_Q8_0_DS4;
-    case DS4_TYPE_Q2_K:
-    case DS4_TYPE_Q4_K:
-    case DS4_TYPE_IQ2_XXS: return DS4_ACT_Q8_K;
-    case DS4_TYPE_F16: return ggml ? DS4_ACT_F16 : DS4_ACT_NONE;
-    case DS4_TYPE_BF16: return ggml ? DS4_ACT_BF16 : DS4_ACT_NONE;
-    default: return DS4_ACT_NONE;
-    }
+    const ds4_type_info *t = ds4_types_info(type);
+    if (!t) return DS4_ACT_NONE;
+    if (set & DS4_NUMERICS_GGML_ACT) return t->act_ggml;
+    if (set & DS4_NUMERICS_DS4_ACT) return t->act_ds4;
+    return DS4_ACT_NONE;
 }
 
 /* Does spec s of the struct at base hold an FP8 or FP4 linear of the

@@ -18,6 +18,7 @@
 
 #include "model/synth_vocab.h"
 #include "quant/formats.h"
+#include "quant/types.h"
 #include "quant/gguf_write.h"
 #include "text/tokenizer.h"
 

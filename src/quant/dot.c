@@ -37,6 +37,8 @@
 #include "quant/actround.h"
 #include "quant/dot_kern.h"
 #include "quant/dot_lanes.h"
+#include "quant/formats.h"
+#include "quant/types.h"
 
 /* ------------------------------------------------------------------------ */
 /* Choosing the kernels                                                     */

@@ -66,7 +66,7 @@ typedef struct ds4_mat {
      * (ds4_dot_jitter), before any BF16 rounding: what summing in another
      * order does to a product, for the "jitter" numerics (model/numerics.h). */
     uint8_t out;
-    /* A block-scaled type's E8M0 scales (formats.h, DS4_TYPE_FP8_B128 and
+    /* A block-scaled type's E8M0 scales (types.h, DS4_TYPE_FP8_B128 and
      * DS4_TYPE_FP4_B32): scale row r / scale_rows at scale + that *
      * scale_stride, one byte per scale_cols elements.  NULL for the GGUF
      * types; a block-scaled matrix without them is invalid. */

@@ -119,8 +119,18 @@ static uint64_t dq_fp4(const uint8_t *row, const uint8_t *srow, uint64_t off, fl
 static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, const uint8_t *srow,
                                  uint64_t off, float *w, uint64_t m) {
     uint64_t done = 0;
-    if (t->id == DS4_TYPE_FP8_B128) done = dq_fp8(row, srow, off, w, m);
-    else if (t->id == DS4_TYPE_FP4_B32) done = dq_fp4(row, srow, off, w, m);
+    switch (t->id) {
+    case DS4_TYPE_FP8_B128: done = dq_fp8(row, srow, off, w, m); break;
+    case DS4_TYPE_FP4_B32: done = dq_fp4(row, srow, off, w, m); break;
+    case DS4_TYPE_F32:
+    case DS4_TYPE_F16:
+    case DS4_TYPE_BF16:
+    case DS4_TYPE_Q8_0:
+    case DS4_TYPE_Q2_K:
+    case DS4_TYPE_Q4_K:
+    case DS4_TYPE_IQ2_XXS:
+    case DS4_TYPE_I32: break;
+    }
     if (done < m) dequant_portable(t, row, srow, off + done, w + done, m - done);
 }
 

@@ -12,6 +12,8 @@
 #include <pthread.h>
 
 #include "quant/dot_lanes.h"
+#include "quant/formats.h"
+#include "quant/types.h"
 #include "base/bits.h"
 
 /* Fused multiply-add.  These kernels accumulate with fma(w, x, acc) where
@@ -80,7 +82,7 @@ static inline void rows_fma(double (*restrict acc)[LANES], int nr, const float *
 }
 
 /* AVX-512 dequantizers: the f32 operations of formats.c, in the same order,
- * 16 elements at a time; test_dot compares them with ds4_formats_dequant_row bit for
+ * 16 elements at a time; test_dot compares them with ds4_types_dequant_row bit for
  * bit.  Block scales go through the hardware f16 conversion, which is exact
  * for every finite half and Inf; a chunk with a NaN-or-Inf scale (exponent
  * field 31) is left to the portable code so even those keep their bits. */
@@ -216,7 +218,11 @@ static inline void dequant_chunk(const ds4_type_info *t, const uint8_t *row, con
     case DS4_TYPE_F32: memcpy(w, p, sizeof(float) * m); done = m; break;
     case DS4_TYPE_FP8_B128: done = dq_fp8(row, srow, off, w, m); break;
     case DS4_TYPE_FP4_B32: done = dq_fp4(row, srow, off, w, m); break;
-    default: break;
+    case DS4_TYPE_Q8_0:
+    case DS4_TYPE_Q2_K:
+    case DS4_TYPE_Q4_K:
+    case DS4_TYPE_IQ2_XXS:
+    case DS4_TYPE_I32: break;
     }
     /* The rest (a tail, a special scale or code, another type) the
      * portable way; done is a whole number of blocks.  Q8_0, Q2_K, Q4_K and
@@ -644,8 +650,14 @@ static int dequant_chunk_wide(const ds4_type_info *t, const uint8_t *row, const 
     case DS4_TYPE_Q2_K: return wide_q2_K(row + off / 256 * 84, wd, m / 256);
     case DS4_TYPE_Q4_K: return wide_q4_K(row + off / 256 * 144, wd, m / 256);
     case DS4_TYPE_IQ2_XXS: return wide_iq2_xxs(row + off / 256 * 66, wd, m / 256);
-    default: return 0;
+    case DS4_TYPE_F32:
+    case DS4_TYPE_F16:
+    case DS4_TYPE_BF16:
+    case DS4_TYPE_I32:
+    case DS4_TYPE_FP8_B128:
+    case DS4_TYPE_FP4_B32: return 0;
     }
+    return 0;
 }
 
 /* nr rows of type t (whole rows of n elements) against nt tokens (x + k *
@@ -658,13 +670,18 @@ fused_n(const ds4_type_info *t, const uint8_t *const *rows, const int nr, const 
     for (int j = 0; j < nr; j++)
         for (int k = 0; k < nt; k++) a[j][k].lo = a[j][k].hi = _mm512_setzero_pd();
     const uint64_t nb = n / t->blck;
-    int ok;
+    int ok = 0;
     switch (t->id) {
     case DS4_TYPE_Q8_0: ok = fused_q8_0(rows, nr, x, ldx, nt, nb, a); break;
     case DS4_TYPE_Q2_K: ok = fused_q2_K(rows, nr, x, ldx, nt, nb, a); break;
     case DS4_TYPE_Q4_K: ok = fused_q4_K(rows, nr, x, ldx, nt, nb, a); break;
     case DS4_TYPE_IQ2_XXS: ok = fused_iq2_xxs(rows, nr, x, ldx, nt, nb, a); break;
-    default: ok = 0; break;
+    case DS4_TYPE_F32:
+    case DS4_TYPE_F16:
+    case DS4_TYPE_BF16:
+    case DS4_TYPE_I32:
+    case DS4_TYPE_FP8_B128:
+    case DS4_TYPE_FP4_B32: ok = 0; break;
     }
     if (!ok) return 0;
     for (int j = 0; j < nr; j++)
@@ -692,16 +709,6 @@ static inline int fused_rows(const ds4_type_info *t, const uint8_t *const *rows,
     }
 }
 
-/* Whether a job of two tokens of type t takes the fused kernels rather
- * than the blocked multiply, which writes each chunk's weights as doubles
- * and reads them back for every tile of tokens: for every type with fused
- * kernels, the pair was faster on both machines measured; from 3 tokens
- * on, on the Intel one at 16 threads, the blocked multiply was as fast or
- * faster (docs/PERFORMANCE.md). */
-static inline int fused_multi(const ds4_type_info *t) {
-    return t->id == DS4_TYPE_Q8_0 || t->id == DS4_TYPE_IQ2_XXS || t->id == DS4_TYPE_Q2_K ||
-           t->id == DS4_TYPE_Q4_K;
-}
 
 /* ---- Several tokens: the blocked multiply (dot_job.h) -------------------
  *
@@ -780,7 +787,13 @@ static inline void mma(double (*restrict acc)[TILE_T][LANES], int nr, int nt,
 #define KERN_DEQUANT dequant_chunk
 #define KERN_DEQUANT_WIDE dequant_chunk_wide
 #define KERN_FUSED fused_rows
-#define KERN_FUSED_MULTI fused_multi
+/* A job of two tokens of a type with fused kernels takes them rather than
+ * the blocked multiply, which writes each chunk's weights as doubles and
+ * reads them back for every tile of tokens: for every such type, the pair
+ * was faster on both machines measured; from 3 tokens on, on the Intel one
+ * at 16 threads, the blocked multiply was as fast or faster
+ * (docs/PERFORMANCE.md). */
+#define KERN_FUSED_MULTI 1
 #define KERN_MMA mma
 #include "quant/dot_job.h"
 

@@ -20,10 +20,10 @@
  *                                        stage; 0 when it declines (the type, a
  *                                        special scale), having written nothing
  *                                        that matters
- *   KERN_FUSED_MULTI(t)                  whether a job of up to FUSED_T
- *                                        tokens of type t takes the fused
- *                                        kernels rather than the blocked
- *                                        multiply (no type, where it is not
+ *   KERN_FUSED_MULTI                     1 when a job of up to FUSED_T
+ *                                        tokens of a type with fused kernels
+ *                                        (types.h) takes them rather than the
+ *                                        blocked multiply (0 where not
  *                                        named)
  *
  * so every variant gets its own copy of the loops below with its
@@ -91,9 +91,9 @@ static double kern_dot_f32(const float *a, const float *b, uint64_t n) {
 static void rowset_lanes(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                          const float *x, uint64_t ldx, int t0, int nt, double (*acc)[RB][LANES]) {
     const uint64_t n = W->cols;
-    /* The fused kernels know the GGUF blocks only; a block-scaled type goes
-     * through KERN_DEQUANT. */
-    if (nt <= FUSED_T && !t->scale_rows) {
+    /* The types with fused kernels (types.h) try them; the others, and a
+     * block a fused kernel declines, go through KERN_DEQUANT. */
+    if (nt <= FUSED_T && t->fused) {
         const uint8_t *rows[RB];
         for (int j = 0; j < nr; j++) rows[j] = W->data + (r0 + (uint64_t)j) * W->row_bytes;
         if (KERN_FUSED(t, rows, nr, x + (uint64_t)t0 * ldx, ldx, nt, n, acc)) return;
@@ -167,12 +167,12 @@ static double kern_row_dot(const ds4_mat *W, const ds4_type_info *t, const float
 }
 
 #ifndef KERN_FUSED_MULTI
-#define KERN_FUSED_MULTI(t) ((void)(t), 0)
+#define KERN_FUSED_MULTI 0
 #endif
 
 static void kern_job(const ds4_mat *W, const ds4_type_info *t, uint64_t r0, int nr,
                      const float *x, uint64_t ldx, int t0, int nt, float *y, uint64_t ldy) {
-    if (nt > 1 && (nt > FUSED_T || t->scale_rows || !KERN_FUSED_MULTI(t))) {
+    if (nt > 1 && (nt > FUSED_T || !t->fused || !KERN_FUSED_MULTI)) {
         blocked_job(W, t, r0, nr, x, ldx, t0, nt, y, ldy);
         return;
     }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "quant/dot.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 typedef struct ds4_dot_kern {
     const char *name;

@@ -11,7 +11,7 @@
 
 #include "quant/blockfp.h"
 #include "quant/dot.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 /* The lanes of the canonical order (dot.h), which every kernel keeps. */
 enum { LANES = DS4_LANES };
@@ -77,12 +77,10 @@ static inline void rows_fma_portable(double (*restrict acc)[LANES], int nr, cons
  * CHUNK and m a whole number of blocks. */
 static inline void dequant_portable(const ds4_type_info *t, const uint8_t *row,
                                     const uint8_t *srow, uint64_t off, float *w, uint64_t m) {
-    if (t->id == DS4_TYPE_FP8_B128)
-        ds4_blockfp_fp8_span(row, srow, off, w, m);
-    else if (t->id == DS4_TYPE_FP4_B32)
-        ds4_blockfp_fp4_span(row, srow, off, w, m);
+    if (t->span)
+        t->span(row, srow, off, w, m);
     else
-        ds4_formats_dequant_row(t->id, row + off / t->blck * t->bytes, w, m);
+        t->dequant(row + off / t->blck * t->bytes, w, m);
 }
 
 /* acc[r][k][i % 16] += wd[r*BCHUNK + i] * xd[k*BCHUNK + i] for rows r < nr,

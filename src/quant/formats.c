@@ -18,11 +18,6 @@
 #include "base/bits.h"
 
 /* ------------------------------------------------------------------------ */
-/* Small helpers                                                            */
-/* ------------------------------------------------------------------------ */
-
-
-/* ------------------------------------------------------------------------ */
 /* IEEE binary16 and bfloat16                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -328,45 +323,38 @@ static void dequant_f16(const uint8_t *restrict p, float *restrict y, uint64_t n
 }
 
 /* ------------------------------------------------------------------------ */
-/* Rows                                                                     */
+/* Rows of whole blocks: the dequantizers of types.c's rows                 */
 /* ------------------------------------------------------------------------ */
 
-int ds4_formats_dequant_row(uint32_t type, const void *src, float *dst, uint64_t n) {
-    const ds4_type_info *t = ds4_types_info(type);
-    /* ds4_types_row_bytes rejects unknown types, partial blocks and sizes that
-     * overflow; an empty row is valid and does nothing. */
-    if (!t || (n != 0 && ds4_types_row_bytes(type, n) == 0)) return -1;
-    const uint8_t *p = src;
-    const uint64_t nblocks = n / t->blck;
+void ds4_formats_dequant_f32(const uint8_t *src, float *dst, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) dst[i] = ds4_bits_to_f32(ds4_bits_le32(src + 4 * i));
+}
 
-    switch (type) {
-    case DS4_TYPE_F32:
-        for (uint64_t i = 0; i < n; i++) dst[i] = ds4_bits_to_f32(ds4_bits_le32(p + 4 * i));
-        break;
-    case DS4_TYPE_F16:
-        dequant_f16(p, dst, n);
-        break;
-    case DS4_TYPE_BF16:
-        for (uint64_t i = 0; i < n; i++) dst[i] = ds4_bits_to_f32(ds4_bits_le16(p + 2 * i) << 16);
-        break;
-    case DS4_TYPE_I32:
-        /* Exact below 2^24 in magnitude, rounded to nearest even above. */
-        for (uint64_t i = 0; i < n; i++) dst[i] = (float)(int32_t)ds4_bits_le32(p + 4 * i);
-        break;
-    case DS4_TYPE_Q8_0:
-        for (uint64_t i = 0; i < nblocks; i++) dequant_q8_0(p + 34 * i, dst + 32 * i);
-        break;
-    case DS4_TYPE_Q2_K:
-        for (uint64_t i = 0; i < nblocks; i++) dequant_q2_K(p + 84 * i, dst + 256 * i);
-        break;
-    case DS4_TYPE_Q4_K:
-        for (uint64_t i = 0; i < nblocks; i++) dequant_q4_K(p + 144 * i, dst + 256 * i);
-        break;
-    case DS4_TYPE_IQ2_XXS:
-        for (uint64_t i = 0; i < nblocks; i++) dequant_iq2_xxs(p + 66 * i, dst + 256 * i);
-        break;
-    default:
-        return -1;   /* in the type table but without a dequantizer */
-    }
-    return 0;
+void ds4_formats_dequant_f16(const uint8_t *src, float *dst, uint64_t n) {
+    dequant_f16(src, dst, n);
+}
+
+void ds4_formats_dequant_bf16(const uint8_t *src, float *dst, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) dst[i] = ds4_bits_to_f32(ds4_bits_le16(src + 2 * i) << 16);
+}
+
+/* Exact below 2^24 in magnitude, rounded to nearest even above. */
+void ds4_formats_dequant_i32(const uint8_t *src, float *dst, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) dst[i] = (float)(int32_t)ds4_bits_le32(src + 4 * i);
+}
+
+void ds4_formats_dequant_q8_0(const uint8_t *src, float *dst, uint64_t n) {
+    for (uint64_t i = 0; i < n / 32; i++) dequant_q8_0(src + 34 * i, dst + 32 * i);
+}
+
+void ds4_formats_dequant_q2_K(const uint8_t *src, float *dst, uint64_t n) {
+    for (uint64_t i = 0; i < n / 256; i++) dequant_q2_K(src + 84 * i, dst + 256 * i);
+}
+
+void ds4_formats_dequant_q4_K(const uint8_t *src, float *dst, uint64_t n) {
+    for (uint64_t i = 0; i < n / 256; i++) dequant_q4_K(src + 144 * i, dst + 256 * i);
+}
+
+void ds4_formats_dequant_iq2_xxs(const uint8_t *src, float *dst, uint64_t n) {
+    for (uint64_t i = 0; i < n / 256; i++) dequant_iq2_xxs(src + 66 * i, dst + 256 * i);
 }

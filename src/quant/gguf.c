@@ -14,7 +14,7 @@
 
 #include "base/bits.h"
 #include "base/file.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 
 #include <float.h>
 #include <inttypes.h>

@@ -12,7 +12,7 @@
 #include "base/reslimit.h"
 #include "base/repr.h"
 #include "base/utf8.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "quant/gguf.h"
 
 enum { STR_SHOWN = 160, ARR_HEAD = 8, ARR_TAIL = 2, ARR_SHOWN_NESTED = 4 };
@@ -207,7 +207,7 @@ static int dequant_to(FILE *out, const ds4_gguf_tensor *t, ds4err *err) {
         for (uint64_t e = 0; e < t->ne[0] && rc == 0; e += chunk) {
             uint64_t n = t->ne[0] - e < chunk ? t->ne[0] - e : chunk;
             const uint8_t *src = t->data + r * row_bytes + e / ti->blck * ti->bytes;
-            if (ds4_formats_dequant_row(t->type, src, f, n)) {
+            if (ds4_types_dequant_row(t->type, src, f, n)) {
                 rc = ds4_err_set(err, DS4_E_INTERNAL, "tensor '%s': cannot dequantize %s rows",
                                 t->name, ti->name);
                 break;

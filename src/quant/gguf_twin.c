@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
 
@@ -32,7 +32,7 @@ static int dequant_tensor(const ds4_gguf_tensor *t, float **out, ds4err *err) {
     uint64_t rows = t->n_elem / t->ne[0];
     uint64_t row_bytes = ds4_types_row_bytes(t->type, t->ne[0]);
     for (uint64_t r = 0; r < rows; r++)
-        ds4_formats_dequant_row(t->type, t->data + r * row_bytes, v + r * t->ne[0], t->ne[0]);
+        ds4_types_dequant_row(t->type, t->data + r * row_bytes, v + r * t->ne[0], t->ne[0]);
     *out = v;
     return 0;
 }

@@ -19,7 +19,7 @@
 
 #include "fuzzutil.h"
 #include "model/model.h"
-#include "quant/formats.h"
+#include "quant/types.h"
 #include "quant/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -115,7 +115,7 @@ static void check_tensors(const ds4_gguf_file *g) {
         budget -= n;
         float *row = malloc(sizeof(float) * n);
         fz_check(row != NULL, "malloc");
-        fz_check(!ds4_formats_dequant_row(t->type, t->data, row, n), "a float tensor dequantizes");
+        fz_check(!ds4_types_dequant_row(t->type, t->data, row, n), "a float tensor dequantizes");
         free(row);
     }
     if (g->n_tensors < 2) return;
