@@ -4,11 +4,13 @@
 
 #include "ckpt/checkpoint.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/reslimit.h"
+#include "model/hparams.h"
 #include "quant/formats.h"
 
 /* ---------------------------------------------------------------------------
@@ -25,11 +27,6 @@ static int get_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, ds4er
 static int opt_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
     if (!ds4_gguf_find_kv(g, key)) return 0;
     return ds4_gguf_get_u32(g, key, out, err);
-}
-
-static int opt_f32(const ds4_gguf_file *g, const char *key, float *out, ds4err *err) {
-    if (!ds4_gguf_find_kv(g, key)) return 0;
-    return ds4_gguf_get_f32(g, key, out, err);
 }
 
 /* A per-layer f32 array with at least n_layer entries.  Entry n_layer (the MTP
@@ -67,27 +64,27 @@ static int check(ds4err *err, const char *path, bool ok, const char *what, int b
                       path, rule);
 }
 
+/* 0 when row h of the table is within its range in c; otherwise the error. */
+static int check_range(ds4err *err, const char *path, const ds4_hparam *h, const ds4_config *c) {
+    if (ds4_hparams_in_range(h, c)) return 0;
+    return ds4_err_set(err, DS4_E_MODEL,
+                      "%s: inconsistent DeepSeek4 configuration: %s must be in [%u, %u]", path,
+                      h->gguf, h->min, h->max);
+}
+
 static int is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
 /* Relations the forward pass relies on.  Each failure says which rule broke,
  * so a hand-made or converted file gets a precise diagnosis. */
 static int config_validate(const ds4_config *c, const char *p, ds4err *err) {
-    if (check(err, p, c->n_layer >= 1 && c->n_layer <= DS4_MAX_LAYER, "block_count must be in [1, %d]", DS4_MAX_LAYER) ||
-        check(err, p, c->n_embd >= 1 && c->n_embd <= DS4_MAX_EMBD, "embedding_length must be in [1, %d]", DS4_MAX_EMBD) ||
-        check(err, p, c->n_vocab >= 1 && c->n_vocab <= DS4_MAX_VOCAB, "vocab_size must be in [1, %d]", DS4_MAX_VOCAB) ||
-        check(err, p, c->n_head >= 1 && c->n_head <= DS4_MAX_HEAD, "attention.head_count must be in [1, %d]", DS4_MAX_HEAD) ||
-        check(err, p, c->n_rot >= 2 && c->n_rot % 2 == 0 && c->n_rot <= DS4_MAX_ROT, "rope.dimension_count must be even, in [2, %d]", DS4_MAX_ROT) ||
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (check_range(err, p, &ds4_hparams[i], c)) return -1;
+    /* The relations between fields, and the ranges that go with them. */
+    if (check(err, p, c->n_rot >= 2 && c->n_rot % 2 == 0 && c->n_rot <= DS4_MAX_ROT, "rope.dimension_count must be even, in [2, %d]", DS4_MAX_ROT) ||
         check(err, p, c->head_dim > c->n_rot && c->head_dim <= DS4_MAX_HEAD_DIM, "key_length must exceed rope.dimension_count (and be <= %d)", DS4_MAX_HEAD_DIM) ||
-        check(err, p, c->q_lora >= 1 && c->q_lora <= DS4_MAX_LORA, "attention.q_lora_rank must be in [1, %d]", DS4_MAX_LORA) ||
         check(err, p, c->o_groups >= 1 && c->n_head % c->o_groups == 0, "attention.head_count must be a multiple of output_group_count", 0) ||
-        check(err, p, c->o_lora >= 1 && c->o_lora <= DS4_MAX_LORA, "attention.output_lora_rank must be in [1, %d]", DS4_MAX_LORA) ||
-        check(err, p, c->n_expert >= 1 && c->n_expert <= DS4_MAX_EXPERT, "expert_count must be in [1, %d]", DS4_MAX_EXPERT) ||
         check(err, p, c->n_expert_used >= 1 && c->n_expert_used <= c->n_expert && c->n_expert_used <= DS4_MAX_EXPERT_USED, "expert_used_count must be in [1, min(expert_count, %d)]", DS4_MAX_EXPERT_USED) ||
-        check(err, p, c->n_ff >= 1 && c->n_ff <= DS4_MAX_FF, "expert_feed_forward_length must be in [1, %d]", DS4_MAX_FF) ||
         check(err, p, c->n_hash_layer <= c->n_layer, "hash_layer_count must not exceed block_count", 0) ||
-        check(err, p, c->swa >= 1 && c->swa <= DS4_MAX_WINDOW, "attention.sliding_window must be in [1, %d]", DS4_MAX_WINDOW) ||
-        check(err, p, c->n_hc >= 1 && c->n_hc <= DS4_MAX_HC, "hyper_connection.count must be in [1, %d]", DS4_MAX_HC) ||
-        check(err, p, c->sinkhorn_iter >= 1 && c->sinkhorn_iter <= DS4_MAX_SINKHORN_ITER, "hyper_connection.sinkhorn_iterations must be in [1, %d]", DS4_MAX_SINKHORN_ITER) ||
         check(err, p, c->rms_eps > 0 && c->hc_eps > 0, "epsilons must be positive", 0) ||
         check(err, p, c->rope_base > 1 && c->compress_rope_base > 1, "RoPE bases must be > 1", 0) ||
         check(err, p, !c->yarn || (c->yarn_factor >= 1 && c->yarn_orig_ctx >= 1 && c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0), "YaRN needs factor >= 1, original_context_length >= 1 and positive betas", 0))
@@ -128,45 +125,39 @@ int ds4_model_config_check_qat(const ds4_config *c, const char *path, ds4err *er
                       path, c->head_dim, c->n_rot, nope);
 }
 
+/* Row h of the table (hparams.h) from the GGUF: a DS4_HP_ONE row is checked
+ * to be 1, an optional row left out keeps its default. */
+static int load_hparam(ds4_config *c, const ds4_gguf_file *g, const ds4_hparam *h, ds4err *err) {
+    char key[128];
+    ds4_hparams_gguf_key(h, key, sizeof(key));
+    if (h->gguf_optional && !ds4_gguf_find_kv(g, key)) return 0;
+    if (h->kind == DS4_HP_F32) return ds4_gguf_get_f32(g, key, ds4_hparams_field(h, c), err);
+    if (h->kind == DS4_HP_U32) return get_u32(g, key, ds4_hparams_field(h, c), err);
+    uint32_t one = 0;
+    if (get_u32(g, key, &one, err)) return -1;
+    if (one == 1) return 0;
+    return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u: %s", g->path, key, one, h->one_why);
+}
+
+/* The table's rows of one group. */
+static int load_hparams(ds4_config *c, const ds4_gguf_file *g, uint8_t group, ds4err *err) {
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (ds4_hparams[i].group == group && load_hparam(c, g, &ds4_hparams[i], err)) return -1;
+    return 0;
+}
+
 /* Read and validate the configuration from a GGUF's metadata. */
 static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
     memset(c, 0, sizeof(*c));
-    uint32_t n_head_kv = 0, value_len = 0, n_shared = 0;
-    if (get_u32(g, KEY("block_count"), &c->n_layer, err) ||
-        get_u32(g, KEY("embedding_length"), &c->n_embd, err) ||
-        get_u32(g, KEY("vocab_size"), &c->n_vocab, err) ||
-        get_u32(g, KEY("attention.head_count"), &c->n_head, err) ||
-        get_u32(g, KEY("attention.head_count_kv"), &n_head_kv, err) ||
-        get_u32(g, KEY("attention.key_length"), &c->head_dim, err) ||
-        get_u32(g, KEY("attention.value_length"), &value_len, err) ||
-        get_u32(g, KEY("rope.dimension_count"), &c->n_rot, err) ||
-        get_u32(g, KEY("attention.q_lora_rank"), &c->q_lora, err) ||
-        get_u32(g, KEY("attention.output_lora_rank"), &c->o_lora, err) ||
-        get_u32(g, KEY("attention.output_group_count"), &c->o_groups, err) ||
-        get_u32(g, KEY("expert_count"), &c->n_expert, err) ||
-        get_u32(g, KEY("expert_used_count"), &c->n_expert_used, err) ||
-        get_u32(g, KEY("expert_feed_forward_length"), &c->n_ff, err) ||
-        get_u32(g, KEY("expert_shared_count"), &n_shared, err) ||
-        get_u32(g, KEY("hash_layer_count"), &c->n_hash_layer, err) ||
-        get_u32(g, KEY("attention.sliding_window"), &c->swa, err) ||
-        get_u32(g, KEY("hyper_connection.count"), &c->n_hc, err) ||
-        get_u32(g, KEY("hyper_connection.sinkhorn_iterations"), &c->sinkhorn_iter, err) ||
-        ds4_gguf_get_f32(g, KEY("attention.layer_norm_rms_epsilon"), &c->rms_eps, err) ||
-        ds4_gguf_get_f32(g, KEY("hyper_connection.epsilon"), &c->hc_eps, err) ||
-        ds4_gguf_get_f32(g, KEY("expert_weights_scale"), &c->expert_scale, err) ||
-        ds4_gguf_get_f32(g, KEY("rope.freq_base"), &c->rope_base, err) ||
-        ds4_gguf_get_f32(g, KEY("attention.compress_rope_freq_base"), &c->compress_rope_base, err))
+    ds4_hparams_defaults(c);
+    uint32_t value_len = 0;
+    if (load_hparams(c, g, DS4_HP_PLAIN, err) ||
+        get_u32(g, KEY("attention.value_length"), &value_len, err))
         return -1;
 
-    if (n_head_kv != 1)
-        return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u: DeepSeek4 attention has exactly one shared KV head",
-                          g->path, KEY("attention.head_count_kv"), n_head_kv);
     if (value_len != c->head_dim)
         return ds4_err_set(err, DS4_E_MODEL, "%s: value_length %u != key_length %u: K and V are one row in DeepSeek4",
                           g->path, value_len, c->head_dim);
-    if (n_shared != 1)
-        return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u: expected exactly 1 shared expert",
-                          g->path, KEY("expert_shared_count"), n_shared);
 
     /* Group-limited routing and other gating functions are not DeepSeek V4. */
     uint32_t groups = 0, groups_used = 0, gating = 4;
@@ -189,21 +180,13 @@ static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
                               g->path);
     }
 
-    c->idx_head = 0;
-    c->idx_dim = 0;
-    c->idx_topk = 0;
-    if (opt_u32(g, KEY("attention.indexer.head_count"), &c->idx_head, err) ||
-        opt_u32(g, KEY("attention.indexer.key_length"), &c->idx_dim, err) ||
-        opt_u32(g, KEY("attention.indexer.top_k"), &c->idx_topk, err))
-        return -1;
-
     /* YaRN: the official model applies it to every compressed layer when its
      * original_seq_len is set.  A file that states a scaling type other than
      * yarn (or none) is something we do not implement. */
-    c->yarn_factor = 1;
-    c->yarn_beta_fast = 32;
-    c->yarn_beta_slow = 1;
-    c->yarn = ds4_gguf_find_kv(g, KEY("rope.scaling.original_context_length")) != NULL;
+    char orig_key[128];
+    ds4_hparams_gguf_key(ds4_hparams_find(offsetof(ds4_config, yarn_orig_ctx)), orig_key,
+                         sizeof(orig_key));
+    c->yarn = ds4_gguf_find_kv(g, orig_key) != NULL;
     if (ds4_gguf_find_kv(g, KEY("rope.scaling.type"))) {
         ds4_gguf_str t;
         if (ds4_gguf_get_str(g, KEY("rope.scaling.type"), &t, err)) return -1;
@@ -214,16 +197,10 @@ static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
                               g->path, (int)(t.len > 32 ? 32 : t.len), t.ptr);
         }
     }
-    if (c->yarn &&
-        (get_u32(g, KEY("rope.scaling.original_context_length"), &c->yarn_orig_ctx, err) ||
-         ds4_gguf_get_f32(g, KEY("rope.scaling.factor"), &c->yarn_factor, err) ||
-         opt_f32(g, KEY("rope.scaling.yarn_beta_fast"), &c->yarn_beta_fast, err) ||
-         opt_f32(g, KEY("rope.scaling.yarn_beta_slow"), &c->yarn_beta_slow, err)))
-        return -1;
-    if (opt_u32(g, KEY("context_length"), &c->context_length, err)) return -1;
+    if (c->yarn && load_hparams(c, g, DS4_HP_YARN, err)) return -1;
 
-    if (c->n_layer < 1 || c->n_layer > DS4_MAX_LAYER)
-        return check(err, g->path, false, "block_count must be in [1, %d]", DS4_MAX_LAYER);
+    /* The arrays below are as long as block_count says: its range first. */
+    if (check_range(err, g->path, ds4_hparams_find(offsetof(ds4_config, n_layer)), c)) return -1;
     c->ratio = malloc(sizeof(uint32_t) * c->n_layer);
     if (!c->ratio) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     const ds4_gguf_kv *rk = ds4_gguf_find_kv(g, KEY("attention.compress_ratios"));
