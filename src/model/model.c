@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/reslimit.h"
+#include "model/bind.h"
 #include "model/hparams.h"
 #include "quant/formats.h"
 
@@ -331,9 +332,11 @@ static int copy_tid2eid(int32_t **out, const ds4_gguf_tensor *t, const ds4_confi
     return 0;
 }
 
-/* Bind one tensor described by spec s into the struct at `base`. */
-static int bind_one(const ds4_gguf_file *g, const ds4_config *c, uint32_t ratio,
-                    const ds4_tensor_spec *s, const char *prefix, void *base, ds4err *err) {
+/* Bind one tensor described by spec s into the struct at `base` (the GGUF's
+ * ds4_bind_format.bind; ctx is the ds4_gguf_file). */
+static int bind_one(const void *ctx, const ds4_config *c, uint32_t ratio, const ds4_tensor_spec *s,
+                    const char *prefix, void *base, ds4err *err) {
+    const ds4_gguf_file *g = ctx;
     char name[256], alt[256];
     snprintf(name, sizeof(name), "%s%s", prefix, s->name);
     const ds4_gguf_tensor *t = ds4_gguf_find_tensor(g, name);
@@ -385,38 +388,15 @@ static int bind_one(const ds4_gguf_file *g, const ds4_config *c, uint32_t ratio,
     return ds4_err_set(err, DS4_E_INTERNAL, "bad tensor class for %s", name);
 }
 
-static void free_vecs(const ds4_tensor_spec *specs, uint32_t n, void *base) {
-    for (uint32_t i = 0; i < n; i++) {
-        void *field = (char *)base + specs[i].offset;
-        if (specs[i].tclass == DS4_TC_VEC) {
-            free(((ds4_vec *)field)->v);
-            ((ds4_vec *)field)->v = NULL;
-        } else if (specs[i].tclass == DS4_TC_I32) {
-            free(*(int32_t **)field);
-            *(int32_t **)field = NULL;
-        }
-    }
+/* A spec's GGUF name (ds4_bind_format.name). */
+static void tensor_name(const void *ctx, const ds4_tensor_spec *s, const char *prefix, char *out,
+                        size_t cap) {
+    snprintf(out, cap, "%s%s", prefix, s->name);
 }
 
-/* A layer with no router bias selects on the plain scores: bias of zeros. */
-static int default_bias(ds4_layer *L, uint32_t n_expert, ds4err *err) {
-    if (L->exp_bias.v) return 0;
-    L->exp_bias.v = calloc(n_expert, sizeof(float));
-    if (!L->exp_bias.v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    L->exp_bias.n = n_expert;
-    return 0;
-}
-
-static int bind_layer(const ds4_gguf_file *g, const ds4_config *c, ds4_layer *L, uint32_t ratio,
-                      bool hash, const char *prefix, ds4err *err) {
-    L->ratio = ratio;
-    L->hash = hash;
-    for (uint32_t i = 0; i < ds4_layout_n_layer; i++) {
-        const ds4_tensor_spec *s = &ds4_layout_layer[i];
-        if (!ds4_layout_applies(s, ratio, hash)) continue;
-        if (bind_one(g, c, ratio, s, prefix, L, err)) return -1;
-    }
-    return hash ? 0 : default_bias(L, c->n_expert, err);
+/* The GGUF g as a format of bind.h. */
+static ds4_bind_format gguf_format(const ds4_gguf_file *g) {
+    return (ds4_bind_format){g->path, "blk.", g, bind_one, tensor_name};
 }
 
 /* tokenizer.ggml.tokens / token_type / merges -> a tokenizer whose strings
@@ -478,22 +458,8 @@ int ds4_model_from_gguf(ds4_model *m, const ds4_gguf_file *g, ds4err *err) {
     /* A SIGBUS handler the program installed names this file. */
     if (m->file.mapped) ds4_reslimit_sigbus_watch(m->file.map, m->file.size, m->file.path);
     if (config_load(&m->cfg, &m->file, err)) goto fail;
-    for (uint32_t i = 0; i < ds4_layout_n_global; i++)
-        if (bind_one(&m->file, &m->cfg, 0, &ds4_layout_global[i], "", m, err)) goto fail;
-    m->layers = calloc(m->cfg.n_layer, sizeof(ds4_layer));
-    if (!m->layers) {
-        ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-        goto fail;
-    }
-    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-        char prefix[32];
-        snprintf(prefix, sizeof(prefix), "blk.%u.", l);
-        ds4_layer *L = &m->layers[l];
-        L->clamp_exp = m->cfg.clamp_exp[l];
-        L->clamp_shexp = m->cfg.clamp_shexp[l];
-        if (bind_layer(&m->file, &m->cfg, L, m->cfg.ratio[l], l < m->cfg.n_hash_layer, prefix, err))
-            goto fail;
-    }
+    ds4_bind_format f = gguf_format(&m->file);
+    if (ds4_bind_model(&f, m, err)) goto fail;
     if (load_tokenizer(m, err)) goto fail;
     return 0;
 fail:
@@ -510,55 +476,27 @@ int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err) {
     }
     const ds4_gguf_file *g = &mtp->file;
     if (g->mapped) ds4_reslimit_sigbus_watch(g->map, g->size, g->path);
-    for (uint32_t i = 0; i < ds4_layout_n_mtp; i++)
-        if (bind_one(g, &m->cfg, 0, &ds4_layout_mtp[i], "mtp.0.", mtp, err)) goto fail;
-    /* The MTP block is a window-only, score-routed layer whose router bias
-     * is part of the published head. */
-    ds4_layer *B = &mtp->block;
-    B->clamp_exp = m->cfg.clamp_exp[m->cfg.n_layer];
-    B->clamp_shexp = m->cfg.clamp_shexp[m->cfg.n_layer];
-    if (bind_layer(g, &m->cfg, B, 0, false, "mtp.0.", err)) goto fail;
-    if (!ds4_gguf_find_tensor(g, "mtp.0.exp_probs_b.bias")) {
-        ds4_err_set(err, DS4_E_MODEL, "%s: required tensor is missing: mtp.0.exp_probs_b.bias", g->path);
-        goto fail;
-    }
+    ds4_bind_format f = gguf_format(g);
+    if (ds4_bind_mtp(&f, &m->cfg, mtp, err)) goto fail;
     m->mtp = mtp;
     return 0;
 fail:
-    free_vecs(ds4_layout_mtp, ds4_layout_n_mtp, mtp);
-    free_vecs(ds4_layout_layer, ds4_layout_n_layer, &mtp->block);
+    ds4_bind_free_mtp(mtp);
     ds4_reslimit_sigbus_unwatch(mtp->file.map);
     ds4_gguf_close(&mtp->file);
     free(mtp);
     return -1;
 }
 
-/* The arrays of a checkpoint's experts, one tensor each (ds4_mat.parts). */
-static void free_parts(ds4_layer *L) {
-    free((void *)L->gate_exps.parts);
-    free((void *)L->up_exps.parts);
-    free((void *)L->down_exps.parts);
-}
-
 void ds4_model_close(ds4_model *m) {
     if (m->mtp) {
-        free_parts(&m->mtp->block);
-        free_vecs(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp);
-        free_vecs(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block);
+        ds4_bind_free_mtp(m->mtp);
         ds4_reslimit_sigbus_unwatch(m->mtp->file.map);
         ds4_gguf_close(&m->mtp->file);
         free(m->mtp);
         m->mtp = NULL;
     }
-    if (m->layers) {
-        for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-            free_vecs(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l]);
-            free_parts(&m->layers[l]);
-        }
-        free(m->layers);
-        m->layers = NULL;
-    }
-    free_vecs(ds4_layout_global, ds4_layout_n_global, m);
+    ds4_bind_free_model(m);
     if (m->has_tok) ds4_tok_free(&m->tok);
     m->has_tok = false;
     if (m->vocab) {
