@@ -16,6 +16,7 @@
 
 #include "base/buf.h"
 #include "model/hfconfig.h"
+#include "model/hparams.h"
 #include "testutil.h"
 
 static const char release[] =
@@ -189,12 +190,156 @@ static void test_refusals(void **state) {
     assert_non_null(strstr(err.msg, "config.json: not a JSON object"));
 }
 
+/* Every hyper-parameter's keys, as llama.cpp's DeepSeek4 GGUF and the
+ * release's config.json spell them (YaRN's inside "rope_scaling"): the
+ * expectation the table of hparams.c is checked against, written out here
+ * rather than read from it. */
+typedef struct keyed {
+    size_t offset;
+    bool f32, yarn;
+    const char *gguf, *json;
+} keyed;
+
+#define U(field, g, j) {offsetof(ds4_config, field), false, false, g, j}
+#define R(field, g, j) {offsetof(ds4_config, field), true, false, g, j}
+static const keyed keys[] = {
+    U(n_layer, "block_count", "num_hidden_layers"),
+    U(n_embd, "embedding_length", "hidden_size"),
+    U(n_vocab, "vocab_size", "vocab_size"),
+    U(n_head, "attention.head_count", "num_attention_heads"),
+    U(head_dim, "attention.key_length", "head_dim"),
+    U(n_rot, "rope.dimension_count", "qk_rope_head_dim"),
+    U(q_lora, "attention.q_lora_rank", "q_lora_rank"),
+    U(o_lora, "attention.output_lora_rank", "o_lora_rank"),
+    U(o_groups, "attention.output_group_count", "o_groups"),
+    U(n_expert, "expert_count", "n_routed_experts"),
+    U(n_expert_used, "expert_used_count", "num_experts_per_tok"),
+    U(n_ff, "expert_feed_forward_length", "moe_intermediate_size"),
+    U(n_hash_layer, "hash_layer_count", "num_hash_layers"),
+    U(swa, "attention.sliding_window", "sliding_window"),
+    U(idx_head, "attention.indexer.head_count", "index_n_heads"),
+    U(idx_dim, "attention.indexer.key_length", "index_head_dim"),
+    U(idx_topk, "attention.indexer.top_k", "index_topk"),
+    U(n_hc, "hyper_connection.count", "hc_mult"),
+    U(sinkhorn_iter, "hyper_connection.sinkhorn_iterations", "hc_sinkhorn_iters"),
+    U(context_length, "context_length", "max_position_embeddings"),
+    R(rms_eps, "attention.layer_norm_rms_epsilon", "rms_norm_eps"),
+    R(hc_eps, "hyper_connection.epsilon", "hc_eps"),
+    R(expert_scale, "expert_weights_scale", "routed_scaling_factor"),
+    R(rope_base, "rope.freq_base", "rope_theta"),
+    R(compress_rope_base, "attention.compress_rope_freq_base", "compress_rope_theta"),
+    {offsetof(ds4_config, yarn_factor), true, true, "rope.scaling.factor", "factor"},
+    {offsetof(ds4_config, yarn_orig_ctx), false, true, "rope.scaling.original_context_length",
+     "original_max_position_embeddings"},
+    {offsetof(ds4_config, yarn_beta_fast), true, true, "rope.scaling.yarn_beta_fast", "beta_fast"},
+    {offsetof(ds4_config, yarn_beta_slow), true, true, "rope.scaling.yarn_beta_slow", "beta_slow"},
+};
+#undef U
+#undef R
+enum { N_KEYS = sizeof(keys) / sizeof(keys[0]), N_FIXED_AT_ONE = 2 };
+
+/* Every row is complete (kind, group, both keys, a range that holds its
+ * default), no key is another row's, and the rows are exactly the fields
+ * above with their keys, plus the two counts fixed at 1. */
+static void test_hparam_rows(void **state) {
+    (void)state;
+    assert_int_equal(ds4_hparams_n, N_KEYS + N_FIXED_AT_ONE);
+    for (uint32_t i = 0; i < ds4_hparams_n; i++) {
+        const ds4_hparam *h = &ds4_hparams[i];
+        assert_true(h->kind == DS4_HP_U32 || h->kind == DS4_HP_F32 || h->kind == DS4_HP_ONE);
+        assert_true(h->group == DS4_HP_PLAIN || h->group == DS4_HP_YARN);
+        if (!h->gguf || !*h->gguf || !h->json || !*h->json) fail_msg("row %u lacks a key", i);
+        if (h->max && (h->min > h->max || h->dflt > h->max))
+            fail_msg("row %s: range [%u, %u], default %g", h->gguf, h->min, h->max, h->dflt);
+        if (h->kind == DS4_HP_ONE && (!h->one_why || !*h->one_why))
+            fail_msg("row %s: no reason for 1", h->gguf);
+        for (uint32_t j = 0; j < i; j++) {
+            const ds4_hparam *o = &ds4_hparams[j];
+            if (!strcmp(h->gguf, o->gguf) || (h->group == o->group && !strcmp(h->json, o->json)))
+                fail_msg("rows %u and %u share a key (%s, %s)", j, i, h->gguf, h->json);
+            if (h->kind != DS4_HP_ONE && o->kind != DS4_HP_ONE && h->offset == o->offset)
+                fail_msg("rows %s and %s fill one field", o->gguf, h->gguf);
+        }
+    }
+    for (size_t k = 0; k < N_KEYS; k++) {
+        const ds4_hparam *h = ds4_hparams_find((uint32_t)keys[k].offset);
+        if (!h) fail_msg("no row for %s", keys[k].json);
+        if (strcmp(h->gguf, keys[k].gguf) || strcmp(h->json, keys[k].json))
+            fail_msg("row (%s, %s), expected (%s, %s)", h->gguf, h->json, keys[k].gguf,
+                     keys[k].json);
+        assert_int_equal(h->kind, keys[k].f32 ? DS4_HP_F32 : DS4_HP_U32);
+        assert_int_equal(h->group, keys[k].yarn ? DS4_HP_YARN : DS4_HP_PLAIN);
+    }
+}
+
+/* Field k of c, as a double. */
+static double field(const ds4_config *c, size_t k) {
+    const char *p = (const char *)c + keys[k].offset;
+    return keys[k].f32 ? *(const float *)(const void *)p : *(const uint32_t *)(const void *)p;
+}
+
+/* Each field written under its own key: a configuration whose every field
+ * differs from every other, written as config.json, holds each under the
+ * key above; the tiny model's GGUF holds each under its key above, and the
+ * GGUF reader gives those values. */
+static void test_hparam_keys_written(void **state) {
+    (void)state;
+    ds4_config c = {0};
+    for (size_t k = 0; k < N_KEYS; k++) {
+        char *p = (char *)&c + keys[k].offset;
+        if (keys[k].f32) *(float *)(void *)p = 0.5f + (float)k;
+        else *(uint32_t *)(void *)p = 100 + (uint32_t)k;
+    }
+    c.yarn = true;
+    uint32_t ratio[128] = {0};
+    float clamp[129];
+    for (size_t l = 0; l < 129; l++) clamp[l] = 10.0f;
+    assert_true(c.n_layer < 128);
+    c.ratio = ratio;
+    c.clamp_exp = c.clamp_shexp = clamp;
+    ds4_buf b = {0};
+    ds4err err = {0};
+    if (ds4_hfconfig_write(&c, false, false, &b, &err)) fail_msg("%s", err.msg);
+    ds4_json_doc *doc;
+    if (ds4_json_parse(b.p, b.len, "config.json", &doc, &err)) fail_msg("%s\n%s", err.msg, b.p);
+    const ds4_json *root = ds4_json_root(doc);
+    for (size_t k = 0; k < N_KEYS; k++) {
+        const ds4_json *obj = keys[k].yarn ? ds4_json_get(root, "rope_scaling") : root;
+        const ds4_json *v = ds4_json_get(obj, keys[k].json);
+        if (!v || v->type != DS4_JSON_NUMBER || (float)v->num != (float)field(&c, k))
+            fail_msg("\"%s\" is not %g in\n%s", keys[k].json, field(&c, k), b.p);
+    }
+    ds4_json_free(doc);
+    ds4_buf_free(&b);
+
+    tu_model *t = tu_model_new("tiny", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    for (size_t k = 0; k < N_KEYS; k++) {
+        char key[128];
+        snprintf(key, sizeof(key), "deepseek4.%s", keys[k].gguf);
+        double v;
+        if (keys[k].f32) {
+            float f;
+            if (ds4_gguf_get_f32(&t->m.file, key, &f, &err)) fail_msg("%s", err.msg);
+            v = f;
+        } else {
+            uint32_t u;
+            if (ds4_gguf_get_u32(&t->m.file, key, &u, &err)) fail_msg("%s", err.msg);
+            v = u;
+        }
+        if (v != field(&t->m.cfg, k)) fail_msg("%s is %g, read as %g", key, v, field(&t->m.cfg, k));
+    }
+    tu_model_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_same_as_gguf),
         cmocka_unit_test(test_writer),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_hparam_rows),
+        cmocka_unit_test(test_hparam_keys_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

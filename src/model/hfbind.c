@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/bind.h"
 #include "model/hfconfig.h"
 #include "quant/blockfp.h"
 #include "quant/types.h"
@@ -325,40 +326,19 @@ static int bind_one(const binder *b, const ds4_tensor_spec *s, void *base, ds4er
     return ds4_err_set(err, DS4_E_INTERNAL, "bad tensor class for %s", name);
 }
 
-static int bind_layer(const binder *b, ds4_layer *L, uint32_t ratio, bool hash, ds4err *err) {
-    binder lb = *b;
-    lb.ratio = ratio;
-    L->ratio = ratio;
-    L->hash = hash;
-    for (uint32_t i = 0; i < ds4_layout_n_layer; i++) {
-        const ds4_tensor_spec *s = &ds4_layout_layer[i];
-        if (ds4_layout_applies(s, ratio, hash) && bind_one(&lb, s, L, err)) return -1;
-    }
-    if (hash || L->exp_bias.v) return 0;
-    /* No router bias: selection on the plain scores (as model.c). */
-    L->exp_bias.v = calloc(b->c->n_expert, sizeof(float));
-    if (!L->exp_bias.v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    L->exp_bias.n = b->c->n_expert;
-    return 0;
+/* Bind spec s (ds4_bind_format.bind; ctx is a binder naming the checkpoint). */
+static int bind_spec(const void *ctx, const ds4_config *c, uint32_t ratio,
+                     const ds4_tensor_spec *s, const char *prefix, void *base, ds4err *err) {
+    const binder *ck = ctx;
+    const binder b = {ck->ck, ck->path, c, ratio, prefix};
+    return bind_one(&b, s, base, err);
 }
 
-/* The MTP layer: its own tensors under mtp.0., a ratio-0 score-routed
- * block whose router bias the release always has. */
-static int bind_mtp(ds4_model *m, const binder *b, ds4err *err) {
-    ds4_mtp *mtp = calloc(1, sizeof(*mtp));
-    if (!mtp) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    m->mtp = mtp;   /* ds4_model_close frees what is bound so far */
-    binder mb = *b;
-    mb.prefix = "mtp.0.";
-    mb.ratio = 0;
-    for (uint32_t i = 0; i < ds4_layout_n_mtp; i++)
-        if (bind_one(&mb, &ds4_layout_mtp[i], mtp, err)) return -1;
-    if (!ds4_checkpoint_find(b->ck, "mtp.0.ffn.gate.bias"))
-        return ds4_err_set(err, DS4_E_MODEL, "%s: required tensor is missing: mtp.0.ffn.gate.bias",
-                           b->path);
-    mtp->block.clamp_exp = m->cfg.clamp_exp[m->cfg.n_layer];
-    mtp->block.clamp_shexp = m->cfg.clamp_shexp[m->cfg.n_layer];
-    return bind_layer(&mb, &mtp->block, 0, false, err);
+/* A spec's name in the release (ds4_bind_format.name). */
+static void release_name(const void *ctx, const ds4_tensor_spec *s, const char *prefix,
+                         char *out, size_t cap) {
+    const hfname *h = hf_of(s->name);
+    snprintf(out, cap, "%s%s", prefix, h ? h->hf : s->name);
 }
 
 /* The folder's tokenizer.json, when it has one: the same vocabulary in the
@@ -397,25 +377,17 @@ static int bind_model(ds4_model *m, ds4_ckpt *ck, const char *path, ds4err *err)
         goto fail;
     }
     if (ds4_hfconfig_load(&m->cfg, ds4_checkpoint_config(ck), path, err)) goto fail;
-    binder b = {ck, path, &m->cfg, 0, ""};
-    for (uint32_t i = 0; i < ds4_layout_n_global; i++)
-        if (bind_one(&b, &ds4_layout_global[i], m, err)) goto fail;
-    m->layers = calloc(m->cfg.n_layer, sizeof(ds4_layer));
-    if (!m->layers) {
-        ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-        goto fail;
+    const binder b = {ck, path, NULL, 0, ""};
+    const ds4_bind_format f = {path, "layers.", &b, bind_spec, release_name};
+    if (ds4_bind_model(&f, m, err)) goto fail;
+    if (ds4_checkpoint_find(ck, "mtp.0.e_proj.weight")) {
+        /* ds4_model_close frees what is bound so far. */
+        if (!(m->mtp = calloc(1, sizeof(*m->mtp)))) {
+            ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        if (ds4_bind_mtp(&f, &m->cfg, m->mtp, err)) goto fail;
     }
-    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-        char prefix[32];
-        snprintf(prefix, sizeof(prefix), "layers.%u.", l);
-        b.prefix = prefix;
-        ds4_layer *L = &m->layers[l];
-        L->clamp_exp = m->cfg.clamp_exp[l];
-        L->clamp_shexp = m->cfg.clamp_shexp[l];
-        if (bind_layer(&b, L, m->cfg.ratio[l], l < m->cfg.n_hash_layer, err)) goto fail;
-    }
-    b.prefix = "";
-    if (ds4_checkpoint_find(ck, "mtp.0.e_proj.weight") && bind_mtp(m, &b, err)) goto fail;
     if (load_tokenizer(m, ck->dir, err)) goto fail;
     return 0;
 fail:

@@ -2,10 +2,13 @@
 #include "model/hfconfig.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/hparams.h"
 
 static int missing(const char *path, const char *key, const char *what, ds4err *err) {
     return ds4_err_set(err, DS4_E_MODEL, "%s: \"%s\" must be %s", path, key, what);
@@ -60,12 +63,33 @@ static int want_u32(const ds4_json *root, const char *key, uint32_t want, const 
                        v, want);
 }
 
+/* Row h of the table (hparams.h) from the object `obj`: a DS4_HP_ONE row
+ * must be 1, an optional row left out keeps its default. */
+static int read_hparam(ds4_config *c, const ds4_json *obj, const ds4_hparam *h, const char *path,
+                       ds4err *err) {
+    if (h->json_optional && !ds4_json_get(obj, h->json)) return 0;
+    switch (h->kind) {
+    case DS4_HP_U32: return get_u32(obj, h->json, ds4_hparams_field(h, c), path, err);
+    case DS4_HP_F32: return get_f32(obj, h->json, ds4_hparams_field(h, c), path, err);
+    case DS4_HP_ONE: return want_u32(obj, h->json, 1, path, err);
+    }
+    return ds4_err_set(err, DS4_E_INTERNAL, "bad kind of hyper-parameter %s", h->json);
+}
+
+/* The table's rows of one group, from `obj`. */
+static int read_hparams(ds4_config *c, const ds4_json *obj, uint8_t group, const char *path,
+                        ds4err *err) {
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (ds4_hparams[i].group == group && read_hparam(c, obj, &ds4_hparams[i], path, err))
+            return -1;
+    return 0;
+}
+
+/* "rope_scaling": null or absent leaves YaRN off (the YaRN rows keep their
+ * defaults); an object must say yarn and holds the YaRN rows. */
 static int read_rope_scaling(ds4_config *c, const ds4_json *root, const char *path, ds4err *err) {
     const ds4_json *rs = ds4_json_get(root, "rope_scaling");
     c->yarn = false;
-    c->yarn_factor = 1;
-    c->yarn_beta_fast = 32;
-    c->yarn_beta_slow = 1;
     if (!rs || rs->type == DS4_JSON_NULL) return 0;
     if (rs->type != DS4_JSON_OBJECT) return missing(path, "rope_scaling", "an object or null", err);
     const ds4_json *t = ds4_json_get(rs, "type");
@@ -77,12 +101,7 @@ static int read_rope_scaling(ds4_config *c, const ds4_json *root, const char *pa
     c->yarn = true;
     char in[512];
     snprintf(in, sizeof(in), "%s: in \"rope_scaling\"", path);
-    if (get_f32(rs, "factor", &c->yarn_factor, in, err) ||
-        get_u32(rs, "original_max_position_embeddings", &c->yarn_orig_ctx, in, err) ||
-        (ds4_json_get(rs, "beta_fast") && get_f32(rs, "beta_fast", &c->yarn_beta_fast, in, err)) ||
-        (ds4_json_get(rs, "beta_slow") && get_f32(rs, "beta_slow", &c->yarn_beta_slow, in, err)))
-        return -1;
-    return 0;
+    return read_hparams(c, rs, DS4_HP_YARN, in, err);
 }
 
 /* compress_ratios: n_layer entries, then one per MTP layer. */
@@ -110,32 +129,8 @@ static int load(ds4_config *c, const ds4_json *root, const char *path, ds4err *e
     float limit = 0;
     if (root->type != DS4_JSON_OBJECT)
         return ds4_err_set(err, DS4_E_MODEL, "%s: not a JSON object", path);
-    if (get_u32(root, "num_hidden_layers", &c->n_layer, path, err) ||
-        get_u32(root, "hidden_size", &c->n_embd, path, err) ||
-        get_u32(root, "vocab_size", &c->n_vocab, path, err) ||
-        get_u32(root, "num_attention_heads", &c->n_head, path, err) ||
-        want_u32(root, "num_key_value_heads", 1, path, err) ||
-        get_u32(root, "head_dim", &c->head_dim, path, err) ||
-        get_u32(root, "qk_rope_head_dim", &c->n_rot, path, err) ||
-        get_u32(root, "q_lora_rank", &c->q_lora, path, err) ||
-        get_u32(root, "o_lora_rank", &c->o_lora, path, err) ||
-        get_u32(root, "o_groups", &c->o_groups, path, err) ||
-        get_u32(root, "n_routed_experts", &c->n_expert, path, err) ||
-        get_u32(root, "num_experts_per_tok", &c->n_expert_used, path, err) ||
-        get_u32(root, "moe_intermediate_size", &c->n_ff, path, err) ||
-        want_u32(root, "n_shared_experts", 1, path, err) ||
-        get_u32(root, "num_hash_layers", &c->n_hash_layer, path, err) ||
-        get_u32(root, "sliding_window", &c->swa, path, err) ||
-        get_u32(root, "index_n_heads", &c->idx_head, path, err) ||
-        get_u32(root, "index_head_dim", &c->idx_dim, path, err) ||
-        get_u32(root, "index_topk", &c->idx_topk, path, err) ||
-        get_u32(root, "hc_mult", &c->n_hc, path, err) ||
-        get_u32(root, "hc_sinkhorn_iters", &c->sinkhorn_iter, path, err) ||
-        get_u32(root, "max_position_embeddings", &c->context_length, path, err) ||
-        get_f32(root, "rms_norm_eps", &c->rms_eps, path, err) ||
-        get_f32(root, "routed_scaling_factor", &c->expert_scale, path, err) ||
-        get_f32(root, "rope_theta", &c->rope_base, path, err) ||
-        get_f32(root, "compress_rope_theta", &c->compress_rope_base, path, err) ||
+    ds4_hparams_defaults(c);
+    if (read_hparams(c, root, DS4_HP_PLAIN, path, err) ||
         get_f32(root, "swiglu_limit", &limit, path, err) ||
         want_str(root, "scoring_func", "sqrtsoftplus", path, err) ||
         want_str(root, "topk_method", "noaux_tc", path, err) ||
@@ -146,9 +141,6 @@ static int load(ds4_config *c, const ds4_json *root, const char *path, ds4err *e
     if ((ds4_json_get(root, "n_group") && want_u32(root, "n_group", 1, path, err)) ||
         (ds4_json_get(root, "topk_group") && want_u32(root, "topk_group", 1, path, err)))
         return -1;
-    /* model.py's defaults for what the release's file leaves out. */
-    c->hc_eps = 1e-6f;
-    if (ds4_json_get(root, "hc_eps") && get_f32(root, "hc_eps", &c->hc_eps, path, err)) return -1;
     if (ds4_json_get(root, "num_nextn_predict_layers") &&
         get_u32(root, "num_nextn_predict_layers", &n_mtp, path, err))
         return -1;
@@ -161,9 +153,11 @@ static int load(ds4_config *c, const ds4_json *root, const char *path, ds4err *e
         return ds4_err_set(err, DS4_E_UNSUPPORTED,
                            "%s: \"norm_topk_prob\" must be true: DeepSeek V4 renormalizes its "
                            "routing weights", path);
-    if (c->n_layer < 1 || c->n_layer > DS4_MAX_LAYER)
-        return ds4_err_set(err, DS4_E_MODEL, "%s: \"num_hidden_layers\" must be in [1, %d]", path,
-                           DS4_MAX_LAYER);
+    /* The arrays below are as long as num_hidden_layers says: its range first. */
+    const ds4_hparam *layers = ds4_hparams_find(offsetof(ds4_config, n_layer));
+    if (!ds4_hparams_in_range(layers, c))
+        return ds4_err_set(err, DS4_E_MODEL, "%s: \"%s\" must be in [%u, %u]", path, layers->json,
+                           layers->min, layers->max);
     if (read_rope_scaling(c, root, path, err) || read_ratios(c, root, n_mtp, path, err)) return -1;
     c->clamp_exp = malloc(sizeof(float) * (c->n_layer + 1));
     c->clamp_shexp = malloc(sizeof(float) * (c->n_layer + 1));
@@ -190,6 +184,14 @@ static const char *float_text(double v, char out[32]) {
     return out;
 }
 
+/* Row h's value in c as config.json writes it: a count in digits, a float
+ * as float_text. */
+static const char *hparam_text(const ds4_hparam *h, const ds4_config *c, char out[32]) {
+    if (h->kind == DS4_HP_F32) return float_text(ds4_hparams_get(h, c), out);
+    snprintf(out, 32, "%u", (uint32_t)ds4_hparams_get(h, c));
+    return out;
+}
+
 int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b, ds4err *err) {
     const float limit = c->clamp_exp[0];
     for (uint32_t l = 0; l < c->n_layer + (mtp ? 1 : 0); l++)
@@ -198,33 +200,27 @@ int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b
                                "config.json has one swiglu_limit for every expert, and this model "
                                "clamps layer %u's routed experts at %g and its shared expert at %g, "
                                "not %g", l, c->clamp_exp[l], c->clamp_shexp[l], limit);
-    char t[6][32];
+    char t[32];
+    ds4_buf_puts(b, "{\n  \"architectures\": [\"DeepseekV4ForCausalLM\"],\n"
+                    "  \"model_type\": \"deepseek_v4\",\n");
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (ds4_hparams[i].group == DS4_HP_PLAIN)
+            ds4_buf_printf(b, "  \"%s\": %s,\n", ds4_hparams[i].json,
+                           hparam_text(&ds4_hparams[i], c, t));
     ds4_buf_printf(b,
-        "{\n  \"architectures\": [\"DeepseekV4ForCausalLM\"],\n  \"model_type\": \"deepseek_v4\",\n"
-        "  \"num_hidden_layers\": %u,\n  \"hidden_size\": %u,\n  \"vocab_size\": %u,\n"
-        "  \"num_attention_heads\": %u,\n  \"num_key_value_heads\": 1,\n  \"head_dim\": %u,\n"
-        "  \"qk_rope_head_dim\": %u,\n  \"q_lora_rank\": %u,\n  \"o_lora_rank\": %u,\n"
-        "  \"o_groups\": %u,\n  \"n_routed_experts\": %u,\n  \"num_experts_per_tok\": %u,\n"
-        "  \"moe_intermediate_size\": %u,\n  \"n_shared_experts\": 1,\n  \"num_hash_layers\": %u,\n"
-        "  \"sliding_window\": %u,\n  \"index_n_heads\": %u,\n  \"index_head_dim\": %u,\n"
-        "  \"index_topk\": %u,\n  \"hc_mult\": %u,\n  \"hc_sinkhorn_iters\": %u,\n"
-        "  \"hc_eps\": %s,\n  \"max_position_embeddings\": %u,\n  \"rms_norm_eps\": %s,\n"
-        "  \"routed_scaling_factor\": %s,\n  \"rope_theta\": %s,\n"
-        "  \"compress_rope_theta\": %s,\n  \"swiglu_limit\": %s,\n"
+        "  \"swiglu_limit\": %s,\n"
         "  \"scoring_func\": \"sqrtsoftplus\",\n  \"topk_method\": \"noaux_tc\",\n"
         "  \"norm_topk_prob\": true,\n  \"hidden_act\": \"silu\",\n"
         "  \"tie_word_embeddings\": false,\n  \"num_nextn_predict_layers\": %u,\n",
-        c->n_layer, c->n_embd, c->n_vocab, c->n_head, c->head_dim, c->n_rot, c->q_lora, c->o_lora,
-        c->o_groups, c->n_expert, c->n_expert_used, c->n_ff, c->n_hash_layer, c->swa, c->idx_head,
-        c->idx_dim, c->idx_topk, c->n_hc, c->sinkhorn_iter, float_text(c->hc_eps, t[0]),
-        c->context_length, float_text(c->rms_eps, t[1]), float_text(c->expert_scale, t[2]),
-        float_text(c->rope_base, t[3]), float_text(c->compress_rope_base, t[4]),
-        float_text(limit, t[5]), mtp ? 1u : 0u);
-    if (c->yarn)
-        ds4_buf_printf(b, "  \"rope_scaling\": {\"type\": \"yarn\", \"factor\": %s, "
-                       "\"original_max_position_embeddings\": %u, \"beta_fast\": %s, "
-                       "\"beta_slow\": %s},\n", float_text(c->yarn_factor, t[0]), c->yarn_orig_ctx,
-                       float_text(c->yarn_beta_fast, t[1]), float_text(c->yarn_beta_slow, t[2]));
+        float_text(limit, t), mtp ? 1u : 0u);
+    if (c->yarn) {
+        ds4_buf_puts(b, "  \"rope_scaling\": {\"type\": \"yarn\"");
+        for (uint32_t i = 0; i < ds4_hparams_n; i++)
+            if (ds4_hparams[i].group == DS4_HP_YARN)
+                ds4_buf_printf(b, ", \"%s\": %s", ds4_hparams[i].json,
+                               hparam_text(&ds4_hparams[i], c, t));
+        ds4_buf_puts(b, "},\n");
+    }
     if (quantized)
         ds4_buf_puts(b, "  \"expert_dtype\": \"fp4\",\n  \"quantization_config\": "
                         "{\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", "

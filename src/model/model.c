@@ -4,11 +4,14 @@
 
 #include "ckpt/checkpoint.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/reslimit.h"
+#include "model/bind.h"
+#include "model/hparams.h"
 #include "quant/types.h"
 
 /* ---------------------------------------------------------------------------
@@ -25,11 +28,6 @@ static int get_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, ds4er
 static int opt_u32(const ds4_gguf_file *g, const char *key, uint32_t *out, ds4err *err) {
     if (!ds4_gguf_find_kv(g, key)) return 0;
     return ds4_gguf_get_u32(g, key, out, err);
-}
-
-static int opt_f32(const ds4_gguf_file *g, const char *key, float *out, ds4err *err) {
-    if (!ds4_gguf_find_kv(g, key)) return 0;
-    return ds4_gguf_get_f32(g, key, out, err);
 }
 
 /* A per-layer f32 array with at least n_layer entries.  Entry n_layer (the MTP
@@ -67,27 +65,27 @@ static int check(ds4err *err, const char *path, bool ok, const char *what, int b
                       path, rule);
 }
 
+/* 0 when row h of the table is within its range in c; otherwise the error. */
+static int check_range(ds4err *err, const char *path, const ds4_hparam *h, const ds4_config *c) {
+    if (ds4_hparams_in_range(h, c)) return 0;
+    return ds4_err_set(err, DS4_E_MODEL,
+                      "%s: inconsistent DeepSeek4 configuration: %s must be in [%u, %u]", path,
+                      h->gguf, h->min, h->max);
+}
+
 static int is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
 /* Relations the forward pass relies on.  Each failure says which rule broke,
  * so a hand-made or converted file gets a precise diagnosis. */
 static int config_validate(const ds4_config *c, const char *p, ds4err *err) {
-    if (check(err, p, c->n_layer >= 1 && c->n_layer <= DS4_MAX_LAYER, "block_count must be in [1, %d]", DS4_MAX_LAYER) ||
-        check(err, p, c->n_embd >= 1 && c->n_embd <= DS4_MAX_EMBD, "embedding_length must be in [1, %d]", DS4_MAX_EMBD) ||
-        check(err, p, c->n_vocab >= 1 && c->n_vocab <= DS4_MAX_VOCAB, "vocab_size must be in [1, %d]", DS4_MAX_VOCAB) ||
-        check(err, p, c->n_head >= 1 && c->n_head <= DS4_MAX_HEAD, "attention.head_count must be in [1, %d]", DS4_MAX_HEAD) ||
-        check(err, p, c->n_rot >= 2 && c->n_rot % 2 == 0 && c->n_rot <= DS4_MAX_ROT, "rope.dimension_count must be even, in [2, %d]", DS4_MAX_ROT) ||
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (check_range(err, p, &ds4_hparams[i], c)) return -1;
+    /* The relations between fields, and the ranges that go with them. */
+    if (check(err, p, c->n_rot >= 2 && c->n_rot % 2 == 0 && c->n_rot <= DS4_MAX_ROT, "rope.dimension_count must be even, in [2, %d]", DS4_MAX_ROT) ||
         check(err, p, c->head_dim > c->n_rot && c->head_dim <= DS4_MAX_HEAD_DIM, "key_length must exceed rope.dimension_count (and be <= %d)", DS4_MAX_HEAD_DIM) ||
-        check(err, p, c->q_lora >= 1 && c->q_lora <= DS4_MAX_LORA, "attention.q_lora_rank must be in [1, %d]", DS4_MAX_LORA) ||
         check(err, p, c->o_groups >= 1 && c->n_head % c->o_groups == 0, "attention.head_count must be a multiple of output_group_count", 0) ||
-        check(err, p, c->o_lora >= 1 && c->o_lora <= DS4_MAX_LORA, "attention.output_lora_rank must be in [1, %d]", DS4_MAX_LORA) ||
-        check(err, p, c->n_expert >= 1 && c->n_expert <= DS4_MAX_EXPERT, "expert_count must be in [1, %d]", DS4_MAX_EXPERT) ||
         check(err, p, c->n_expert_used >= 1 && c->n_expert_used <= c->n_expert && c->n_expert_used <= DS4_MAX_EXPERT_USED, "expert_used_count must be in [1, min(expert_count, %d)]", DS4_MAX_EXPERT_USED) ||
-        check(err, p, c->n_ff >= 1 && c->n_ff <= DS4_MAX_FF, "expert_feed_forward_length must be in [1, %d]", DS4_MAX_FF) ||
         check(err, p, c->n_hash_layer <= c->n_layer, "hash_layer_count must not exceed block_count", 0) ||
-        check(err, p, c->swa >= 1 && c->swa <= DS4_MAX_WINDOW, "attention.sliding_window must be in [1, %d]", DS4_MAX_WINDOW) ||
-        check(err, p, c->n_hc >= 1 && c->n_hc <= DS4_MAX_HC, "hyper_connection.count must be in [1, %d]", DS4_MAX_HC) ||
-        check(err, p, c->sinkhorn_iter >= 1 && c->sinkhorn_iter <= DS4_MAX_SINKHORN_ITER, "hyper_connection.sinkhorn_iterations must be in [1, %d]", DS4_MAX_SINKHORN_ITER) ||
         check(err, p, c->rms_eps > 0 && c->hc_eps > 0, "epsilons must be positive", 0) ||
         check(err, p, c->rope_base > 1 && c->compress_rope_base > 1, "RoPE bases must be > 1", 0) ||
         check(err, p, !c->yarn || (c->yarn_factor >= 1 && c->yarn_orig_ctx >= 1 && c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0), "YaRN needs factor >= 1, original_context_length >= 1 and positive betas", 0))
@@ -128,45 +126,39 @@ int ds4_model_config_check_qat(const ds4_config *c, const char *path, ds4err *er
                       path, c->head_dim, c->n_rot, nope);
 }
 
+/* Row h of the table (hparams.h) from the GGUF: a DS4_HP_ONE row is checked
+ * to be 1, an optional row left out keeps its default. */
+static int load_hparam(ds4_config *c, const ds4_gguf_file *g, const ds4_hparam *h, ds4err *err) {
+    char key[128];
+    ds4_hparams_gguf_key(h, key, sizeof(key));
+    if (h->gguf_optional && !ds4_gguf_find_kv(g, key)) return 0;
+    if (h->kind == DS4_HP_F32) return ds4_gguf_get_f32(g, key, ds4_hparams_field(h, c), err);
+    if (h->kind == DS4_HP_U32) return get_u32(g, key, ds4_hparams_field(h, c), err);
+    uint32_t one = 0;
+    if (get_u32(g, key, &one, err)) return -1;
+    if (one == 1) return 0;
+    return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u: %s", g->path, key, one, h->one_why);
+}
+
+/* The table's rows of one group. */
+static int load_hparams(ds4_config *c, const ds4_gguf_file *g, uint8_t group, ds4err *err) {
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (ds4_hparams[i].group == group && load_hparam(c, g, &ds4_hparams[i], err)) return -1;
+    return 0;
+}
+
 /* Read and validate the configuration from a GGUF's metadata. */
 static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
     memset(c, 0, sizeof(*c));
-    uint32_t n_head_kv = 0, value_len = 0, n_shared = 0;
-    if (get_u32(g, KEY("block_count"), &c->n_layer, err) ||
-        get_u32(g, KEY("embedding_length"), &c->n_embd, err) ||
-        get_u32(g, KEY("vocab_size"), &c->n_vocab, err) ||
-        get_u32(g, KEY("attention.head_count"), &c->n_head, err) ||
-        get_u32(g, KEY("attention.head_count_kv"), &n_head_kv, err) ||
-        get_u32(g, KEY("attention.key_length"), &c->head_dim, err) ||
-        get_u32(g, KEY("attention.value_length"), &value_len, err) ||
-        get_u32(g, KEY("rope.dimension_count"), &c->n_rot, err) ||
-        get_u32(g, KEY("attention.q_lora_rank"), &c->q_lora, err) ||
-        get_u32(g, KEY("attention.output_lora_rank"), &c->o_lora, err) ||
-        get_u32(g, KEY("attention.output_group_count"), &c->o_groups, err) ||
-        get_u32(g, KEY("expert_count"), &c->n_expert, err) ||
-        get_u32(g, KEY("expert_used_count"), &c->n_expert_used, err) ||
-        get_u32(g, KEY("expert_feed_forward_length"), &c->n_ff, err) ||
-        get_u32(g, KEY("expert_shared_count"), &n_shared, err) ||
-        get_u32(g, KEY("hash_layer_count"), &c->n_hash_layer, err) ||
-        get_u32(g, KEY("attention.sliding_window"), &c->swa, err) ||
-        get_u32(g, KEY("hyper_connection.count"), &c->n_hc, err) ||
-        get_u32(g, KEY("hyper_connection.sinkhorn_iterations"), &c->sinkhorn_iter, err) ||
-        ds4_gguf_get_f32(g, KEY("attention.layer_norm_rms_epsilon"), &c->rms_eps, err) ||
-        ds4_gguf_get_f32(g, KEY("hyper_connection.epsilon"), &c->hc_eps, err) ||
-        ds4_gguf_get_f32(g, KEY("expert_weights_scale"), &c->expert_scale, err) ||
-        ds4_gguf_get_f32(g, KEY("rope.freq_base"), &c->rope_base, err) ||
-        ds4_gguf_get_f32(g, KEY("attention.compress_rope_freq_base"), &c->compress_rope_base, err))
+    ds4_hparams_defaults(c);
+    uint32_t value_len = 0;
+    if (load_hparams(c, g, DS4_HP_PLAIN, err) ||
+        get_u32(g, KEY("attention.value_length"), &value_len, err))
         return -1;
 
-    if (n_head_kv != 1)
-        return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u: DeepSeek4 attention has exactly one shared KV head",
-                          g->path, KEY("attention.head_count_kv"), n_head_kv);
     if (value_len != c->head_dim)
         return ds4_err_set(err, DS4_E_MODEL, "%s: value_length %u != key_length %u: K and V are one row in DeepSeek4",
                           g->path, value_len, c->head_dim);
-    if (n_shared != 1)
-        return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u: expected exactly 1 shared expert",
-                          g->path, KEY("expert_shared_count"), n_shared);
 
     /* Group-limited routing and other gating functions are not DeepSeek V4. */
     uint32_t groups = 0, groups_used = 0, gating = 4;
@@ -189,21 +181,13 @@ static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
                               g->path);
     }
 
-    c->idx_head = 0;
-    c->idx_dim = 0;
-    c->idx_topk = 0;
-    if (opt_u32(g, KEY("attention.indexer.head_count"), &c->idx_head, err) ||
-        opt_u32(g, KEY("attention.indexer.key_length"), &c->idx_dim, err) ||
-        opt_u32(g, KEY("attention.indexer.top_k"), &c->idx_topk, err))
-        return -1;
-
     /* YaRN: the official model applies it to every compressed layer when its
      * original_seq_len is set.  A file that states a scaling type other than
      * yarn (or none) is something we do not implement. */
-    c->yarn_factor = 1;
-    c->yarn_beta_fast = 32;
-    c->yarn_beta_slow = 1;
-    c->yarn = ds4_gguf_find_kv(g, KEY("rope.scaling.original_context_length")) != NULL;
+    char orig_key[128];
+    ds4_hparams_gguf_key(ds4_hparams_find(offsetof(ds4_config, yarn_orig_ctx)), orig_key,
+                         sizeof(orig_key));
+    c->yarn = ds4_gguf_find_kv(g, orig_key) != NULL;
     if (ds4_gguf_find_kv(g, KEY("rope.scaling.type"))) {
         ds4_gguf_str t;
         if (ds4_gguf_get_str(g, KEY("rope.scaling.type"), &t, err)) return -1;
@@ -214,16 +198,10 @@ static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
                               g->path, (int)(t.len > 32 ? 32 : t.len), t.ptr);
         }
     }
-    if (c->yarn &&
-        (get_u32(g, KEY("rope.scaling.original_context_length"), &c->yarn_orig_ctx, err) ||
-         ds4_gguf_get_f32(g, KEY("rope.scaling.factor"), &c->yarn_factor, err) ||
-         opt_f32(g, KEY("rope.scaling.yarn_beta_fast"), &c->yarn_beta_fast, err) ||
-         opt_f32(g, KEY("rope.scaling.yarn_beta_slow"), &c->yarn_beta_slow, err)))
-        return -1;
-    if (opt_u32(g, KEY("context_length"), &c->context_length, err)) return -1;
+    if (c->yarn && load_hparams(c, g, DS4_HP_YARN, err)) return -1;
 
-    if (c->n_layer < 1 || c->n_layer > DS4_MAX_LAYER)
-        return check(err, g->path, false, "block_count must be in [1, %d]", DS4_MAX_LAYER);
+    /* The arrays below are as long as block_count says: its range first. */
+    if (check_range(err, g->path, ds4_hparams_find(offsetof(ds4_config, n_layer)), c)) return -1;
     c->ratio = malloc(sizeof(uint32_t) * c->n_layer);
     if (!c->ratio) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     const ds4_gguf_kv *rk = ds4_gguf_find_kv(g, KEY("attention.compress_ratios"));
@@ -354,9 +332,11 @@ static int copy_tid2eid(int32_t **out, const ds4_gguf_tensor *t, const ds4_confi
     return 0;
 }
 
-/* Bind one tensor described by spec s into the struct at `base`. */
-static int bind_one(const ds4_gguf_file *g, const ds4_config *c, uint32_t ratio,
-                    const ds4_tensor_spec *s, const char *prefix, void *base, ds4err *err) {
+/* Bind one tensor described by spec s into the struct at `base` (the GGUF's
+ * ds4_bind_format.bind; ctx is the ds4_gguf_file). */
+static int bind_one(const void *ctx, const ds4_config *c, uint32_t ratio, const ds4_tensor_spec *s,
+                    const char *prefix, void *base, ds4err *err) {
+    const ds4_gguf_file *g = ctx;
     char name[256], alt[256];
     snprintf(name, sizeof(name), "%s%s", prefix, s->name);
     const ds4_gguf_tensor *t = ds4_gguf_find_tensor(g, name);
@@ -408,38 +388,15 @@ static int bind_one(const ds4_gguf_file *g, const ds4_config *c, uint32_t ratio,
     return ds4_err_set(err, DS4_E_INTERNAL, "bad tensor class for %s", name);
 }
 
-static void free_vecs(const ds4_tensor_spec *specs, uint32_t n, void *base) {
-    for (uint32_t i = 0; i < n; i++) {
-        void *field = (char *)base + specs[i].offset;
-        if (specs[i].tclass == DS4_TC_VEC) {
-            free(((ds4_vec *)field)->v);
-            ((ds4_vec *)field)->v = NULL;
-        } else if (specs[i].tclass == DS4_TC_I32) {
-            free(*(int32_t **)field);
-            *(int32_t **)field = NULL;
-        }
-    }
+/* A spec's GGUF name (ds4_bind_format.name). */
+static void tensor_name(const void *ctx, const ds4_tensor_spec *s, const char *prefix, char *out,
+                        size_t cap) {
+    snprintf(out, cap, "%s%s", prefix, s->name);
 }
 
-/* A layer with no router bias selects on the plain scores: bias of zeros. */
-static int default_bias(ds4_layer *L, uint32_t n_expert, ds4err *err) {
-    if (L->exp_bias.v) return 0;
-    L->exp_bias.v = calloc(n_expert, sizeof(float));
-    if (!L->exp_bias.v) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    L->exp_bias.n = n_expert;
-    return 0;
-}
-
-static int bind_layer(const ds4_gguf_file *g, const ds4_config *c, ds4_layer *L, uint32_t ratio,
-                      bool hash, const char *prefix, ds4err *err) {
-    L->ratio = ratio;
-    L->hash = hash;
-    for (uint32_t i = 0; i < ds4_layout_n_layer; i++) {
-        const ds4_tensor_spec *s = &ds4_layout_layer[i];
-        if (!ds4_layout_applies(s, ratio, hash)) continue;
-        if (bind_one(g, c, ratio, s, prefix, L, err)) return -1;
-    }
-    return hash ? 0 : default_bias(L, c->n_expert, err);
+/* The GGUF g as a format of bind.h. */
+static ds4_bind_format gguf_format(const ds4_gguf_file *g) {
+    return (ds4_bind_format){g->path, "blk.", g, bind_one, tensor_name};
 }
 
 /* tokenizer.ggml.tokens / token_type / merges -> a tokenizer whose strings
@@ -501,22 +458,8 @@ int ds4_model_from_gguf(ds4_model *m, const ds4_gguf_file *g, ds4err *err) {
     /* A SIGBUS handler the program installed names this file. */
     if (m->file.mapped) ds4_reslimit_sigbus_watch(m->file.map, m->file.size, m->file.path);
     if (config_load(&m->cfg, &m->file, err)) goto fail;
-    for (uint32_t i = 0; i < ds4_layout_n_global; i++)
-        if (bind_one(&m->file, &m->cfg, 0, &ds4_layout_global[i], "", m, err)) goto fail;
-    m->layers = calloc(m->cfg.n_layer, sizeof(ds4_layer));
-    if (!m->layers) {
-        ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-        goto fail;
-    }
-    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-        char prefix[32];
-        snprintf(prefix, sizeof(prefix), "blk.%u.", l);
-        ds4_layer *L = &m->layers[l];
-        L->clamp_exp = m->cfg.clamp_exp[l];
-        L->clamp_shexp = m->cfg.clamp_shexp[l];
-        if (bind_layer(&m->file, &m->cfg, L, m->cfg.ratio[l], l < m->cfg.n_hash_layer, prefix, err))
-            goto fail;
-    }
+    ds4_bind_format f = gguf_format(&m->file);
+    if (ds4_bind_model(&f, m, err)) goto fail;
     if (load_tokenizer(m, err)) goto fail;
     return 0;
 fail:
@@ -533,55 +476,27 @@ int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err) {
     }
     const ds4_gguf_file *g = &mtp->file;
     if (g->mapped) ds4_reslimit_sigbus_watch(g->map, g->size, g->path);
-    for (uint32_t i = 0; i < ds4_layout_n_mtp; i++)
-        if (bind_one(g, &m->cfg, 0, &ds4_layout_mtp[i], "mtp.0.", mtp, err)) goto fail;
-    /* The MTP block is a window-only, score-routed layer whose router bias
-     * is part of the published head. */
-    ds4_layer *B = &mtp->block;
-    B->clamp_exp = m->cfg.clamp_exp[m->cfg.n_layer];
-    B->clamp_shexp = m->cfg.clamp_shexp[m->cfg.n_layer];
-    if (bind_layer(g, &m->cfg, B, 0, false, "mtp.0.", err)) goto fail;
-    if (!ds4_gguf_find_tensor(g, "mtp.0.exp_probs_b.bias")) {
-        ds4_err_set(err, DS4_E_MODEL, "%s: required tensor is missing: mtp.0.exp_probs_b.bias", g->path);
-        goto fail;
-    }
+    ds4_bind_format f = gguf_format(g);
+    if (ds4_bind_mtp(&f, &m->cfg, mtp, err)) goto fail;
     m->mtp = mtp;
     return 0;
 fail:
-    free_vecs(ds4_layout_mtp, ds4_layout_n_mtp, mtp);
-    free_vecs(ds4_layout_layer, ds4_layout_n_layer, &mtp->block);
+    ds4_bind_free_mtp(mtp);
     ds4_reslimit_sigbus_unwatch(mtp->file.map);
     ds4_gguf_close(&mtp->file);
     free(mtp);
     return -1;
 }
 
-/* The arrays of a checkpoint's experts, one tensor each (ds4_mat.parts). */
-static void free_parts(ds4_layer *L) {
-    free((void *)L->gate_exps.parts);
-    free((void *)L->up_exps.parts);
-    free((void *)L->down_exps.parts);
-}
-
 void ds4_model_close(ds4_model *m) {
     if (m->mtp) {
-        free_parts(&m->mtp->block);
-        free_vecs(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp);
-        free_vecs(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block);
+        ds4_bind_free_mtp(m->mtp);
         ds4_reslimit_sigbus_unwatch(m->mtp->file.map);
         ds4_gguf_close(&m->mtp->file);
         free(m->mtp);
         m->mtp = NULL;
     }
-    if (m->layers) {
-        for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-            free_vecs(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l]);
-            free_parts(&m->layers[l]);
-        }
-        free(m->layers);
-        m->layers = NULL;
-    }
-    free_vecs(ds4_layout_global, ds4_layout_n_global, m);
+    ds4_bind_free_model(m);
     if (m->has_tok) ds4_tok_free(&m->tok);
     m->has_tok = false;
     if (m->vocab) {

@@ -12,10 +12,12 @@
 #include "model/synth.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/hparams.h"
 #include "model/synth_vocab.h"
 #include "quant/formats.h"
 #include "quant/types.h"
@@ -378,9 +380,64 @@ static void cfg_to_config(const synth_cfg *s, ds4_config *c, uint32_t n_vocab) {
     c->idx_topk = s->idx_topk;
     c->n_hc = 4;
     c->sinkhorn_iter = 20;
+    c->context_length = s->ctx;
+    c->hc_eps = 1e-6f;
+    c->rms_eps = 1e-6f;
+    c->expert_scale = 1.5f;
+    c->rope_base = 10000.0f;
+    c->compress_rope_base = 160000.0f;
+    c->yarn = true;
+    c->yarn_factor = 16.0f;
+    c->yarn_orig_ctx = 65536;
+    c->yarn_beta_fast = 32.0f;
+    c->yarn_beta_slow = 1.0f;
 }
 
 #define K(k) "deepseek4." k
+#define OFF(field) ((uint32_t)offsetof(ds4_config, field))
+
+/* Row h of the table (hparams.h) as a GGUF key. */
+static int put_hparam(ds4_gguf_writer *w, const ds4_config *c, const ds4_hparam *h) {
+    char key[128];
+    ds4_hparams_gguf_key(h, key, sizeof(key));
+    if (h->kind == DS4_HP_F32) return ds4_gguf_write_f32(w, key, (float)ds4_hparams_get(h, c));
+    return ds4_gguf_write_u32(w, key, (uint32_t)ds4_hparams_get(h, c));
+}
+
+/* The rows the synthetic files place elsewhere than the table does (its
+ * order is config.json's), written before the row that follows them. */
+static bool placed_elsewhere(const ds4_hparam *h) {
+    return h->kind != DS4_HP_ONE &&
+           (h->offset == OFF(context_length) || h->offset == OFF(expert_scale));
+}
+
+/* What the synthetic files hold before table row h, beyond the row itself:
+ * the keys that are not rows, and the rows placed elsewhere.  The files'
+ * bytes, and so this order, are pinned by vectors/manifest.txt's
+ * model_sha256. */
+static int put_before(ds4_gguf_writer *w, const ds4_config *c, const ds4_hparam *h) {
+    if (h->kind == DS4_HP_ONE) return 0;
+    int rc = 0;
+    switch (h->offset) {
+    case OFF(n_embd):
+        return put_hparam(w, c, ds4_hparams_find(OFF(context_length)));
+    case OFF(n_rot):
+        return ds4_gguf_write_u32(w, K("attention.value_length"), c->head_dim);
+    case OFF(n_hash_layer):
+        rc |= ds4_gguf_write_u32(w, K("expert_group_count"), 0);
+        rc |= ds4_gguf_write_u32(w, K("expert_group_used_count"), 0);
+        rc |= ds4_gguf_write_u32(w, K("expert_gating_func"), 4);
+        rc |= put_hparam(w, c, ds4_hparams_find(OFF(expert_scale)));
+        rc |= ds4_gguf_write_bool(w, K("expert_weights_norm"), true);
+        return rc;
+    case OFF(compress_rope_base):
+        rc |= ds4_gguf_write_str(w, K("rope.scaling.type"), "yarn");
+        for (uint32_t i = 0; i < ds4_hparams_n; i++)
+            if (ds4_hparams[i].group == DS4_HP_YARN) rc |= put_hparam(w, c, &ds4_hparams[i]);
+        return rc;
+    }
+    return 0;
+}
 
 static int write_metadata(ds4_gguf_writer *w, const synth_cfg *s, const ds4_config *c,
                           const char *name, bool mtp) {
@@ -390,43 +447,12 @@ static int write_metadata(ds4_gguf_writer *w, const synth_cfg *s, const ds4_conf
     rc |= ds4_gguf_write_str(w, "general.architecture", "deepseek4");
     rc |= ds4_gguf_write_str(w, "general.name", name);
     rc |= ds4_gguf_write_u32(w, "general.alignment", 32);
-    rc |= ds4_gguf_write_u32(w, K("block_count"), c->n_layer);
-    rc |= ds4_gguf_write_u32(w, K("context_length"), s->ctx);
-    rc |= ds4_gguf_write_u32(w, K("embedding_length"), c->n_embd);
-    rc |= ds4_gguf_write_u32(w, K("vocab_size"), c->n_vocab);
-    rc |= ds4_gguf_write_u32(w, K("attention.head_count"), c->n_head);
-    rc |= ds4_gguf_write_u32(w, K("attention.head_count_kv"), 1);
-    rc |= ds4_gguf_write_u32(w, K("attention.key_length"), c->head_dim);
-    rc |= ds4_gguf_write_u32(w, K("attention.value_length"), c->head_dim);
-    rc |= ds4_gguf_write_u32(w, K("rope.dimension_count"), c->n_rot);
-    rc |= ds4_gguf_write_u32(w, K("attention.q_lora_rank"), c->q_lora);
-    rc |= ds4_gguf_write_u32(w, K("attention.output_lora_rank"), c->o_lora);
-    rc |= ds4_gguf_write_u32(w, K("attention.output_group_count"), c->o_groups);
-    rc |= ds4_gguf_write_u32(w, K("expert_count"), c->n_expert);
-    rc |= ds4_gguf_write_u32(w, K("expert_used_count"), c->n_expert_used);
-    rc |= ds4_gguf_write_u32(w, K("expert_feed_forward_length"), c->n_ff);
-    rc |= ds4_gguf_write_u32(w, K("expert_shared_count"), 1);
-    rc |= ds4_gguf_write_u32(w, K("expert_group_count"), 0);
-    rc |= ds4_gguf_write_u32(w, K("expert_group_used_count"), 0);
-    rc |= ds4_gguf_write_u32(w, K("expert_gating_func"), 4);
-    rc |= ds4_gguf_write_f32(w, K("expert_weights_scale"), 1.5f);
-    rc |= ds4_gguf_write_bool(w, K("expert_weights_norm"), true);
-    rc |= ds4_gguf_write_u32(w, K("hash_layer_count"), c->n_hash_layer);
-    rc |= ds4_gguf_write_u32(w, K("attention.sliding_window"), c->swa);
-    rc |= ds4_gguf_write_u32(w, K("attention.indexer.head_count"), c->idx_head);
-    rc |= ds4_gguf_write_u32(w, K("attention.indexer.key_length"), c->idx_dim);
-    rc |= ds4_gguf_write_u32(w, K("attention.indexer.top_k"), c->idx_topk);
-    rc |= ds4_gguf_write_u32(w, K("hyper_connection.count"), c->n_hc);
-    rc |= ds4_gguf_write_u32(w, K("hyper_connection.sinkhorn_iterations"), c->sinkhorn_iter);
-    rc |= ds4_gguf_write_f32(w, K("hyper_connection.epsilon"), 1e-6f);
-    rc |= ds4_gguf_write_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f);
-    rc |= ds4_gguf_write_f32(w, K("rope.freq_base"), 10000.0f);
-    rc |= ds4_gguf_write_str(w, K("rope.scaling.type"), "yarn");
-    rc |= ds4_gguf_write_f32(w, K("rope.scaling.factor"), 16.0f);
-    rc |= ds4_gguf_write_u32(w, K("rope.scaling.original_context_length"), 65536);
-    rc |= ds4_gguf_write_f32(w, K("rope.scaling.yarn_beta_fast"), 32.0f);
-    rc |= ds4_gguf_write_f32(w, K("rope.scaling.yarn_beta_slow"), 1.0f);
-    rc |= ds4_gguf_write_f32(w, K("attention.compress_rope_freq_base"), 160000.0f);
+    for (uint32_t i = 0; i < ds4_hparams_n; i++) {
+        const ds4_hparam *h = &ds4_hparams[i];
+        if (h->group != DS4_HP_PLAIN || placed_elsewhere(h)) continue;
+        rc |= put_before(w, c, h);
+        rc |= put_hparam(w, c, h);
+    }
     rc |= ds4_gguf_write_arr_u32(w, K("attention.compress_ratios"), s->ratios, s->n_layer);
     rc |= ds4_gguf_write_arr_f32(w, K("swiglu_clamp_exp"), clamp, s->n_layer);
     rc |= ds4_gguf_write_arr_f32(w, K("swiglu_clamp_shexp"), clamp, s->n_layer);
