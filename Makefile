@@ -7,21 +7,22 @@
 CC      ?= cc
 # -O3: the portable kernels vectorize better; the bits are the same at any
 # level.  The AVX2, AVX-512 and NEON kernels are built whatever ARCH is and
-# chosen at run time (src/quant/dot.c), so ARCH is for cross builds only; the
+# chosen at run time (quant/dot.c), so ARCH is for cross builds only; the
 # bits are the same with every choice.
 OPT     ?= -O3
 ARCH    ?=
 CFLAGS  ?= $(OPT) $(ARCH) -g
 # -fPIC: the same objects make the static and the shared libraries.
-# One source root (src/, internal headers named "layer/file.h") and one
-# include root for what is installed (include/).
+# One source root (the top level: internal headers are named by their path
+# from it, "quant/dot.h", "ref/model/model.h") and one include root for
+# what is installed (include/).
 # -Werror=switch: a switch over an enum without a default must name every
 # value, so adding a block type (quant/types.h) fails the build at each
 # kernel that does not handle it yet.
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
-            -Werror=switch -ffp-contract=off -fno-fast-math -fopenmp -Isrc -Iinclude
+            -Werror=switch -ffp-contract=off -fno-fast-math -fopenmp -I. -Iinclude
 LDLIBS  = -lpcre2-8 -lm
-# What libds4check adds: libcurl, ds4ref-conform's HTTP client (src/conform/http.c).
+# What libds4check adds: libcurl, ds4ref-conform's HTTP client (check/conform/http.c).
 CHECK_LDLIBS = -lcurl
 BUILD  ?= build
 # Where the binaries go; scripts/portability.sh gives each build of its matrix its own.
@@ -30,18 +31,18 @@ BINDIR ?= .
 ALL_CFLAGS = $(BASEFLAGS) $(CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS = -fopenmp $(LDFLAGS) $(EXTRA_LDFLAGS)
 
-# Two libraries (docs/ARCHITECTURE.md), each a list of src/ folders, lowest
+# Two libraries (docs/ARCHITECTURE.md), each a list of folders, lowest
 # layer first.  libds4ref is the model and the formats it reads and writes
 # (include/ds4ref.h); libds4check compares and drives other backends
 # (include/ds4check.h) and is the only one that starts processes.
-MODEL_DIRS = base quant text ckpt model format forward decode run api
-CHECK_DIRS = diff conform check
-MODEL_SRC = $(sort $(wildcard $(patsubst %,src/%/*.c,$(MODEL_DIRS))))
-CHECK_SRC = $(sort $(wildcard $(patsubst %,src/%/*.c,$(CHECK_DIRS))))
+MODEL_DIRS = base quant $(addprefix ref/,text ckpt model format forward decode run api)
+CHECK_DIRS = $(addprefix check/,diff conform api)
+MODEL_SRC = $(sort $(wildcard $(patsubst %,%/*.c,$(MODEL_DIRS))))
+CHECK_SRC = $(sort $(wildcard $(patsubst %,%/*.c,$(CHECK_DIRS))))
 # ds4ref-conform's prompt corpus, compiled in from vectors/conform/*.txt.
 CORPUS    = $(sort $(wildcard vectors/conform/*.txt))
 MODEL_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(MODEL_SRC))
-CHECK_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(CHECK_SRC)) $(BUILD)/src/conform/corpus_data.o
+CHECK_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(CHECK_SRC)) $(BUILD)/check/conform/corpus_data.o
 # Each object's headers, as the compiler saw them (-MMD; -MP: a header
 # removed since is no error): touching a header rebuilds its users only.
 DEPS      = $(wildcard $(patsubst %.c,$(BUILD)/%.d,$(MODEL_SRC) $(CHECK_SRC) \
@@ -80,28 +81,28 @@ $(BUILD)/%.o: %.c Makefile
 $(BUILD)/gen/corpus_data.c: $(CORPUS) scripts/embed_prompts.sh
 	@mkdir -p $(dir $@)
 	scripts/embed_prompts.sh $@ $(CORPUS)
-$(BUILD)/src/conform/corpus_data.o: $(BUILD)/gen/corpus_data.c src/conform/corpus.h
+$(BUILD)/check/conform/corpus_data.o: $(BUILD)/gen/corpus_data.c check/conform/corpus.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-# The kernel variants (src/quant/dot_kern.h): each file is compiled for its own
-# instruction set, and src/quant/dot.c runs the best one the CPU has.  Every
+# The kernel variants (quant/dot_kern.h): each file is compiled for its own
+# instruction set, and quant/dot.c runs the best one the CPU has.  Every
 # variant gives the same bits, so the default build is as fast as the CPU
 # allows without being tied to it; ARCH= is for cross builds.
 TARGET_MACHINE := $(shell $(CC) -dumpmachine)
 ifneq ($(filter x86_64%,$(TARGET_MACHINE)),)
-$(BUILD)/src/quant/dot_avx2.o: KERNEL_FLAGS = -mavx2 -mfma -mf16c
-$(BUILD)/src/quant/dot_avx512.o: KERNEL_FLAGS = -mavx512f -mavx512dq -mavx2 -mfma -mf16c
+$(BUILD)/quant/dot_avx2.o: KERNEL_FLAGS = -mavx2 -mfma -mf16c
+$(BUILD)/quant/dot_avx512.o: KERNEL_FLAGS = -mavx512f -mavx512dq -mavx2 -mfma -mf16c
 endif
 
 # Each shared library exports its public header's functions only.
 # libds4check.so carries the parts of the model it uses, so that it needs
 # no internal symbol of libds4ref.so: its API passes paths, never handles.
-$(BUILD)/libds4ref.so: $(MODEL_OBJ) src/api/ds4ref.map
-	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4ref.so.1 -Wl,--version-script=src/api/ds4ref.map \
+$(BUILD)/libds4ref.so: $(MODEL_OBJ) ref/api/ds4ref.map
+	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4ref.so.1 -Wl,--version-script=ref/api/ds4ref.map \
 	    -o $@ $(MODEL_OBJ) $(LDLIBS)
-$(BUILD)/libds4check.so: $(CHECK_OBJ) $(BUILD)/libds4ref.a src/check/ds4check.map
-	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4check.so.1 -Wl,--version-script=src/check/ds4check.map \
+$(BUILD)/libds4check.so: $(CHECK_OBJ) $(BUILD)/libds4ref.a check/api/ds4check.map
+	$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libds4check.so.1 -Wl,--version-script=check/api/ds4check.map \
 	    -o $@ $(CHECK_OBJ) $(BUILD)/libds4ref.a $(CHECK_LDLIBS) $(LDLIBS)
 
 $(BUILD)/libds4ref.a: $(MODEL_OBJ)
@@ -270,7 +271,8 @@ sanitize: SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fn
 .PHONY: asan ubsan sanitize fuzz fuzz-smoke
 asan ubsan sanitize: all
 	@mkdir -p $(BUILD)/$@
-	@for f in Makefile README.md ds4ref.pc.in ds4check.pc.in .ci docs examples include src programs bench scripts tests vectors; do \
+	@for f in Makefile README.md ds4ref.pc.in ds4check.pc.in .ci docs examples include base quant ref check programs bench scripts \
+	         tests vectors; do \
 	    if [ -e $$f ]; then ln -sfn $(CURDIR)/$$f $(BUILD)/$@/$$f; fi; done
 	@if [ -e ../shared ]; then ln -sfn $(abspath ../shared) $(BUILD)/shared; fi
 	DS4REF_SANITIZER=$@ DS4REF_PLAIN_BUILD=$(abspath $(BUILD)) DS4REF_PLAIN_BIN=$(abspath $(BINDIR)) \
@@ -304,7 +306,7 @@ mutants-quick:
 # source tree (vectors/, ../shared), and its name would be too generic in a
 # bin/.
 PREFIX ?= /usr/local
-VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' src/base/version.h)
+VERSION = $(shell sed -n 's/^#define DS4REF_VERSION "\(.*\)"/\1/p' base/version.h)
 .PHONY: install examples
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

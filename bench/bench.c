@@ -18,7 +18,7 @@
  * touched (Linux /proc/self/smaps; 0 elsewhere).  threads is OpenMP's count;
  * decode_threads and prefill_threads are what passes of each kind ran with:
  * -t's count, or, without it on a machine of more than 16 threads, the count
- * the engine found fastest so far (src/forward/threads.h; 0 when no pass of
+ * the engine found fastest so far (ref/forward/threads.h; 0 when no pass of
  * that kind was measured).
  *
  * --layers also times one decode step layer by layer (through the forward
@@ -50,12 +50,12 @@
 #include <sys/resource.h>
 
 #include "base/version.h"
-#include "decode/sample.h"
-#include "decode/session.h"
-#include "forward/forward.h"
-#include "ckpt/checkpoint.h"
-#include "model/modelopen.h"
-#include "model/model.h"
+#include "ref/decode/sample.h"
+#include "ref/decode/session.h"
+#include "ref/forward/forward.h"
+#include "ref/ckpt/checkpoint.h"
+#include "ref/model/modelopen.h"
+#include "ref/model/model.h"
 #include "quant/dot.h"
 #include "quant/types.h"
 #include "../programs/models.h"

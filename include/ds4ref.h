@@ -363,7 +363,7 @@ int ds4ref_session_eval_many(ds4ref_session *const *rows, const int32_t *const *
                              const size_t *n, size_t n_rows, float *const *logits,
                              ds4ref_error *err);
 
-/* A sampling generator (src/decode/rng.h defines every bit). */
+/* A sampling generator (ref/decode/rng.h defines every bit). */
 typedef struct ds4ref_sampler {
     uint64_t state;
 } ds4ref_sampler;
@@ -406,7 +406,7 @@ int ds4ref_chat_messages(const ds4ref_model *m, const ds4ref_chat_message *msgs,
 
 enum ds4ref_tap_kind { DS4REF_TAP_F32, DS4REF_TAP_I32, DS4REF_TAP_F64 };
 
-/* One intermediate value of one token (names in src/forward/engine.h):
+/* One intermediate value of one token (names in ref/forward/engine.h):
  * hc_attn, hc_ffn, attn_out, ffn_out, experts, expert_weights, expert_scores,
  * indexer_scores, indexer_sel, comp_row, idx_row.  layer = n_layer for the
  * MTP block.  data is valid during the callback only. */

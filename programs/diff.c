@@ -6,7 +6,7 @@
  * official.vec file (the kind is told from the content).  Argument parsing
  * over the public API (ds4check_diff_files in ds4ref.h), which loads, compares
  * and writes the report; this turns its verdict into the exit status.  The
- * figures and their definitions live in src/diff/diff.h. */
+ * figures and their definitions live in check/diff/diff.h. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -467,7 +467,7 @@ static void step_seen(speed *sp) {
 
 /* "ds4ref: prefill: X t/s (P tokens), generation: Y t/s (N tokens)", as ds4
  * and llama-cli end a run; then the thread counts, when ds4ref chose them (a
- * machine of more than 16 threads and no -t: src/forward/threads.h), 0 for
+ * machine of more than 16 threads and no -t: ref/forward/threads.h), 0 for
  * a kind of pass that was not measured.  A row's first token comes out of
  * its prompt's evaluation; generation counts the tokens decoded after it.  A run that
  * generates nothing (-n 0) has its prompt's evaluation timed alone; one that

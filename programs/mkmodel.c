@@ -1,8 +1,8 @@
 /* ds4ref-mkmodel: write a synthetic DS4 model (base GGUF + MTP GGUF), or
  * the same model as a checkpoint in the official layout.  Argument parsing
  * over the public API (ds4ref_synth_write and ds4ref_gguf_to_checkpoint in
- * ds4ref.h); the generator is src/model/synth.c, the checkpoint writer
- * src/model/hfwrite.c. */
+ * ds4ref.h); the generator is ref/model/synth.c, the checkpoint writer
+ * ref/model/hfwrite.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

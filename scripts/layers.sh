@@ -9,10 +9,13 @@
 #   scripts/layers.sh --calls FILE    check one "object symbol" list of the
 #                                   model library's outside calls (likewise)
 #
-# The layers, lowest first (all under src/):
-#   libds4ref:   0 base/  1 quant/  2 text/  3 ckpt/  4 model/  5 format/
-#                6 forward/  7 decode/  8 run/  9 api/ (and include/ds4ref.h)
-#   libds4check: 10 diff/  11 conform/  12 check/ (and include/ds4check.h)
+# The layers, lowest first, and the top-level folders that hold them:
+#   base/        0 base/
+#   quant/       1 quant/
+#   ref/         2 text/  3 ckpt/  4 model/  5 format/  6 forward/  7 decode/
+#                8 run/  9 api/ (and include/ds4ref.h)          -- libds4ref
+#   check/       10 diff/  11 conform/  12 api/ (and include/ds4check.h)
+#                                                              -- libds4check
 # Programs (programs/*.c, *.h) may include the public headers and their own
 # helpers beside them only; bench/bench.c is the one exception, because it
 # measures what the API hides.
@@ -24,7 +27,10 @@
 #     it leaves undefined (nm), i.e. who calls whom at link time.
 # An edge from a lower layer to a higher one is an error, and so is a cycle
 # (tsort finds them), within a layer as well as across layers, and a file
-# that includes itself.  Prints the
+# that includes itself.  The same holds between the top-level folders
+# (base/ < quant/ < ref/ < check/): each edge is checked as a folder edge
+# too, so the folders' order is stated here once and cannot drift from the
+# layers'.  Prints the
 # two graphs' sizes and exits 0 when both are clean, 1 otherwise.
 #
 # And libds4ref (layers 0-9) is the model: it starts no process, opens no
@@ -36,20 +42,32 @@ build=${1:-build}
 
 rank() {
     case "$1" in
-        src/base/*) echo 0 ;;
-        src/quant/*) echo 1 ;;
-        src/text/*) echo 2 ;;
-        src/ckpt/*) echo 3 ;;
-        src/model/*) echo 4 ;;
-        src/format/*) echo 5 ;;
-        src/forward/*) echo 6 ;;
-        src/decode/*) echo 7 ;;
-        src/run/*) echo 8 ;;
-        src/api/* | include/ds4ref.h) echo 9 ;;
-        src/diff/*) echo 10 ;;
-        src/conform/*) echo 11 ;;
-        src/check/* | include/ds4check.h) echo 12 ;;
+        base/*) echo 0 ;;
+        quant/*) echo 1 ;;
+        ref/text/*) echo 2 ;;
+        ref/ckpt/*) echo 3 ;;
+        ref/model/*) echo 4 ;;
+        ref/format/*) echo 5 ;;
+        ref/forward/*) echo 6 ;;
+        ref/decode/*) echo 7 ;;
+        ref/run/*) echo 8 ;;
+        ref/api/* | include/ds4ref.h) echo 9 ;;
+        check/diff/*) echo 10 ;;
+        check/conform/*) echo 11 ;;
+        check/api/* | include/ds4check.h) echo 12 ;;
         *) echo -1 ;;
+    esac
+}
+
+# folder FILE: its top-level folder and that folder's place, lowest first
+# (a public header belongs to its library's folder).
+folder() {
+    case "$1" in
+        base/*) echo "base/ 0" ;;
+        quant/*) echo "quant/ 1" ;;
+        ref/* | include/ds4ref.h) echo "ref/ 2" ;;
+        check/* | include/ds4check.h) echo "check/ 3" ;;
+        *) echo "? -1" ;;
     esac
 }
 
@@ -71,12 +89,21 @@ check_calls() {
     done < "$1"
 }
 
-# check_graph NAME EDGES: upward edges and cycles of a "from to" edge list.
+# check_graph NAME EDGES: upward edges and cycles of a "from to" edge list,
+# between files and between their top-level folders.
 check_graph() {
-    local name=$1 edges=$2 from to rf rt
+    local name=$1 edges=$2 from to rf rt ff ft fr_ ft_
+    : > "$tmp/folders"
     while read -r from to; do
         rf=$(rank "$from")
         rt=$(rank "$to")
+        read -r ff fr_ <<< "$(folder "$from")"
+        read -r ft ft_ <<< "$(folder "$to")"
+        [ "$ff" = "$ft" ] || echo "$ff $ft" >> "$tmp/folders"
+        if [ "$ft_" -gt "$fr_" ]; then
+            echo "layers: $name: upward folder edge $ff -> $ft ($from -> $to)"
+            fail=1
+        fi
         if [ "$from" = "$to" ]; then
             # A cycle of length one, which tsort takes for a lone node.
             # (a.c including a.h is no such edge: those are two files.)
@@ -90,9 +117,14 @@ check_graph() {
             fail=1
         fi
     done < "$edges"
-    # Longer cycles.
+    # Longer cycles, of files and of folders.
     if ! tsort "$edges" > /dev/null 2> "$tmp/tsort.err"; then
         echo "layers: $name: cycle:"
+        sed 's/^tsort: /  /' "$tmp/tsort.err"
+        fail=1
+    fi
+    if ! sort -u "$tmp/folders" | tsort > /dev/null 2> "$tmp/tsort.err"; then
+        echo "layers: $name: cycle of folders:"
         sed 's/^tsort: /  /' "$tmp/tsort.err"
         fail=1
     fi
@@ -135,14 +167,14 @@ if [ "${1:-}" = --edges ]; then
 fi
 
 # ---- includes
-sources=$(ls src/*/*.[ch])
+sources=$(ls base/*.[ch] quant/*.[ch] ref/*/*.[ch] check/*/*.[ch])
 : > "$tmp/inc"
 for f in $sources; do
     sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
     while read -r inc; do
         case "$inc" in
             ds4ref.h | ds4check.h) to=include/$inc ;;
-            */*) to=src/$inc ;;
+            */*) to=$inc ;;
             *) echo "layers: $f includes \"$inc\": name its folder" >&2; to=unknown/$inc ;;
         esac
         if [ ! -f "$to" ]; then
@@ -154,7 +186,7 @@ done
 check_graph includes "$tmp/inc"
 
 # ---- objects
-objs=$(cd "$build" 2>/dev/null && ls src/*/*.o 2>/dev/null)
+objs=$(cd "$build" 2>/dev/null && ls base/*.o quant/*.o ref/*/*.o check/*/*.o 2>/dev/null)
 if [ -z "$objs" ]; then
     echo "layers: no library objects under $build (build first)"
     exit 1

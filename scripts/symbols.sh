@@ -9,7 +9,7 @@
 #                                      check can fail uses it)
 #
 # A file's prefix is its library's internal prefix (ds4_ for libds4ref,
-# ds4chk_ for libds4check) and the file's name: src/forward/moe.c defines
+# ds4chk_ for libds4check) and the file's name: ref/forward/moe.c defines
 # ds4_moe*.  The public API files define the public prefixes (ds4ref_,
 # ds4check_), and five files use the short name their functions have always
 # had, listed in file_prefix.  Prints the count checked; exits 1 on a symbol
@@ -23,13 +23,13 @@ file_prefix() {
     local stem
     stem=$(basename "$2" .o)
     case "$2" in
-        src/api/*) echo ds4ref_ ;;
-        src/check/*) echo ds4check_ ;;
-        src/base/detmath.o) echo ds4_det_ ;;
-        src/forward/hyperconn.o) echo ds4_hc_ ;;
-        src/forward/kvstate.o) echo ds4_kv_ ;;
-        src/text/tokenizer.o) echo ds4_tok ;;
-        src/decode/speculative.o) echo ds4_spec_ ;;
+        ref/api/*) echo ds4ref_ ;;
+        check/api/*) echo ds4check_ ;;
+        base/detmath.o) echo ds4_det_ ;;
+        ref/forward/hyperconn.o) echo ds4_hc_ ;;
+        ref/forward/kvstate.o) echo ds4_kv_ ;;
+        ref/text/tokenizer.o) echo ds4_tok ;;
+        ref/decode/speculative.o) echo ds4_spec_ ;;
         *) if [ "$1" = libds4check.a ]; then echo "ds4chk_$stem"; else echo "ds4_$stem"; fi ;;
     esac
 }
@@ -70,9 +70,9 @@ for lib in libds4ref.a libds4check.a; do
 done
 listing=$(for lib in libds4ref.a libds4check.a; do
     # The archive's member names lose their folders; the objects under
-    # $build/src/ name them, and the archive says which belong to it.
+    # $build/ name them, and the archive says which belong to it.
     for m in $(ar t "$build/$lib"); do
-        o=$(cd "$build" && ls src/*/"$m")
+        o=$(cd "$build" && ls base/"$m" quant/"$m" ref/*/"$m" check/*/"$m" 2>/dev/null)
         [ "$(wc -w <<< "$o")" = 1 ] || { echo "symbols: $m: $(wc -w <<< "$o") objects of that name" >&2; o=; }
         nm -g --defined-only "$build/$o" | awk -v l="$lib" -v o="$o" 'NF == 3 { print l, o, $3 }'
     done

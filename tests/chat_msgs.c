@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/pyjson.h"
+#include "ref/text/pyjson.h"
 
 static const struct { const char *name; ds4_chat_role role; } role_names[] = {
     {"system", DS4_ROLE_SYSTEM},       {"user", DS4_ROLE_USER},

@@ -9,8 +9,8 @@
 #include <stddef.h>
 
 #include "base/err.h"
-#include "text/chat.h"
-#include "text/json.h"
+#include "ref/text/chat.h"
+#include "ref/text/json.h"
 
 /* The messages of arr.  *msgs (free() it) points into `arr`, which must
  * outlive it.  A message without a known "role", or with a non-string

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/checkpoint.h"
+#include "ref/ckpt/checkpoint.h"
 #include "quant/blockfp.h"
 
 static int dump_values(const ds4_st_tensor *w, const ds4_st_tensor *s) {

@@ -14,8 +14,8 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TOP = ("src", "programs", "scripts", "bench", "tests", "docs", "include", "examples", "python",
-       "vectors", "ref", "tools", ".ci")
+TOP = ("base", "quant", "ref", "check", "programs", "scripts", "bench", "tests", "docs", "include", "examples", "python",
+       "vectors", "tools", ".ci")
 TOKEN = re.compile(r"(?<![A-Za-z0-9_./\-])((?:%s)/[A-Za-z0-9_./*\[\]-]*)" % "|".join(map(re.escape, TOP)))
 # Paths of other repositories that the documents cite under names this
 # tree also uses: ds4's test fixtures and the official code as maxtext
@@ -30,7 +30,7 @@ FOREIGN_FILES = {"ds4.c", "ds4_cli.c", "ds4_server.c", "model.py", "kernel.py", 
                  "llama.h", "modeling_deepseek_v4.py", "sds.c"}
 # Names that stand for any file in an example, and a script a test writes.
 EXAMPLE_FILES = {"a.c", "a.h", "name.h", "p.c", "OUT.c", "add_sha.sh"}
-SOURCE_DIRS = ("src", "programs", "tests", "include", "scripts", "bench", "python", "examples")
+SOURCE_DIRS = ("base", "quant", "ref", "check", "programs", "tests", "include", "scripts", "bench", "python", "examples")
 FILE = re.compile(r"(?<![A-Za-z0-9_.\-/])([A-Za-z0-9_./-]*[A-Za-z0-9_-]\.(?:c|h|py|sh))(?![A-Za-z0-9_])")
 
 

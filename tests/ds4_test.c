@@ -19,7 +19,7 @@
 
 #include "base/reslimit.h"
 #include "base/version.h"
-#include "model/numerics.h"
+#include "ref/model/numerics.h"
 #include "ds4t.h"
 #include "../programs/wait_policy.h"
 

@@ -13,14 +13,14 @@
 
 #include "base/file.h"
 #include "base/sha256.h"
-#include "decode/session.h"
+#include "ref/decode/session.h"
 #include "ds4t.h"
-#include "model/model.h"
-#include "model/synth.h"
-#include "text/chat.h"
-#include "diff/diff.h"
-#include "format/golden_read.h"
-#include "run/run.h"
+#include "ref/model/model.h"
+#include "ref/model/synth.h"
+#include "ref/text/chat.h"
+#include "check/diff/diff.h"
+#include "ref/format/golden_read.h"
+#include "ref/run/run.h"
 
 typedef struct entry {
     char name[128], config[32], types[8], qat[8], prompt[256], model_sha[65], golden_sha[65];

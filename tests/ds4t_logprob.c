@@ -22,13 +22,13 @@
 #include <unistd.h>
 
 #include "base/file.h"
-#include "decode/session.h"
-#include "decode/step.h"
+#include "ref/decode/session.h"
+#include "ref/decode/step.h"
 #include "ds4t.h"
-#include "model/model.h"
-#include "model/modelopen.h"
-#include "text/chat.h"
-#include "format/lpvec.h"
+#include "ref/model/model.h"
+#include "ref/model/modelopen.h"
+#include "ref/text/chat.h"
+#include "ref/format/lpvec.h"
 
 /* ds4's own: tests/ds4_test.c test_official_logprob_vectors, "logprob delta
  * too high".  Its vectors come from the hosted API, whose greedy token has

@@ -19,19 +19,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "decode/mtp_drafter.h"
-#include "decode/sample.h"
-#include "decode/session.h"
-#include "decode/speculative.h"
-#include "decode/step.h"
+#include "ref/decode/mtp_drafter.h"
+#include "ref/decode/sample.h"
+#include "ref/decode/session.h"
+#include "ref/decode/speculative.h"
+#include "ref/decode/step.h"
 #include "ds4t.h"
 #include "greedy.h"
-#include "model/model.h"
-#include "model/modelopen.h"
-#include "model/numerics.h"
-#include "model/synth.h"
+#include "ref/model/model.h"
+#include "ref/model/modelopen.h"
+#include "ref/model/numerics.h"
+#include "ref/model/synth.h"
 #include "script_drafter.h"
-#include "text/chat.h"
+#include "ref/text/chat.h"
 
 static const char copy_prompt[] =
     "Copy the following text exactly:\n\nThe quick brown fox jumps over the lazy dog.";

@@ -10,9 +10,9 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "decode/session.h"
-#include "decode/speculative.h"
-#include "decode/step.h"
+#include "ref/decode/session.h"
+#include "ref/decode/speculative.h"
+#include "ref/decode/step.h"
 
 /* Runs from the session's current logits (evaluate the prompt first).
  * Step i records the argmax of the logits, then feeds it back (except

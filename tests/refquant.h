@@ -3,8 +3,8 @@
  * ggml-quants.c's dequantize_row_* computes, element by element, written
  * out above each function in refquant.c) and ggml's f32 operations in
  * ggml's order, written apart from
- * src/quant/formats.c (which walks the blocks with loops).  test_formats checks
- * src/quant/formats.c against these bit for bit; test_api and test_ops use them
+ * quant/formats.c (which walks the blocks with loops).  test_formats checks
+ * quant/formats.c against these bit for bit; test_api and test_ops use them
  * where they need a weight's values without trusting ds4_types_dequant_row.  Only
  * the IQ2_XXS grid is the library's table (test_formats checks it against
  * ggml's numbers by hash). */
@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-/* ggml type ids, spelled out independently of src/quant/types.h. */
+/* ggml type ids, spelled out independently of quant/types.h. */
 enum { RQ_F32 = 0, RQ_F16 = 1, RQ_Q8_0 = 8, RQ_Q2_K = 10, RQ_Q4_K = 12, RQ_IQ2_XXS = 16,
        RQ_I32 = 26, RQ_BF16 = 30 };
 

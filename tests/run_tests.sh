@@ -89,22 +89,25 @@ done
 # The library's layering (docs/ARCHITECTURE.md), and proof that the check
 # catches the faults it looks for.
 run "layers: includes and calls go downward, no cycles" scripts/layers.sh "$build"
-run "layers: a cycle, a self-include, an upward edge and a process started by libds4ref are reported" bash -c '
+run "layers: a cycle, a self-include, an upward edge (of files and of folders) and a process started by libds4ref are reported" bash -c '
     e=$(mktemp); trap "rm -f $e" EXIT
-    printf "%s\n" "src/text/json.c src/decode/session.h" "src/forward/a.c src/forward/b.c" \
-        "src/forward/b.c src/forward/a.c" "src/api/api.c src/conform/conform.h" > "$e"
+    printf "%s\n" "ref/text/json.c ref/decode/session.h" "ref/forward/a.c ref/forward/b.c" \
+        "ref/forward/b.c ref/forward/a.c" "ref/api/api.c check/conform/conform.h" \
+        "quant/dot.c ref/model/model.h" "ref/model/model.c quant/dot.h" > "$e"
     out=$(scripts/layers.sh --edges "$e") && exit 1
-    grep -q "upward edge src/text/json.c -> src/decode/session.h" <<< "$out" &&
-    grep -q "upward edge src/api/api.c -> src/conform/conform.h" <<< "$out" &&
+    grep -q "upward edge ref/text/json.c -> ref/decode/session.h" <<< "$out" &&
+    grep -q "upward folder edge quant/ -> ref/ (quant/dot.c -> ref/model/model.h)" <<< "$out" &&
+    grep -q "cycle of folders" <<< "$out" &&
+    grep -q "upward edge ref/api/api.c -> check/conform/conform.h" <<< "$out" &&
     grep -q "cycle" <<< "$out" || exit 1
-    printf "%s\n" "src/format/golden.c src/format/golden.h" "src/format/golden.h src/format/golden.h" > "$e"
+    printf "%s\n" "ref/format/golden.c ref/format/golden.h" "ref/format/golden.h ref/format/golden.h" > "$e"
     out=$(scripts/layers.sh --edges "$e") && exit 1
-    grep -q "src/format/golden.h depends on itself" <<< "$out" || exit 1
+    grep -q "ref/format/golden.h depends on itself" <<< "$out" || exit 1
     d=$(mktemp -d); trap "rm -rf $e $d" EXIT
-    printf "#include \"ds4ref.h\"\n#include \"decode/session.h\"\n" > "$d/p.c"
+    printf "#include \"ds4ref.h\"\n#include \"ref/decode/session.h\"\n" > "$d/p.c"
     out=$(scripts/layers.sh --programs "$d") && exit 1
-    grep -q "p.c includes \"decode/session.h\": programs use the public headers only" <<< "$out" || exit 1
-    printf "%s\n" "src/text/hf_vocab.c posix_spawnp" "src/base/file.c mkstemp" "src/api/api.c socket" > "$e"
+    grep -q "p.c includes \"ref/decode/session.h\": programs use the public headers only" <<< "$out" || exit 1
+    printf "%s\n" "ref/text/hf_vocab.c posix_spawnp" "base/file.c mkstemp" "ref/api/api.c socket" > "$e"
     out=$(scripts/layers.sh --calls "$e") && exit 1
     grep -q "hf_vocab.c calls posix_spawnp: libds4ref starts no process" <<< "$out" &&
     grep -q "api.c calls socket" <<< "$out" && [ "$(grep -c calls <<< "$out")" = 2 ]'
@@ -114,8 +117,8 @@ run "layers: a cycle, a self-include, an upward edge and a process started by li
 run "symbols: the libraries' and the files' prefixes" scripts/symbols.sh "$build"
 run "symbols: a symbol without its prefixes is reported" bash -c '
     e=$(mktemp); trap "rm -f $e" EXIT
-    printf "%s\n" "libds4ref.a src/quant/gguf.o gguf_open" "libds4ref.a src/quant/gguf.o ds4_gguf_open" \
-        "libds4ref.a src/forward/moe.o ds4_attention" "libds4check.a src/diff/diff.o ds4_diff_check" > "$e"
+    printf "%s\n" "libds4ref.a quant/gguf.o gguf_open" "libds4ref.a quant/gguf.o ds4_gguf_open" \
+        "libds4ref.a ref/forward/moe.o ds4_attention" "libds4check.a check/diff/diff.o ds4_diff_check" > "$e"
     out=$(scripts/symbols.sh --list "$e") && exit 1
     grep -q "gguf.o defines gguf_open, outside" <<< "$out" &&
     grep -q "moe.o defines ds4_attention, which does not start with ds4_moe" <<< "$out" &&

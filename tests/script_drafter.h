@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "decode/speculative.h"
+#include "ref/decode/speculative.h"
 
 typedef struct drafter_script {
     const int32_t *stream;

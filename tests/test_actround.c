@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "model/numerics.h"
-#include "model/model.h"
+#include "ref/model/numerics.h"
+#include "ref/model/model.h"
 #include "quant/actround.h"
 #include "testutil.h"
 

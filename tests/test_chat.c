@@ -1,4 +1,4 @@
-/* Tests for src/text/chat.c, the DeepSeek V4 chat renderer.
+/* Tests for ref/text/chat.c, the DeepSeek V4 chat renderer.
  *
  * Rendered text is compared with
  *   - the official encoder's published fixtures (DeepSeek-V4-Flash
@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include "chat_msgs.h"
-#include "text/chat.h"
-#include "text/json.h"
+#include "ref/text/chat.h"
+#include "ref/text/json.h"
 #include "testutil.h"
 #include "xzvocab.h"
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/checkpoint.h"
+#include "ref/ckpt/checkpoint.h"
 #include "testutil.h"
 
 static void write_file(const char *dir, const char *name, const void *p, size_t n) {

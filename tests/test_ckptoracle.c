@@ -23,12 +23,12 @@
 
 #include "base/sha256.h"
 #include "ds4ref.h"
-#include "forward/engine.h"
-#include "forward/forward.h"
-#include "forward/kvstate.h"
-#include "model/hfbind.h"
-#include "model/model.h"
-#include "model/numerics.h"
+#include "ref/forward/engine.h"
+#include "ref/forward/forward.h"
+#include "ref/forward/kvstate.h"
+#include "ref/model/hfbind.h"
+#include "ref/model/model.h"
+#include "ref/model/numerics.h"
 #include "official.h"
 #include "testutil.h"
 

@@ -14,15 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conform/backend.h"
-#include "conform/matrix.h"
-#include "conform/client.h"
-#include "format/dump.h"
-#include "format/golden.h"
-#include "conform/template.h"
-#include "conform/verdict.h"
+#include "check/conform/backend.h"
+#include "check/conform/matrix.h"
+#include "check/conform/client.h"
+#include "ref/format/dump.h"
+#include "ref/format/golden.h"
+#include "check/conform/template.h"
+#include "check/conform/verdict.h"
 #include "testutil.h"
-#include "text/tokenizer.h"
+#include "ref/text/tokenizer.h"
 
 /* ---- templates ---- */
 

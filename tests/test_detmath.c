@@ -1,4 +1,4 @@
-/* Tests of src/base/detmath.c.
+/* Tests of base/detmath.c.
  *
  * Three independent references:
  *   - exact tables: inputs whose correctly rounded result was computed

@@ -1,4 +1,4 @@
-/* The comparison behind ds4ref-diff (src/diff/diff.h) on constructed
+/* The comparison behind ds4ref-diff (check/diff/diff.h) on constructed
  * goldens whose expected figures are worked out by hand below (KL with the C
  * library's exp/log, not ds4ref's). */
 #include <stdarg.h>
@@ -14,13 +14,13 @@
 
 #include "base/file.h"
 #include "testutil.h"
-#include "text/json.h"
-#include "diff/diff.h"
-#include "format/trace.h"
-#include "format/dump.h"
-#include "format/golden.h"
-#include "format/golden_write.h"
-#include "format/lpvec.h"
+#include "ref/text/json.h"
+#include "check/diff/diff.h"
+#include "ref/format/trace.h"
+#include "ref/format/dump.h"
+#include "ref/format/golden.h"
+#include "ref/format/golden_write.h"
+#include "ref/format/lpvec.h"
 
 enum { MAXK = 8 };
 

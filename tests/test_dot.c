@@ -1,4 +1,4 @@
-/* Tests of src/quant/dot.c: the canonical summation order and the matrix
+/* Tests of quant/dot.c: the canonical summation order and the matrix
  * kernels built on it.
  *
  * The reference is ref_dot below: a deliberately naive transcription of the

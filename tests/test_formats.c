@@ -1,4 +1,4 @@
-/* Tests of src/quant/formats.c and types.c: half/bfloat conversions, the
+/* Tests of quant/formats.c and types.c: half/bfloat conversions, the
  * block dequantizers and the table of types.
  *
  * Every expected value is computed independently of the code under test:

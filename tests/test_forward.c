@@ -17,10 +17,10 @@
 
 #include <cmocka.h>
 
-#include "decode/sample.h"
-#include "decode/session.h"
-#include "model/model.h"
-#include "model/synth.h"
+#include "ref/decode/sample.h"
+#include "ref/decode/session.h"
+#include "ref/model/model.h"
+#include "ref/model/synth.h"
 #include "testutil.h"
 
 typedef struct fixture {
@@ -106,7 +106,7 @@ static void runner_close(runner *r) {
 
 /* Logits of every position, evaluated in passes of `chunk` tokens, with the
  * engine choosing among the thread counts of a machine of `machine` threads
- * (src/forward/threads.h) when `tuned` is not NULL, where its figures go. */
+ * (ref/forward/threads.h) when `tuned` is not NULL, where its figures go. */
 static float *eval_all_tuned(const ds4_model *m, bool qat, const int32_t *toks, uint32_t n,
                              uint32_t chunk, float **hc, int machine, ds4_threads *tuned) {
     runner r;

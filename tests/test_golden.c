@@ -1,5 +1,5 @@
-/* Golden streams (src/format/golden.h), the ds4 dump layout (src/format/dump.h), the
- * atomic writer (src/base/file.h) and model identities (src/model/modelid.h).
+/* Golden streams (ref/format/golden.h), the ds4 dump layout (ref/format/dump.h), the
+ * atomic writer (base/file.h) and model identities (ref/model/modelid.h).
  *
  * The expected file texts below are written out by hand from
  * docs/FORMATS.md, not produced by the code under test; digests are checked
@@ -25,16 +25,16 @@
 #include "base/file.h"
 #include "base/hex.h"
 #include "base/sha256.h"
-#include "decode/step.h"
-#include "model/modelid.h"
+#include "ref/decode/step.h"
+#include "ref/model/modelid.h"
 #include "quant/gguf.h"
 #include "quant/gguf_write.h"
 #include "testutil.h"
-#include "format/dump.h"
-#include "format/golden.h"
-#include "format/golden_read.h"
-#include "format/golden_write.h"
-#include "run/run.h"
+#include "ref/format/dump.h"
+#include "ref/format/golden.h"
+#include "ref/format/golden_read.h"
+#include "ref/format/golden_write.h"
+#include "ref/run/run.h"
 
 /* ------------------------------------------------------------ fixtures */
 

@@ -1,4 +1,4 @@
-/* Tests of src/model/hfbind.c: a model from the official checkpoint's
+/* Tests of ref/model/hfbind.c: a model from the official checkpoint's
  * layout.
  *
  * The checkpoints are written here from the tiny synthetic GGUF model by a
@@ -25,17 +25,17 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "text/json.h"
-#include "text/tokenizer.h"
+#include "ref/text/json.h"
+#include "ref/text/tokenizer.h"
 #include "base/sha256.h"
 #include "ds4ref.h"
-#include "model/modelid.h"
-#include "forward/engine.h"
-#include "forward/forward.h"
-#include "forward/kvstate.h"
-#include "model/hfbind.h"
-#include "model/hfwrite.h"
-#include "model/numerics.h"
+#include "ref/model/modelid.h"
+#include "ref/forward/engine.h"
+#include "ref/forward/forward.h"
+#include "ref/forward/kvstate.h"
+#include "ref/model/hfbind.h"
+#include "ref/model/hfwrite.h"
+#include "ref/model/numerics.h"
 #include "quant/actround.h"
 #include "quant/blockfp.h"
 #include "quant/formats.h"

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "model/hfconfig.h"
-#include "model/hparams.h"
+#include "ref/model/hfconfig.h"
+#include "ref/model/hparams.h"
 #include "testutil.h"
 
 static const char release[] =

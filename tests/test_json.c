@@ -1,4 +1,4 @@
-/* Tests for src/text/json.c: the strict JSON parser and the string writer.
+/* Tests for ref/text/json.c: the strict JSON parser and the string writer.
  * Expected values are written out by hand (decoded bytes of escapes, offsets
  * of errors counted in the literal inputs). */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/json.h"
+#include "ref/text/json.h"
 
 static ds4_json_doc *parse_ok(const char *s, size_t n) {
     ds4err err = {0};

@@ -1,4 +1,4 @@
-/* Tests of src/forward/kvstate.c's sizing: the bytes a state for --ctx needs, and
+/* Tests of ref/forward/kvstate.c's sizing: the bytes a state for --ctx needs, and
  * the clear refusal of a context that cannot fit in memory. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "forward/kvstate.h"
+#include "ref/forward/kvstate.h"
 
 /* A DS4-shaped config: head 512, indexer 128, window 128. */
 static ds4_config shape(void) {

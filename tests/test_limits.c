@@ -35,15 +35,15 @@
 #include <cmocka.h>
 
 #include "base/reslimit.h"
-#include "decode/session.h"
-#include "forward/forward.h"
+#include "ref/decode/session.h"
+#include "ref/forward/forward.h"
 #include "malformed.h"
-#include "model/model.h"
-#include "model/synth.h"
+#include "ref/model/model.h"
+#include "ref/model/synth.h"
 #include "testutil.h"
-#include "text/json.h"
-#include "format/golden.h"
-#include "format/golden_read.h"
+#include "ref/text/json.h"
+#include "ref/format/golden.h"
+#include "ref/format/golden_read.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -520,7 +520,7 @@ static void test_cli_model_truncated(void **state) {
     int st = child_wait(&c);
     if (WIFSIGNALED(st))
         fail_msg("ds4ref died of signal %d: the CLI must install the SIGBUS handler "
-                 "(ds4_reslimit_sigbus_install, src/base/reslimit.h)", WTERMSIG(st));
+                 "(ds4_reslimit_sigbus_install, base/reslimit.h)", WTERMSIG(st));
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), DS4_EXIT_SIGBUS);
     assert_int_equal(count_lines(&c.err), 1);

@@ -1,4 +1,4 @@
-/* official.vec files (src/format/lpvec.h): the official fixture, ds4's grammar and
+/* official.vec files (ref/format/lpvec.h): the official fixture, ds4's grammar and
  * limits on hand-written bad inputs, and the appender, whose output is also
  * read back with a parser written the way ds4_test.c reads the file (fgets
  * into 2048 bytes, sscanf with ds4's formats) -- an independent reading of
@@ -16,9 +16,9 @@
 
 #include "base/file.h"
 #include "testutil.h"
-#include "text/json.h"
-#include "format/golden.h"
-#include "format/lpvec.h"
+#include "ref/text/json.h"
+#include "ref/format/golden.h"
+#include "ref/format/lpvec.h"
 
 /* ------------------------------------------------------------ ds4's way */
 

@@ -14,10 +14,10 @@
 
 #include <cmocka.h>
 
-#include "decode/session.h"
-#include "forward/forward.h"
-#include "model/model.h"
-#include "model/synth.h"
+#include "ref/decode/session.h"
+#include "ref/forward/forward.h"
+#include "ref/model/model.h"
+#include "ref/model/synth.h"
 #include "quant/types.h"
 #include "quant/gguf_write.h"
 #include "testutil.h"

@@ -22,17 +22,17 @@
 
 #include <cmocka.h>
 
-#include "decode/mtp_drafter.h"
-#include "decode/sample.h"
-#include "decode/session.h"
-#include "decode/speculative.h"
+#include "ref/decode/mtp_drafter.h"
+#include "ref/decode/sample.h"
+#include "ref/decode/session.h"
+#include "ref/decode/speculative.h"
 #include "greedy.h"
-#include "model/model.h"
-#include "model/model.h"
-#include "model/synth.h"
+#include "ref/model/model.h"
+#include "ref/model/model.h"
+#include "ref/model/synth.h"
 #include "official.h"
 #include "testutil.h"
-#include "text/json.h"
+#include "ref/text/json.h"
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
 

@@ -6,7 +6,7 @@
  * (model.py and kernel.py, as vectors/official/README.md and the oracle
  * README §5 state them): double arithmetic in plain loops, the C library's
  * exp/log1p/sqrt, weights decoded by tests/refquant.c rather than by
- * src/quant/formats.c, and the matrix kernels checked against OpenBLAS's
+ * quant/formats.c, and the matrix kernels checked against OpenBLAS's
  * cblas_dgemm on those decoded weights (this is the only binary that links
  * OpenBLAS).  Two things come from the library because they have exact tests
  * of their own: the cos/sin of RoPE angles where an op applies RoPE
@@ -31,16 +31,16 @@
 #include <cblas.h>
 #include <cmocka.h>
 
-#include "forward/attention.h"
-#include "forward/compressor.h"
-#include "forward/engine.h"
-#include "forward/head.h"
-#include "forward/hyperconn.h"
-#include "forward/indexer.h"
-#include "forward/moe.h"
-#include "forward/norm.h"
-#include "forward/rope.h"
-#include "model/model.h"
+#include "ref/forward/attention.h"
+#include "ref/forward/compressor.h"
+#include "ref/forward/engine.h"
+#include "ref/forward/head.h"
+#include "ref/forward/hyperconn.h"
+#include "ref/forward/indexer.h"
+#include "ref/forward/moe.h"
+#include "ref/forward/norm.h"
+#include "ref/forward/rope.h"
+#include "ref/model/model.h"
 #include "quant/actround.h"
 #include "quant/dot.h"
 #include "quant/types.h"
@@ -1151,7 +1151,7 @@ static void check_y(const float *y, uint64_t ldy, const kref *r, const ds4_mat *
         }
 }
 
-/* Every public kernel entry point of src/quant/dot.h, for every weight type,
+/* Every public kernel entry point of quant/dot.h, for every weight type,
  * at decode (T = 1) and blocked prefill shapes (T = 9: one tile, short of
  * TILE_T = 16; T = 17: two tiles, of 9 and 8 tokens; neither a multiple of
  * the register blocks' tokens), with row counts that are not

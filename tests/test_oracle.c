@@ -30,12 +30,12 @@
 
 #include <cmocka.h>
 
-#include "decode/sample.h"
-#include "decode/session.h"
-#include "model/model.h"
+#include "ref/decode/sample.h"
+#include "ref/decode/session.h"
+#include "ref/model/model.h"
 #include "official.h"
 #include "testutil.h"
-#include "text/json.h"
+#include "ref/text/json.h"
 
 /* ---- running a model over a token file, with selections recorded ---- */
 

@@ -1,4 +1,4 @@
-/* Tests of src/quant/qat.c.
+/* Tests of quant/qat.c.
  *
  * References:
  *   - the official vectors of vectors/official/qat_unit (outputs of

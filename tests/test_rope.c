@@ -1,4 +1,4 @@
-/* Tests of src/forward/rope.c.
+/* Tests of ref/forward/rope.c.
  *
  * References:
  *   - the official float32 tables of vectors/official/rope/
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward/rope.h"
+#include "ref/forward/rope.h"
 #include "testutil.h"
 
 static uint32_t fbits(float f) {

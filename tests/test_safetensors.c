@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/safetensors.h"
+#include "ref/ckpt/safetensors.h"
 #include "testutil.h"
 
 /* 8-byte length, the header, then data_len bytes counting up from 0. */

@@ -21,15 +21,15 @@
 
 #include <cmocka.h>
 
-#include "decode/mtp_drafter.h"
-#include "decode/rng.h"
-#include "decode/sample.h"
-#include "decode/session.h"
-#include "decode/speculative.h"
-#include "decode/step.h"
+#include "ref/decode/mtp_drafter.h"
+#include "ref/decode/rng.h"
+#include "ref/decode/sample.h"
+#include "ref/decode/session.h"
+#include "ref/decode/speculative.h"
+#include "ref/decode/step.h"
 #include "greedy.h"
-#include "model/model.h"
-#include "model/synth.h"
+#include "ref/model/model.h"
+#include "ref/model/synth.h"
 #include "script_drafter.h"
 #include "testutil.h"
 

@@ -1,4 +1,4 @@
-/* Tests of src/forward/threads.c: the thread counts a forward pass gets when
+/* Tests of ref/forward/threads.c: the thread counts a forward pass gets when
  * the engine chooses.
  *
  * The machine is simulated: a table gives the seconds a token each count
@@ -19,7 +19,7 @@
 #include <cmocka.h>
 #include <omp.h>
 
-#include "forward/threads.h"
+#include "ref/forward/threads.h"
 
 /* A simulated machine: seconds a token for each thread count. */
 typedef struct machine {

@@ -1,5 +1,5 @@
-/* Tests for the pre-tokenizer (src/text/pretok.c), the tokenizer
- * (src/text/tokenizer.c) and the tokenizer.json reader (src/text/hf_vocab.c).
+/* Tests for the pre-tokenizer (ref/text/pretok.c), the tokenizer
+ * (ref/text/tokenizer.c) and the tokenizer.json reader (ref/text/hf_vocab.c).
  *
  * Independent references:
  *   - a tiny hand-built vocabulary whose BPE results are derived by hand;
@@ -23,9 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "text/json.h"
-#include "text/pretok.h"
-#include "text/tokenizer.h"
+#include "ref/text/json.h"
+#include "ref/text/pretok.h"
+#include "ref/text/tokenizer.h"
 #include "testutil.h"
 #include "xzvocab.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/synth.h"
+#include "ref/model/synth.h"
 
 int tu_read_file(const char *path, uint8_t **buf, size_t *len) {
     FILE *f = fopen(path, "rb");

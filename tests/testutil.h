@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model.h"
+#include "ref/model/model.h"
 
 /* Read a whole file into a malloc'd buffer (caller frees).  0 on success. */
 int tu_read_file(const char *path, uint8_t **buf, size_t *len);
@@ -36,7 +36,7 @@ int tu_count_entries(const char *dir);
 /* Remove dir and the plain files directly in it, then free the path. */
 void tu_rmdir(char *dir);
 
-/* A synthetic model (src/model/synth.h, ds4 quant types) written to a scratch
+/* A synthetic model (ref/model/synth.h, ds4 quant types) written to a scratch
  * directory and opened, with its MTP head loaded when asked for. */
 typedef struct tu_model {
     char *dir, *path, *mtp_path;   /* mtp_path: NULL without MTP */

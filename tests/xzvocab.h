@@ -5,7 +5,7 @@
 #define DS4_TESTS_XZVOCAB_H
 
 #include "base/err.h"
-#include "text/tokenizer.h"
+#include "ref/text/tokenizer.h"
 
 /* ds4_hf_vocab_from_json, with a path ending in ".xz" decompressed first;
  * an error names the path (and says when xz could not run). */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "fuzzutil.h"
-#include "model/model.h"
+#include "ref/model/model.h"
 #include "quant/types.h"
 #include "quant/gguf.h"
 

@@ -19,8 +19,8 @@
 
 #include "base/file.h"
 #include "fuzzutil.h"
-#include "model/hfbind.h"
-#include "model/model.h"
+#include "ref/model/hfbind.h"
+#include "ref/model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "fuzzutil.h"
-#include "model/model.h"
+#include "ref/model/model.h"
 #include "quant/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -25,18 +25,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conform/identity.h"
-#include "conform/client.h"
+#include "check/conform/identity.h"
+#include "check/conform/client.h"
 #include "fuzzutil.h"
-#include "model/model.h"
+#include "ref/model/model.h"
 #include "quant/gguf.h"
-#include "text/json.h"
-#include "diff/diff.h"
-#include "format/dump.h"
-#include "format/golden.h"
-#include "format/golden_read.h"
-#include "format/golden_write.h"
-#include "format/lpvec.h"
+#include "ref/text/json.h"
+#include "check/diff/diff.h"
+#include "ref/format/dump.h"
+#include "ref/format/golden.h"
+#include "ref/format/golden_read.h"
+#include "ref/format/golden_write.h"
+#include "ref/format/lpvec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

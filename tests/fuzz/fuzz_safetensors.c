@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/safetensors.h"
+#include "ref/ckpt/checkpoint.h"
+#include "ref/ckpt/safetensors.h"
 #include "fuzzutil.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -24,11 +24,11 @@
 #include "chat_msgs.h"
 #include "fuzzutil.h"
 #include "../xzvocab.h"
-#include "model/model.h"
+#include "ref/model/model.h"
 #include "quant/gguf.h"
-#include "text/chat.h"
-#include "text/json.h"
-#include "text/tokenizer.h"
+#include "ref/text/chat.h"
+#include "ref/text/json.h"
+#include "ref/text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

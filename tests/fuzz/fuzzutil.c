@@ -8,7 +8,7 @@
 #include "base/err.h"
 #include "ds4ref.h"
 #include "base/file.h"
-#include "model/synth.h"
+#include "ref/model/synth.h"
 
 _Noreturn static void die(const char *what, const char *msg) {
     fprintf(stderr, "fuzz setup: %s: %s\n", what, msg);

@@ -34,11 +34,11 @@
 #include "fuzzutil.h"
 #include "malformed.h"
 #include "quant/gguf.h"
-#include "format/dump.h"
-#include "format/golden.h"
-#include "format/golden_read.h"
-#include "format/golden_write.h"
-#include "format/lpvec.h"
+#include "ref/format/dump.h"
+#include "ref/format/golden.h"
+#include "ref/format/golden_read.h"
+#include "ref/format/golden_write.h"
+#include "ref/format/lpvec.h"
 
 static const char *outdir;
 static unsigned n_written;
