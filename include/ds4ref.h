@@ -186,11 +186,23 @@ size_t ds4ref_utf8_char(const uint8_t *p, size_t n);
 /* ds4's default system prompt on the command line. */
 #define DS4REF_DEFAULT_SYSTEM "You are a helpful assistant"
 
+/* Which release's chat encoder: they differ in the reasoning-effort prompts
+ * only (docs/TOKENIZER.md). */
+enum ds4ref_chat_release {
+    DS4REF_CHAT_V4 = 0,        /* DeepSeek-V4-Flash: efforts high (no prompt) and max */
+    DS4REF_CHAT_V4_0731 = 1    /* DeepSeek-V4-Flash-0731: low (the default), high, max */
+};
+
 typedef struct ds4ref_chat_options {
     const char *system;        /* system prompt; NULL: none */
     size_t system_len;
     int thinking;              /* 1: ends with <think>; 0: with </think> */
-    int think_max;             /* the official "max" reasoning effort */
+    int think_max;             /* the "max" reasoning effort, as reasoning_effort "max" */
+    /* "low", "high" or "max" (the official reasoning_effort; another name,
+     * or one the release refuses, is an error); NULL: the release's
+     * default, unless think_max. */
+    const char *reasoning_effort;
+    int release;               /* enum ds4ref_chat_release */
 } ds4ref_chat_options;
 
 /* A one-user-turn chat prompt rendered with the official template and

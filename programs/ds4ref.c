@@ -28,6 +28,8 @@ typedef struct cli {
     const char *prompt, *prompt_file, *tokens_file;
     const char *system;           /* NULL: ds4's default system prompt */
     bool nothink, think_max;
+    const char *effort;           /* --reasoning-effort; NULL: the release's default */
+    int release;                  /* enum ds4ref_chat_release */
     long n_predict;
     double temp;
     uint32_t ctx, chunk;
@@ -72,6 +74,10 @@ static void usage(FILE *f) {
             "  -sys, --system TEXT     system prompt (default \"%s\";\n"
             "                          \"\" for none)\n"
             "  --think | --nothink | --think-max   thinking mode (default --think)\n"
+            "  --reasoning-effort E    low, high or max, in thinking mode (the official\n"
+            "                          reasoning_effort; --think-max is max)\n"
+            "  --chat-release R        v4 (default: DeepSeek-V4-Flash) or 0731 (-0731's\n"
+            "                          encoder: efforts low, the default, high and max)\n"
             "generation:\n"
             "  -n, --tokens N          tokens to generate (default 128)\n"
             "  --temp T                0 = greedy (default; ties to the lowest id)\n"
@@ -114,7 +120,7 @@ enum opt_id {
     O_SPEC_REPORT, O_MODEL, O_MTP, O_MTP_DRAFT, O_PROMPT, O_PROMPT_FILE, O_TOKENS_FILE,
     O_SYSTEM, O_LOGITS_OUT, O_GOLDEN_OUT, O_DUMP_LOGPROBS, O_VEC_OUT, O_VEC_ID,
     O_TOKENIZE_FILE, O_BATCH_PROMPTS, O_BATCH_TOKENS, O_SEED, O_TOKENS, O_CTX, O_CHUNK, O_THREADS, O_TOP_K,
-    O_TEMP, O_QAT, O_NUMERICS
+    O_TEMP, O_QAT, O_NUMERICS, O_EFFORT, O_RELEASE
 };
 
 static const ds4ref_option options[] = {
@@ -136,7 +142,8 @@ static const ds4ref_option options[] = {
     {"--prefill-chunk", O_CHUNK, true},   /* ds4's name */
     {"-t", O_THREADS, true}, {"--threads", O_THREADS, true},
     {"--logprobs-top-k", O_TOP_K, true}, {"--temp", O_TEMP, true}, {"--qat", O_QAT, true},
-    {"--numerics", O_NUMERICS, true},
+    {"--numerics", O_NUMERICS, true}, {"--reasoning-effort", O_EFFORT, true},
+    {"--chat-release", O_RELEASE, true},
 };
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
@@ -190,9 +197,25 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
         printf("ds4ref %s (kernels %s; this machine runs: %s)\n", ds4ref_version(),
                ds4ref_kernels(), ds4ref_kernels_available());
         exit(0);
-    case O_THINK: c->nothink = false; c->think_max = false; return 0;
+    case O_THINK: c->nothink = false; c->think_max = false; c->effort = NULL; return 0;
     case O_NOTHINK: c->nothink = true; return 0;
-    case O_THINK_MAX: c->think_max = true; c->nothink = false; return 0;
+    case O_THINK_MAX: c->think_max = true; c->nothink = false; c->effort = NULL; return 0;
+    case O_EFFORT:
+        if (strcmp(v, "low") && strcmp(v, "high") && strcmp(v, "max")) {
+            fprintf(stderr, "ds4ref: --reasoning-effort expects low, high or max, got '%s'\n", v);
+            return -1;
+        }
+        c->effort = v;
+        c->think_max = false;
+        c->nothink = false;
+        return 0;
+    case O_RELEASE:
+        if (strcmp(v, "v4") && strcmp(v, "0731")) {
+            fprintf(stderr, "ds4ref: --chat-release expects v4 or 0731, got '%s'\n", v);
+            return -1;
+        }
+        c->release = strcmp(v, "0731") ? DS4REF_CHAT_V4 : DS4REF_CHAT_V4_0731;
+        return 0;
     case O_DUMP_TOKENS: c->dump_tokens = true; return 0;
     case O_IGNORE_EOS: c->no_stop_eos = true; return 0;
     case O_SPEC_REPORT: c->spec_report = true; return 0;
@@ -370,7 +393,8 @@ static int chat_ids(const cli *c, ds4ref_model *m, const char *text, size_t len,
                     ds4ref_error *err) {
     const char *sys = c->system ? c->system : DS4REF_DEFAULT_SYSTEM;
     ds4ref_chat_options co = {.system = sys, .system_len = strlen(sys),
-                              .thinking = !c->nothink, .think_max = c->think_max};
+                              .thinking = !c->nothink, .think_max = c->think_max,
+                              .reasoning_effort = c->effort, .release = c->release};
     return ds4ref_chat_prompt(m, text, len, &co, &out->v, &out->n, err);
 }
 

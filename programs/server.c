@@ -40,6 +40,7 @@ typedef struct server {
     srv_sched *sched;
     ds4ref_model_info info;
     const char *name;             /* the model's id in responses */
+    int release;                  /* the chat encoder's, enum ds4ref_chat_release */
     char root[PATH_MAX];          /* its file's absolute path: /v1/models "root", as vLLM
                                    * gives it, so that a client can tell which file it is */
     uint32_t ctx;                 /* positions a request may use */
@@ -212,7 +213,8 @@ static int make_jobs(const server *sv, const srv_request *r, srv_job **jobs, siz
         int32_t *ids;
         size_t k;
         if (r->kind == SRV_CHAT) {
-            ds4ref_chat_options co = {.thinking = r->thinking};
+            ds4ref_chat_options co = {.thinking = r->thinking, .reasoning_effort = r->effort,
+                                      .release = sv->release};
             ds4ref_error de;
             if (ds4ref_chat_messages(sv->m, r->msgs, r->n_msgs, &co, &ids, &k, &de))
                 return srv_error_set(e, 400, "invalid_request_error", "messages", "%s", de.message);
@@ -751,6 +753,7 @@ static void usage_text(FILE *f) {
             "usage: ds4ref-server -m MODEL [--mtp FILE] [--host ADDR] [--port N] [--ctx N]\n"
             "                     [-t N] [--parallel N] [--queue N] [--max-body BYTES]\n"
             "                     [--qat on|off] [--chunk N] [--name NAME]\n"
+            "                     [--chat-release v4|0731]\n"
             "\n"
             "An OpenAI-compatible endpoint over ds4ref: /v1/completions,\n"
             "/v1/chat/completions, /v1/models, /health, /tokenize, /detokenize.\n"
@@ -770,6 +773,8 @@ static void usage_text(FILE *f) {
             "  --qat on|off       the official FP8/FP4 roundings (default on)\n"
             "  --chunk N          prompt tokens of a row a forward pass\n"
             "  --name NAME        the model's id in responses (default: the file's name)\n"
+            "  --chat-release R   the chat encoder: v4 (default, DeepSeek-V4-Flash: efforts\n"
+            "                     high and max) or 0731 (low, the default, high and max)\n"
             "  -h, --help, --version\n"
             "\n"
             "It prints 'ds4ref-server: listening on http://ADDR:PORT' when ready and\n"
@@ -777,7 +782,7 @@ static void usage_text(FILE *f) {
 }
 
 enum { O_HELP, O_VERSION, O_MODEL, O_MTP, O_HOST, O_PORT, O_CTX, O_THREADS, O_PARALLEL, O_QUEUE,
-       O_BODY, O_QAT, O_CHUNK, O_NAME };
+       O_BODY, O_QAT, O_CHUNK, O_NAME, O_RELEASE };
 
 static const ds4ref_option options[] = {
     {"-h", O_HELP, false}, {"--help", O_HELP, false}, {"--version", O_VERSION, false},
@@ -785,7 +790,7 @@ static const ds4ref_option options[] = {
     {"--host", O_HOST, true}, {"--port", O_PORT, true}, {"--ctx", O_CTX, true},
     {"-t", O_THREADS, true}, {"--threads", O_THREADS, true}, {"--parallel", O_PARALLEL, true},
     {"--queue", O_QUEUE, true}, {"--max-body", O_BODY, true}, {"--qat", O_QAT, true},
-    {"--chunk", O_CHUNK, true}, {"--name", O_NAME, true},
+    {"--chunk", O_CHUNK, true}, {"--name", O_NAME, true}, {"--chat-release", O_RELEASE, true},
 };
 
 /* A decimal in [lo, hi] for option `name`. */
@@ -807,6 +812,7 @@ int main(int argc, char **argv) {
     ds4ref_model_options mo;
     ds4ref_model_options_init(&mo);
     const char *host = "127.0.0.1", *name = NULL;
+    int release = DS4REF_CHAT_V4;
     long long port = 8080, ctx = 4096, threads = 0, parallel = 16, queue = 64, body = 1 << 20,
               chunk = 0;
     for (int i = 1; i < argc; i++) {
@@ -829,6 +835,13 @@ int main(int argc, char **argv) {
         case O_BODY: bad = number("--max-body", v, 1024, 1LL << 30, &body); break;
         case O_CHUNK: bad = number("--chunk", v, 1, 1 << 20, &chunk); break;
         case O_NAME: name = v; break;
+        case O_RELEASE:
+            if (strcmp(v, "v4") && strcmp(v, "0731")) {
+                fprintf(stderr, "ds4ref-server: --chat-release expects v4 or 0731, got '%s'\n", v);
+                return DS4REF_E_ARG;
+            }
+            release = strcmp(v, "0731") ? DS4REF_CHAT_V4 : DS4REF_CHAT_V4_0731;
+            break;
         case O_QAT:
             if (strcmp(v, "on") && strcmp(v, "off")) {
                 fprintf(stderr, "ds4ref-server: --qat expects on or off, got '%s'\n", v);
@@ -876,6 +889,7 @@ int main(int argc, char **argv) {
     if (sv.info.context_length && sv.ctx > sv.info.context_length) sv.ctx = sv.info.context_length;
     const char *base = strrchr(mo.path, '/');
     sv.name = name ? name : base && base[1] ? base + 1 : mo.path;
+    sv.release = release;
     if (!realpath(mo.path, sv.root)) snprintf(sv.root, sizeof(sv.root), "%s", mo.path);
     srv_sched_options so = {(uint32_t)parallel, (uint32_t)queue, (uint32_t)chunk, (int)threads};
     char msg[256];

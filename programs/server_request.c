@@ -268,6 +268,19 @@ static int parse_completions(json_t *o, uint32_t n_vocab, srv_request *r, srv_er
     return 0;
 }
 
+/* OpenAI's "reasoning_effort", the official encoder's levels only; which
+ * of them the model's release knows, the chat encoder checks. */
+static int get_effort(json_t *o, srv_request *r, srv_error *e) {
+    json_t *v = json_object_get(o, "reasoning_effort");
+    if (!v || json_is_null(v)) return 0;
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(s, "low") && strcmp(s, "high") && strcmp(s, "max"))
+        return bad(e, "reasoning_effort", "'reasoning_effort' must be \"low\", \"high\" or "
+                   "\"max\" (the model's levels)");
+    r->effort = s;
+    return 0;
+}
+
 static int parse_chat(json_t *o, srv_request *r, srv_error *e) {
     int want = 0;
     long long top;
@@ -287,7 +300,7 @@ static int parse_chat(json_t *o, srv_request *r, srv_error *e) {
         (kw && get_bool(kw, "enable_thinking", 0, &t3, e)))
         return -1;
     r->thinking = t1 || (kw && (t2 || t3));
-    return 0;
+    return get_effort(o, r, e);
 }
 
 static int parse_tokenize(json_t *o, srv_request *r, srv_error *e) {

@@ -46,6 +46,7 @@ typedef struct srv_request {
     size_t n_stop;
     int logprobs;                 /* alternatives a token: -1 none, 0..SRV_MAX_TOP */
     int echo, stream, ignore_eos, token_ids, thinking, special;
+    const char *effort;           /* "reasoning_effort": low, high or max; NULL: not given */
 } srv_request;
 
 typedef struct srv_error {

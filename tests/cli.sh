@@ -144,6 +144,22 @@ check "--tokenize-file prints ids" test -n "$ids"
 check "--nothink -sys \"\" renders BOS User ... Assistant </think>" \
     grep -q '^\[256, 258, .*, 259, 261\]$' "$tmp/dump.txt"
 
+# Reasoning efforts: 0731's high is the first release's max text, its max
+# another; the first release's encoder refuses low.
+./ds4ref -m $model -p hi -sys "" --think-max --dump-tokens > "$tmp/e_v4max.txt"
+./ds4ref -m $model -p hi -sys "" --chat-release 0731 --reasoning-effort high --dump-tokens \
+    > "$tmp/e_high.txt"
+./ds4ref -m $model -p hi -sys "" --chat-release 0731 --reasoning-effort max --dump-tokens \
+    > "$tmp/e_max.txt"
+check "--chat-release 0731 --reasoning-effort high renders --think-max's text" \
+    cmp -s "$tmp/e_v4max.txt" "$tmp/e_high.txt"
+check "... and max another" bash -c '! cmp -s "$1" "$2"' _ "$tmp/e_high.txt" "$tmp/e_max.txt"
+check "--reasoning-effort low with the first release -> 2" \
+    status_is 2 ./ds4ref -m $model -p hi --reasoning-effort low --dump-tokens
+check "... saying it is 0731's" grep -q "low is 0731's" "$tmp/stderr"
+check "--chat-release 0732 -> 2" status_is 2 ./ds4ref -m $model -p hi --chat-release 0732
+check "--reasoning-effort medium -> 2" status_is 2 ./ds4ref -m $model -p hi --reasoning-effort medium
+
 # Dump and vec outputs parse back (ds4ref-diff reads both).
 ./ds4ref -m $model -p "Hello there" -n 16 --ignore-eos --golden-out "$tmp/c.jsonl" \
     --dump-logprobs "$tmp/d.json" > /dev/null

@@ -222,6 +222,34 @@ check("chat completions (thinking) = ds4ref -p's golden: bytes and logprobs",
       st == 200 and [(bytes(c["bytes"]).hex(), logprob_text(c["logprob"])) for c in content] ==
       [(g["bytes"], logprob_text(g["logprob"])) for g in want_c])
 
+# Reasoning effort: the official "max" is ds4ref -p --think-max's prompt.
+want_m = golden(["-p", "Hello there", "-n", "6", "--ignore-eos", "--think-max"])
+st, r = s.json("/v1/chat/completions", {
+    "messages": [{"role": "system", "content": "You are a helpful assistant"},
+                 {"role": "user", "content": "Hello there"}],
+    "max_tokens": 6, "ignore_eos": True, "logprobs": True, "reasoning_effort": "max",
+    "chat_template_kwargs": {"thinking": True}})
+content = r["choices"][0]["logprobs"]["content"]
+check("chat with reasoning_effort max = ds4ref -p --think-max's golden",
+      st == 200 and [(bytes(c["bytes"]).hex(), logprob_text(c["logprob"])) for c in content] ==
+      [(g["bytes"], logprob_text(g["logprob"])) for g in want_m])
+
+# --chat-release 0731: its "high" is the first release's "max" text, and it
+# knows "low".
+s731 = Server("--chat-release", "0731")
+body = {"messages": [{"role": "system", "content": "You are a helpful assistant"},
+                     {"role": "user", "content": "Hello there"}],
+        "max_tokens": 6, "ignore_eos": True, "logprobs": True, "reasoning_effort": "high",
+        "chat_template_kwargs": {"thinking": True}}
+st, r = s731.json("/v1/chat/completions", body)
+content = r["choices"][0]["logprobs"]["content"]
+check("--chat-release 0731: reasoning_effort high = ds4ref -p --think-max's golden",
+      st == 200 and [(bytes(c["bytes"]).hex(), logprob_text(c["logprob"])) for c in content] ==
+      [(g["bytes"], logprob_text(g["logprob"])) for g in want_m])
+st, _ = s731.json("/v1/chat/completions", dict(body, reasoning_effort="low"))
+check("... and reasoning_effort low is its default's prompt", st == 200)
+check("... stops cleanly", s731.stop()[0] == 0)
+
 # Stop strings end the text where they begin.
 full = whole["choices"][0]["text"]
 stop = full[3:5]
@@ -242,6 +270,10 @@ bad = [
     ("top_p other than 1", "/v1/completions", {"prompt": "x", "top_p": 0.5}, None, 400, "top_p"),
     ("no messages", "/v1/chat/completions", {"messages": []}, None, 400, "messages"),
     ("an unknown role", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, None, 400, "messages"),
+    ("a reasoning_effort the model has not", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "medium"}, None, 400, "reasoning_effort"),
+    ("reasoning_effort low, which only 0731's encoder knows", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}, None, 400, "messages"),
     ("an unknown endpoint", "/v1/nothing", {}, None, 404, None),
     ("GET on a POST endpoint", "/v1/completions", None, None, 405, None),
 ]

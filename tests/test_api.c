@@ -104,6 +104,62 @@ static void test_qat_off_only(void **state) {
     free(path);
 }
 
+static size_t chat_len(ds4ref_model *m, const ds4ref_chat_options *co, int32_t **ids) {
+    ds4ref_error e;
+    size_t n = 0;
+    if (ds4ref_chat_prompt(m, "hi", 2, co, ids, &n, &e)) fail_msg("%s", e.message);
+    return n;
+}
+
+/* The reasoning efforts through the API: 0731's "high" is the first
+ * release's "max" text, its "max" another, longer one, "low" none; names
+ * the release refuses, unknown names and a think_max that disagrees are
+ * errors naming the field. */
+static void check_chat_efforts(ds4ref_model *m) {
+    int32_t *plain, *old_max, *high, *max, *ids;
+    ds4ref_chat_options co = {.system = "", .thinking = 1};
+    size_t n_plain = chat_len(m, &co, &plain);
+    co.think_max = 1;
+    size_t n_old_max = chat_len(m, &co, &old_max);
+    co = (ds4ref_chat_options){.system = "", .thinking = 1, .release = DS4REF_CHAT_V4_0731,
+                               .reasoning_effort = "high"};
+    size_t n_high = chat_len(m, &co, &high);
+    co.reasoning_effort = "max";
+    size_t n_max = chat_len(m, &co, &max);
+    co.reasoning_effort = "low";
+    size_t n_low = chat_len(m, &co, &ids);
+    assert_true(n_old_max > n_plain);
+    assert_int_equal(n_high, n_old_max);
+    assert_memory_equal(high, old_max, n_high * sizeof(int32_t));
+    assert_true(n_max > n_plain && (n_max != n_high || memcmp(max, high, n_max * 4)));
+    assert_int_equal(n_low, n_plain);
+    assert_memory_equal(ids, plain, n_low * sizeof(int32_t));
+    ds4ref_free(ids);
+    ds4ref_free(plain);
+    ds4ref_free(old_max);
+    ds4ref_free(high);
+    ds4ref_free(max);
+
+    static const struct {
+        int release, think_max;
+        const char *effort, *needle;
+    } bad[] = {
+        {DS4REF_CHAT_V4, 0, "low", "low is 0731's"},
+        {DS4REF_CHAT_V4_0731, 0, "medium", "reasoning_effort \"medium\": expected low, high or max"},
+        {DS4REF_CHAT_V4_0731, 1, "high", "think_max and reasoning_effort \"high\" disagree"},
+        {7, 0, NULL, "release 7"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ds4ref_error e;
+        size_t n;
+        co = (ds4ref_chat_options){.thinking = 1, .release = bad[i].release,
+                                   .think_max = bad[i].think_max,
+                                   .reasoning_effort = bad[i].effort};
+        assert_int_equal(ds4ref_chat_prompt(m, "hi", 2, &co, &ids, &n, &e), DS4REF_E_ARG);
+        if (!strstr(e.message, bad[i].needle)) fail_msg("\"%s\" lacks \"%s\"", e.message, bad[i].needle);
+    }
+}
+
 static void test_info_and_tokenizer(void **state) {
     fixture *f = *state;
     ds4ref_model_info in;
@@ -135,6 +191,7 @@ static void test_info_and_tokenizer(void **state) {
     assert_int_equal(ids[0], in.bos);
     assert_int_equal(ids[n - 1], 261);   /* </think> */
     ds4ref_free(ids);
+    check_chat_efforts(f->m);
 }
 
 /* Every one of the four dimensions, the unused ones included. */

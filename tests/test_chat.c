@@ -543,6 +543,91 @@ static void test_render_turns(void **state) {
                   "to reply:\n{\"type\": \"json_object\", \"n\": 1.5}" USER "x" ASSISTANT "</think>");
 }
 
+/* The reasoning-effort prompts, as each release's encoding_dsv4.py writes
+ * them before the first message in thinking mode: the first release's
+ * REASONING_EFFORT_MAX for "max" only; 0731's REASONING_EFFORT_PROMPTS
+ * ("low": none, "high": the first release's max text, "max": its own),
+ * copied here from the 0731 encoder. */
+#define ABSOLUTE_MAX                                                                              \
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"                           \
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "    \
+    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "  \
+    "edge cases, and adversarial scenarios.\n"                                                    \
+    "Explicitly write out your entire deliberation process, documenting every intermediate "      \
+    "step, considered alternative, and rejected hypothesis to ensure absolutely no assumption "   \
+    "is left unchecked.\n\n"
+#define BEYOND_MAX                                                                                \
+    "Reasoning Effort: Beyond maximum \xE2\x80\x94 exhaustive, relentless, and uncompromising.\n"  \
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: "     \
+    "exhaustively decompose the problem into its most fundamental components, trace every "      \
+    "causal chain to its root, and resolve the underlying cause rather than any surface "         \
+    "symptom.\n"                                                                                  \
+    "Do not stop reasoning until you have independently verified the solution from multiple "     \
+    "angles and are certain that no assumption remains unchecked and no error remains "           \
+    "undiscovered.\n\n"
+
+static void expect_refused(const char *messages, const ds4_chat_opts *o, const char *needle) {
+    ds4_json_doc *doc;
+    ds4err err = {0};
+    if (ds4_json_parse(messages, strlen(messages), "messages", &doc, &err)) fail_msg("%s", err.msg);
+    ds4_chat_msg *msgs;
+    size_t n;
+    if (chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err)) fail_msg("%s", err.msg);
+    ds4_buf out = {0};
+    assert_int_equal(ds4_chat_render(msgs, n, o, &out, &err), -1);
+    assert_int_equal(err.code, DS4_E_ARG);
+    if (!strstr(err.msg, needle)) fail_msg("\"%s\" lacks \"%s\"", err.msg, needle);
+    ds4_buf_free(&out);
+    free(msgs);
+    ds4_json_free(doc);
+}
+
+static void test_render_efforts(void **state) {
+    (void)state;
+    const char *sys_user = "[{\"role\":\"system\",\"content\":\"S\"},"
+                           "{\"role\":\"user\",\"content\":\"q\"}]";
+    const char *user = "[{\"role\":\"user\",\"content\":\"q\"}]";
+    static const struct {
+        ds4_chat_release release;
+        ds4_chat_effort effort;
+        bool thinking;
+        const char *want;   /* after BOS, before the system text */
+    } cases[] = {
+        {DS4_CHAT_V4, DS4_EFFORT_DEFAULT, true, ""},
+        {DS4_CHAT_V4, DS4_EFFORT_HIGH, true, ""},
+        {DS4_CHAT_V4, DS4_EFFORT_MAX, true, ABSOLUTE_MAX},
+        {DS4_CHAT_V4, DS4_EFFORT_MAX, false, ""},
+        {DS4_CHAT_V4_0731, DS4_EFFORT_DEFAULT, true, ""},
+        {DS4_CHAT_V4_0731, DS4_EFFORT_LOW, true, ""},
+        {DS4_CHAT_V4_0731, DS4_EFFORT_HIGH, true, ABSOLUTE_MAX},
+        {DS4_CHAT_V4_0731, DS4_EFFORT_MAX, true, BEYOND_MAX},
+        {DS4_CHAT_V4_0731, DS4_EFFORT_MAX, false, ""},
+        {DS4_CHAT_V4_0731, DS4_EFFORT_LOW, false, ""},
+    };
+    char want[2048];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ds4_chat_opts o = {.thinking = cases[i].thinking, .effort = cases[i].effort,
+                           .release = cases[i].release};
+        const char *end = cases[i].thinking ? ASSISTANT "<think>" : ASSISTANT "</think>";
+        snprintf(want, sizeof(want), "%s%sS%sq%s", BOS, cases[i].want, USER, end);
+        expect_render(sys_user, NULL, &o, want);
+        /* Before the first message, whatever its role. */
+        snprintf(want, sizeof(want), "%s%s%sq%s", BOS, cases[i].want, USER, end);
+        expect_render(user, NULL, &o, want);
+    }
+    /* The first release's encoder asserts an effort in (max, None, high),
+     * in chat mode too. */
+    ds4_chat_opts low = {.thinking = true, .effort = DS4_EFFORT_LOW};
+    expect_refused(user, &low, "reasoning effort \"low\"");
+    low.thinking = false;
+    expect_refused(user, &low, "0731");
+    ds4_chat_effort e;
+    assert_int_equal(ds4_chat_effort_parse("high", &e), 0);
+    assert_int_equal(e, DS4_EFFORT_HIGH);
+    assert_int_equal(ds4_chat_effort_parse("medium", &e), -1);
+    assert_int_equal(ds4_chat_effort_parse(NULL, &e), -1);
+}
+
 /* Tool calls in DSML, and tool results put back in call order. */
 static void test_render_tool_calls(void **state) {
     (void)state;
@@ -916,6 +1001,7 @@ int main(void) {
         cmocka_unit_test(test_official_fixture_3),
         cmocka_unit_test(test_official_fixture_4),
         cmocka_unit_test(test_render_turns),
+        cmocka_unit_test(test_render_efforts),
         cmocka_unit_test(test_render_tool_calls),
         cmocka_unit_test(test_render_python_values),
         cmocka_unit_test(test_render_errors),

@@ -56,7 +56,7 @@ static int prepare_prompts(ds4_cf_ref *ref, const ds4_tokenizer *tok, const ds4_
     res->prompts = calloc(c->n, sizeof(ds4_cf_prompt));
     if (!res->prompts) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     res->n_prompts = c->n;
-    ds4_chat_opts co = {.thinking = false, .effort_max = false};
+    ds4_chat_opts co = {.thinking = false};
     for (uint32_t i = 0; i < c->n; i++) {
         ds4_cf_prompt *p = &res->prompts[i];
         ds4_tokens t = {0};

@@ -78,7 +78,8 @@ class ModelInfoStruct(ctypes.Structure):
 
 class ChatOptions(ctypes.Structure):
     _fields_ = [("system", ctypes.c_char_p), ("system_len", ctypes.c_size_t),
-                ("thinking", ctypes.c_int), ("think_max", ctypes.c_int)]
+                ("thinking", ctypes.c_int), ("think_max", ctypes.c_int),
+                ("reasoning_effort", ctypes.c_char_p), ("release", ctypes.c_int)]
 
 
 ProgressFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32)

@@ -233,18 +233,28 @@ class Model:
         return _lib.take(ptr.value, n.value)
 
     def chat(self, prompt, system=DEFAULT_SYSTEM, think: bool = True,
-             think_max: bool = False) -> np.ndarray:
+             think_max: bool = False, reasoning_effort=None,
+             release: str = "v4") -> np.ndarray:
         """A one-user-turn prompt rendered with the official chat template and
-        tokenized: the ids `ds4ref -p PROMPT` evaluates with the same -sys and
-        --think/--nothink/--think-max.  system=None renders no system turn; ""
-        is an empty one (ds4ref -sys "").  A prompt that starts with the BOS
-        string is taken as already rendered."""
+        tokenized: the ids `ds4ref -p PROMPT` evaluates with the same -sys,
+        --think/--nothink/--think-max, --reasoning-effort and --chat-release.
+        system=None renders no system turn; "" is an empty one (ds4ref -sys
+        "").  reasoning_effort is "low", "high" or "max" (None: the release's
+        default); release "v4" (DeepSeek-V4-Flash) or "0731" (-0731's
+        encoder).  A prompt that starts with the BOS string is taken as
+        already rendered."""
         data = _text(prompt, "prompt")
         opts = _lib.ChatOptions()
         if system is not None:
             sys_data = _text(system, "system")
             opts.system, opts.system_len = sys_data, len(sys_data)
         opts.thinking, opts.think_max = int(bool(think)), int(bool(think_max))
+        releases = {"v4": 0, "0731": 1}
+        if release not in releases:
+            raise Error(Status.E_ARG, f"release {release!r}: expected 'v4' or '0731'")
+        opts.release = releases[release]
+        if reasoning_effort is not None:
+            opts.reasoning_effort = _cstr(reasoning_effort, "reasoning_effort")
         ptr, n = ctypes.c_void_p(), ctypes.c_size_t()
         with self._calling() as h:
             _lib.call(_lib.lib().ds4ref_chat_prompt, h, data, len(data), ctypes.byref(opts),

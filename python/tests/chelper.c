@@ -39,6 +39,7 @@ static void layout(void) {
     SIZE(ds4ref_chat_options);
     FIELD(ds4ref_chat_options, system); FIELD(ds4ref_chat_options, system_len);
     FIELD(ds4ref_chat_options, thinking); FIELD(ds4ref_chat_options, think_max);
+    FIELD(ds4ref_chat_options, reasoning_effort); FIELD(ds4ref_chat_options, release);
     SIZE(ds4ref_session_options);
     FIELD(ds4ref_session_options, ctx); FIELD(ds4ref_session_options, chunk);
     FIELD(ds4ref_session_options, progress); FIELD(ds4ref_session_options, progress_ud);

@@ -63,6 +63,13 @@ def test_arguments_the_library_refuses(model):
     fails(ds4ref.Status.E_ARG, model.tokenize, 3)
     fails(ds4ref.Status.E_RANGE, model.generate, ids, 4, seed=-1)
     fails(ds4ref.Status.E_ARG, model.session, ctx=1.5)
+    assert "low is 0731's" in fails(ds4ref.Status.E_ARG, model.chat, "hi", reasoning_effort="low")
+    assert "medium" in fails(ds4ref.Status.E_ARG, model.chat, "hi", reasoning_effort="medium",
+                             release="0731")
+    assert "0732" in fails(ds4ref.Status.E_ARG, model.chat, "hi", release="0732")
+    # 0731's "high" is the first release's "max" text.
+    assert list(model.chat("hi", reasoning_effort="high", release="0731")) == \
+        list(model.chat("hi", think_max=True))
 
 
 def test_arguments_of_the_wrong_type_or_form(model):

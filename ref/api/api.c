@@ -221,10 +221,10 @@ int ds4ref_chat_prompt(const ds4ref_model *m, const char *prompt, size_t len,
     const ds4_tokenizer *tok;
     ds4err e = {0};
     ds4_tokens t = {0};
-    ds4_chat_opts co = {.thinking = o && o->thinking, .effort_max = o && o->think_max};
+    ds4_chat_opts co;
     const char *sys = o ? o->system : NULL;
     size_t sys_len = o && o->system ? o->system_len : 0;
-    if (ds4_model_tokenizer(&m->m, &tok, &e) ||
+    if (api_chat_opts(o, &co, &e) || ds4_model_tokenizer(&m->m, &tok, &e) ||
         ds4_chat_prompt_ids(tok, sys, sys_len, prompt, len, &co, &t, &e)) {
         ds4_tokens_free(&t);
         return api_fail(err, &e);

@@ -92,8 +92,9 @@ int ds4ref_chat_messages(const ds4ref_model *m, const ds4ref_chat_message *msgs,
     const ds4_tokenizer *tok;
     ds4err e = {0};
     ds4_tokens t = {0};
-    ds4_chat_opts co = {.thinking = o && o->thinking, .effort_max = o && o->think_max};
-    int rc = ds4_model_tokenizer(&m->m, &tok, &e) || ds4_chat_render_ids(tok, cm, n, &co, &t, &e);
+    ds4_chat_opts co;
+    int rc = api_chat_opts(o, &co, &e) || ds4_model_tokenizer(&m->m, &tok, &e) ||
+             ds4_chat_render_ids(tok, cm, n, &co, &t, &e);
     free(cm);
     if (rc) {
         ds4_tokens_free(&t);

@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "ds4ref.h"
+#include "ref/text/chat.h"
 
 #define DS4_SAME_CODE(x) _Static_assert((int)DS4REF_##x == (int)DS4_##x, #x " differs")
 DS4_SAME_CODE(E_ARG);
@@ -51,6 +52,27 @@ static inline void api_ok(ds4ref_error *out) {
 static inline int api_result(ds4ref_error *out, int rc, const ds4err *e) {
     if (rc) return api_fail(out, e);
     api_ok(out);
+    return 0;
+}
+
+/* The public chat options as the encoder's (o may be NULL: the defaults). */
+static inline int api_chat_opts(const ds4ref_chat_options *o, ds4_chat_opts *co, ds4err *e) {
+    *co = (ds4_chat_opts){.thinking = o && o->thinking};
+    if (!o) return 0;
+    if (o->release != DS4REF_CHAT_V4 && o->release != DS4REF_CHAT_V4_0731)
+        return ds4_err_set(e, DS4_E_ARG, "chat options: release %d: expected DS4REF_CHAT_V4 "
+                           "(0) or DS4REF_CHAT_V4_0731 (1)", o->release);
+    co->release = o->release == DS4REF_CHAT_V4_0731 ? DS4_CHAT_V4_0731 : DS4_CHAT_V4;
+    if (o->think_max) co->effort = DS4_EFFORT_MAX;
+    if (!o->reasoning_effort) return 0;
+    ds4_chat_effort effort;
+    if (ds4_chat_effort_parse(o->reasoning_effort, &effort))
+        return ds4_err_set(e, DS4_E_ARG, "chat options: reasoning_effort \"%.32s\": expected "
+                           "low, high or max", o->reasoning_effort);
+    if (o->think_max && effort != DS4_EFFORT_MAX)
+        return ds4_err_set(e, DS4_E_ARG, "chat options: think_max and reasoning_effort "
+                           "\"%s\" disagree", o->reasoning_effort);
+    co->effort = effort;
     return 0;
 }
 

@@ -36,7 +36,12 @@ static const char *const task_tokens[] = {
 };
 #define N_TASKS (sizeof(task_names) / sizeof(task_names[0]))
 
-static const char effort_max_prefix[] =
+/* The reasoning-effort prompts.  The first release's encoder has one,
+ * REASONING_EFFORT_MAX, for "max" ("high" adds nothing); 0731's
+ * REASONING_EFFORT_PROMPTS moved that text to "high" and gave "max" a new
+ * one ("low", its default, adds nothing).  Either goes before the first
+ * message, in thinking mode only. */
+static const char effort_absolute[] =
     "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
     "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
     "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
@@ -44,6 +49,42 @@ static const char effort_max_prefix[] =
     "Explicitly write out your entire deliberation process, documenting every intermediate step, "
     "considered alternative, and rejected hypothesis to ensure absolutely no assumption is left "
     "unchecked.\n\n";
+static const char effort_beyond[] =
+    "Reasoning Effort: Beyond maximum \xe2\x80\x94 exhaustive, relentless, and uncompromising.\n"
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: "
+    "exhaustively decompose the problem into its most fundamental components, trace every causal "
+    "chain to its root, and resolve the underlying cause rather than any surface symptom.\n"
+    "Do not stop reasoning until you have independently verified the solution from multiple "
+    "angles and are certain that no assumption remains unchecked and no error remains "
+    "undiscovered.\n\n";
+
+static const char *const effort_names[] = {
+    [DS4_EFFORT_LOW] = "low", [DS4_EFFORT_HIGH] = "high", [DS4_EFFORT_MAX] = "max"};
+
+int ds4_chat_effort_parse(const char *name, ds4_chat_effort *effort) {
+    for (int e = DS4_EFFORT_LOW; e <= DS4_EFFORT_MAX; e++)
+        if (name && !strcmp(name, effort_names[e])) {
+            *effort = (ds4_chat_effort)e;
+            return 0;
+        }
+    return -1;
+}
+
+/* The prompt an effort puts before the first message in thinking mode, or
+ * an error for an effort the release's encoder refuses (its assert). */
+static int effort_prefix(const ds4_chat_opts *o, const char **prefix, ds4err *err) {
+    *prefix = "";
+    if (o->release == DS4_CHAT_V4_0731) {
+        if (o->effort == DS4_EFFORT_HIGH) *prefix = effort_absolute;
+        if (o->effort == DS4_EFFORT_MAX) *prefix = effort_beyond;
+        return 0;
+    }
+    if (o->effort == DS4_EFFORT_LOW)
+        return ds4_err_set(err, DS4_E_ARG, "chat: reasoning effort \"low\": the first V4 "
+                           "release's encoder knows high and max only (low is 0731's)");
+    if (o->effort == DS4_EFFORT_MAX) *prefix = effort_absolute;
+    return 0;
+}
 
 /* TOOLS_TEMPLATE with its tokens filled in, around {tool_schemas}. */
 static const char tools_head[] =
@@ -213,6 +254,7 @@ typedef struct renderer {
     const ds4_chat_opts *o;
     bool drop;           /* the effective drop_thinking */
     int last_user;
+    const char *effort;  /* the reasoning-effort prompt of thinking mode */
     ds4_buf *out;
     ds4err *err;
 } renderer;
@@ -412,7 +454,7 @@ static int put_transition(renderer *r, size_t idx) {
 static int render_turn(renderer *r, size_t idx) {
     const turn *t = &r->c->turns[idx];
     const ds4_chat_msg *m = t->m;
-    if (idx == 0 && r->o->thinking && r->o->effort_max) put(r, effort_max_prefix);
+    if (idx == 0 && r->o->thinking) put(r, r->effort);
     switch (t->role) {
     case DS4_ROLE_SYSTEM:
         if (m->content) put_str(r, m->content, m->content_len);
@@ -444,13 +486,15 @@ static int render_turn(renderer *r, size_t idx) {
 
 int ds4_chat_render(const ds4_chat_msg *msgs, size_t n, const ds4_chat_opts *opts, ds4_buf *out,
                     ds4err *err) {
+    const char *effort;
+    if (effort_prefix(opts, &effort, err)) return -1;
     conv c = {0};
     block *tmp = malloc((n ? n : 1) * sizeof(block));
     int rc = tmp ? merge_messages(msgs, n, &c, err)
                  : ds4_err_set(err, DS4_E_NOMEM, "chat: out of memory");
     if (rc == 0) {
         sort_tool_results(&c, tmp);
-        renderer r = {&c, opts, !opts->keep_thinking, -1, out, err};
+        renderer r = {&c, opts, !opts->keep_thinking, -1, effort, out, err};
         for (size_t i = 0; i < c.n; i++)
             if (c.turns[i].role != DS4_ROLE_USER && ds4_pyjson_truthy(c.turns[i].m->tools)) r.drop = false;
         if (opts->thinking && r.drop) drop_thinking(&c);

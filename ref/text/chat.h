@@ -7,7 +7,8 @@
  * assistant, developer, latest_reminder and tool (tool results are merged into
  * user turns as the encoder does), reasoning_content and drop_thinking, tools
  * and response_format, assistant tool_calls in DSML, quick-instruction tasks,
- * wo_eos, reasoning effort "max".  Not supported: the `context` argument
+ * wo_eos, and the reasoning efforts of the first release (high, max) and of
+ * V4-Flash-0731 (low, high, max).  Not supported: the `context` argument
  * (render the whole conversation instead).  docs/TOKENIZER.md lists the
  * remaining edge cases. */
 #ifndef DS4_CHAT_H
@@ -51,13 +52,33 @@ typedef struct ds4_chat_msg {
     const ds4_json *tool_call_id; /* tool: "tool_call_id" */
 } ds4_chat_msg;
 
-/* encode_messages' options; all-zero is the official default in chat mode. */
+/* Which release's encoder (encoding/encoding_dsv4.py of its model folder):
+ * they differ only in the reasoning-effort prompts. */
+typedef enum ds4_chat_release {
+    DS4_CHAT_V4,          /* DeepSeek-V4-Flash: efforts high (no prompt) and max */
+    DS4_CHAT_V4_0731      /* DeepSeek-V4-Flash-0731: low (no prompt), high, max */
+} ds4_chat_release;
+
+/* encode_messages' reasoning_effort; DEFAULT is None (0731: "low"). */
+typedef enum ds4_chat_effort {
+    DS4_EFFORT_DEFAULT,
+    DS4_EFFORT_LOW,
+    DS4_EFFORT_HIGH,
+    DS4_EFFORT_MAX
+} ds4_chat_effort;
+
+/* encode_messages' options; all-zero is the first release's default in chat
+ * mode. */
 typedef struct ds4_chat_opts {
     bool thinking;        /* thinking_mode "thinking" (else "chat") */
-    bool effort_max;      /* reasoning_effort "max" (has effect in thinking mode only) */
+    ds4_chat_effort effort;   /* has effect in thinking mode only */
+    ds4_chat_release release;
     bool keep_thinking;   /* drop_thinking=False */
     bool no_bos;          /* add_default_bos_token=False */
 } ds4_chat_opts;
+
+/* "low", "high", "max" -> *effort; -1 for another name. */
+int ds4_chat_effort_parse(const char *name, ds4_chat_effort *effort);
 
 /* Render msgs[0..n) to text, appended to *out. */
 int ds4_chat_render(const ds4_chat_msg *msgs, size_t n, const ds4_chat_opts *opts, ds4_buf *out,

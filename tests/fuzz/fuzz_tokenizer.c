@@ -93,12 +93,19 @@ static void check_round_trip(const char *text, size_t len, unsigned flags) {
     ds4_tokens_free(&ids);
 }
 
+/* The encoder's options from the mode byte: every effort of either
+ * release, the refused ones (the first release's "low") included. */
+static ds4_chat_opts chat_opts(uint8_t mode) {
+    return (ds4_chat_opts){.thinking = mode & 1, .keep_thinking = mode & 4, .no_bos = mode & 8,
+                           .effort = (ds4_chat_effort)((mode >> 4) & 3),
+                           .release = mode & 64 ? DS4_CHAT_V4_0731 : DS4_CHAT_V4};
+}
+
 static void check_chat_prompt(const char *text, size_t len, uint8_t mode) {
     const char *nul = memchr(text, '\0', len);
     const char *sys = nul ? text : NULL, *prompt = nul ? nul + 1 : text;
     size_t sys_len = nul ? (size_t)(nul - text) : 0, prompt_len = nul ? len - sys_len - 1 : len;
-    ds4_chat_opts o = {.thinking = mode & 1, .effort_max = mode & 2, .keep_thinking = mode & 4,
-                       .no_bos = mode & 8};
+    ds4_chat_opts o = chat_opts(mode);
     ds4_tokens ids = {0};
     ds4err err = {0};
     if (ds4_chat_prompt_ids(tok, sys, sys_len, prompt, prompt_len, &o, &ids, &err) == 0)
@@ -114,8 +121,7 @@ static void check_chat_json(const char *text, size_t len, uint8_t mode) {
     ds4_chat_msg *msgs;
     size_t n;
     if (!chat_msgs_from_json(ds4_json_root(doc), &msgs, &n, &err)) {
-        ds4_chat_opts o = {.thinking = mode & 1, .effort_max = mode & 2, .keep_thinking = mode & 4,
-                           .no_bos = mode & 8};
+        ds4_chat_opts o = chat_opts(mode);
         ds4_buf out = {0};
         ds4_chat_render(msgs, n, &o, &out, &err);
         ds4_buf_free(&out);
