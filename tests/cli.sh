@@ -367,6 +367,26 @@ check "... QAT on: drafts of 3 from its MTP layer give plain decoding's steps" \
 check "... and not QAT off's" bash -c '! cmp -s <(tail -n +2 "$1") <(tail -n +2 "$2")' _ "$tmp/ckq.jsonl" "$tmp/ck.jsonl"
 check "ds4_test --mtp-verify-depth on a checkpoint, its MTP layer inside" quiet \
     env DS4_TEST_MODEL="$tmp/ck" DS4_TEST_MTP="$tmp/ck" DS4_TEST_MTP_STEPS=4 ./ds4_test --mtp-verify-depth
+# DeepSeek-V4-Pro's shape (tiny-pro: hash-routed layers at ratio 128, 4
+# output groups, route scale 2.5) from GGUF and from a checkpoint.
+quiet ./ds4ref-mkmodel --config tiny-pro -o "$tmp/pro.gguf"
+check "tiny-pro: a GGUF with Pro's ratios and route scale" bash -c \
+    './ds4ref-gguf info "$1" > "$2" && grep -q "compress_ratios = arr\[u32; 4\] \[128, 128, 4, 4\]" "$2" &&
+     grep -q "expert_weights_scale = f32 2.5" "$2" && grep -q "hash_layer_count = u32 3" "$2"' _ \
+    "$tmp/pro.gguf" "$tmp/pro.txt"
+check "... decodes" quiet ./ds4ref -m "$tmp/pro.gguf" "${ck[@]}"
+quiet ./ds4ref-mkmodel --config tiny-pro --types f32 -o "$tmp/prof.gguf"
+quiet ./ds4ref-mkmodel --config tiny-pro --format hf -o "$tmp/proh"
+quiet ./ds4ref-mkmodel --config tiny-pro --format hf --types f32 -o "$tmp/prohf"
+quiet ./ds4ref-gguf checkpoint "$tmp/prof.gguf" "$tmp/prof-mtp.gguf" "$tmp/proc"
+check "... its F32 GGUF as a checkpoint: the files mkmodel --format hf writes" bash -c \
+    'for f in config.json model.safetensors.index.json model-00001-of-00002.safetensors model-00002-of-00002.safetensors; do cmp "$1/$f" "$2/$f" || exit 1; done' _ "$tmp/proh" "$tmp/proc"
+./ds4ref -m "$tmp/proh" "${ck[@]}" --qat off --golden-out "$tmp/proh.jsonl" > /dev/null 2>&1
+./ds4ref -m "$tmp/prohf" "${ck[@]}" --qat off --golden-out "$tmp/prohf.jsonl" > /dev/null 2>&1
+check "... QAT off: the release checkpoint and its twin give the same 8 steps" bash -c \
+    'cmp <(tail -n +2 "$1") <(tail -n +2 "$2") && test "$(wc -l < "$1")" -ge 9' _ "$tmp/proh.jsonl" "$tmp/prohf.jsonl"
+check "... QAT on, with drafts of 2 from its MTP layer" quiet ./ds4ref -m "$tmp/proh" --mtp "$tmp/proh" \
+    --mtp-draft 2 "${ck[@]}"
 t4=(env DS4_TEST_MODEL=$model DS4_TEST_MTP=models/tiny-mtp.gguf DS4_TEST_MTP_STEPS=2 ./ds4_test --mtp-verify-depth)
 "${t4[@]}" 2>&1 | grep "plain greedy" > "$tmp/t4.txt"
 DS4_TEST_NUMERICS=ggml-act "${t4[@]}" 2>&1 | grep "plain greedy" >> "$tmp/t4.txt"

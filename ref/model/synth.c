@@ -45,6 +45,7 @@ typedef struct synth_cfg {
     uint32_t n_expert, n_used, n_ff, n_hash, swa, idx_head, idx_dim, idx_topk, ctx;
     uint32_t ratios[SYNTH_MAX_LAYER];
     const synth_drafty *drafty;   /* NULL: plain random weights */
+    float route_scale;            /* expert_weights_scale (Flash 1.5, Pro 2.5) */
 } synth_cfg;
 
 /* tiny: 4 layers covering window-only (hash-routed), ratio 4 with the indexer
@@ -69,6 +70,12 @@ typedef struct synth_cfg {
  * input of every product the official checkpoint stores as FP8 or FP4 is
  * whole blocks of 128, as the official FP8 activations need: the model the
  * checkpoint tests write in the release's layout.
+ * tiny-pro: DeepSeek-V4-Pro's shape at tiny size, where it departs from
+ * Flash: its first two layers compress at ratio 128 and are hash-routed
+ * (Flash's are window-only), so a hash-routed layer has a compressor; 8
+ * heads in 4 output groups (Pro: 128 in 16; Flash 64 in 8); 12 experts
+ * hash-routed over all of them; route scale 2.5; the last layer at ratio
+ * 4.  Ranks as tiny-ckpt's, so that its checkpoint runs QAT on.
  * fullwidth: DeepSeek V4 Flash's real per-layer dimensions and vocabulary
  * size, with 3 layers and 16 experts: for benchmarks.
  * fulldepth: the same with all 43 layers, their ratio pattern (window-only
@@ -77,19 +84,21 @@ typedef struct synth_cfg {
  * (about 13 GB): the real model's per-token cost, measured end to end. */
 static const synth_cfg configs[] = {
     {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, NULL},
+     {0, 0, 4, 128}, NULL, 1.5f},
     {"tiny-k64", 4, 256, 512, 4, 64, 16, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, NULL},
+     {0, 0, 4, 128}, NULL, 1.5f},
     {"tiny-ckpt", 4, 256, 512, 4, 128, 64, 128, 64, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, NULL},
+     {0, 0, 4, 128}, NULL, 1.5f},
     {"tiny-spec", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, &(const synth_drafty){.branch = 0.02, .mtp_h = 0.1, .head = 4}},
+     {0, 0, 4, 128}, &(const synth_drafty){.branch = 0.02, .mtp_h = 0.1, .head = 4}, 1.5f},
+    {"tiny-pro", 4, 256, 512, 8, 128, 64, 128, 64, 4, 12, 2, 256, 3, 16, 32, 128, 4, 4096,
+     {128, 128, 4, 4}, NULL, 2.5f},
     {"fullwidth", 3, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 1, 128, 64, 128,
-     512, 65536, {0, 4, 128}, NULL},
+     512, 65536, {0, 4, 128}, NULL, 1.5f},
     {"fulldepth", 43, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 3, 128, 64, 128,
      512, 65536, {0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,
                   4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4,
-                  128, 4, 128, 4}, NULL},
+                  128, 4, 128, 4}, NULL, 1.5f},
 };
 
 static const synth_cfg *find_cfg(const char *name) {
@@ -383,7 +392,7 @@ static void cfg_to_config(const synth_cfg *s, ds4_config *c, uint32_t n_vocab) {
     c->context_length = s->ctx;
     c->hc_eps = 1e-6f;
     c->rms_eps = 1e-6f;
-    c->expert_scale = 1.5f;
+    c->expert_scale = s->route_scale;
     c->rope_base = 10000.0f;
     c->compress_rope_base = 160000.0f;
     c->yarn = true;
@@ -549,7 +558,7 @@ done:
 int ds4_synth_write(const ds4_synth_opts *o, const char *path, const char *mtp_path,
                     ds4err *err) {
     const synth_cfg *s = find_cfg(o->config);
-    if (!s) return ds4_err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, tiny-spec, fullwidth or fulldepth)",
+    if (!s) return ds4_err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, tiny-ckpt, tiny-spec, tiny-pro, fullwidth or fulldepth)",
                               o->config);
     ds4_synth_vocab v;
     if (o->vocab_from ? ds4_synth_vocab_hf(&v, o->vocab_from, err)
