@@ -30,6 +30,8 @@ static void usage(FILE *f) {
             "                  of 64, RoPE on 16: runs with --qat off only), tiny-ckpt (tiny\n"
             "                  with low ranks 128 and 64: whole FP8 activation blocks),\n"
             "                  tiny-spec (tiny whose MTP head drafts what it decodes),\n"
+            "                  tiny-0731 (tiny-ckpt with DeepSeek-V4-Flash-0731's DSpark\n"
+            "                  configuration and no MTP layer: use --no-mtp),\n"
             "                  tiny-pro (DeepSeek-V4-Pro's shape: ratio-128 hash layers,\n"
             "                  8 heads in 4 groups, 12 experts, route scale 2.5),\n"
             "                  fullwidth (the real per-layer dimensions, 3 layers, 16\n"

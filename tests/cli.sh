@@ -367,6 +367,26 @@ check "... QAT on: drafts of 3 from its MTP layer give plain decoding's steps" \
 check "... and not QAT off's" bash -c '! cmp -s <(tail -n +2 "$1") <(tail -n +2 "$2")' _ "$tmp/ckq.jsonl" "$tmp/ck.jsonl"
 check "ds4_test --mtp-verify-depth on a checkpoint, its MTP layer inside" quiet \
     env DS4_TEST_MODEL="$tmp/ck" DS4_TEST_MTP="$tmp/ck" DS4_TEST_MTP_STEPS=4 ./ds4_test --mtp-verify-depth
+# DeepSeek-V4-Flash-0731's configuration (tiny-0731: a DSpark drafter, no
+# MTP layer): its trunk from GGUF and from a checkpoint.
+check "tiny-0731 without --no-mtp -> 2" status_is 2 ./ds4ref-mkmodel --config tiny-0731 -o "$tmp/0731.gguf"
+check "... saying it drafts with DSpark" grep -q "drafts with DSpark.*--no-mtp" "$tmp/stderr"
+quiet ./ds4ref-mkmodel --config tiny-0731 --no-mtp -o "$tmp/0731.gguf"
+check "tiny-0731: a GGUF with the DSpark keys and its stages' ratios" bash -c \
+    './ds4ref-gguf info "$1" > "$2" && grep -q "dspark.target_layer_ids = arr\[u32; 3\] \[1, 2, 3\]" "$2" &&
+     grep -q "compress_ratios = arr\[u32; 7\] \[0, 0, 4, 128, 0, 0, 0\]" "$2"' _ \
+    "$tmp/0731.gguf" "$tmp/0731.txt"
+check "... its trunk decodes" quiet ./ds4ref -m "$tmp/0731.gguf" "${ck[@]}"
+quiet ./ds4ref-mkmodel --config tiny-0731 --no-mtp --format hf -o "$tmp/0731h"
+quiet ./ds4ref-mkmodel --config tiny-0731 --no-mtp --format hf --types f32 -o "$tmp/0731hf"
+check "... as a checkpoint, config.json with 0731's DSpark keys" bash -c \
+    'grep -q "\"dspark_block_size\": 5" "$1" && grep -q "\"compress_ratios\": \[0, 0, 4, 128, 0, 0, 0\]" "$1"' \
+    _ "$tmp/0731h/config.json"
+./ds4ref -m "$tmp/0731h" "${ck[@]}" --qat off --golden-out "$tmp/0731h.jsonl" > /dev/null 2>&1
+./ds4ref -m "$tmp/0731hf" "${ck[@]}" --qat off --golden-out "$tmp/0731hf.jsonl" > /dev/null 2>&1
+check "... QAT off: the checkpoint and its twin give the same 8 steps" bash -c \
+    'cmp <(tail -n +2 "$1") <(tail -n +2 "$2") && test "$(wc -l < "$1")" -ge 9' _ "$tmp/0731h.jsonl" "$tmp/0731hf.jsonl"
+
 # DeepSeek-V4-Pro's shape (tiny-pro: hash-routed layers at ratio 128, 4
 # output groups, route scale 2.5) from GGUF and from a checkpoint.
 quiet ./ds4ref-mkmodel --config tiny-pro -o "$tmp/pro.gguf"

@@ -144,6 +144,82 @@ typedef struct edit {
     const char *expect;
 } edit;
 
+/* DeepSeek-V4-Flash-0731's config.json: the first release's with the DSpark
+ * keys and compress_ratios' 3 stages (0) where the NextN layer's was. */
+static void release_0731(char *out, size_t cap, const char *from, const char *to) {
+    char text[sizeof(release) + 256];
+    const char *end = strstr(release, "4, 0]}");
+    snprintf(text, sizeof(text), "%.*s4, 0, 0, 0], \"dspark_block_size\": 5, "
+             "\"dspark_noise_token_id\": 128799, \"dspark_target_layer_ids\": [40, 41, 42], "
+             "\"dspark_markov_rank\": 256}", (int)(end - release), release);
+    const char *at = from ? strstr(text, from) : NULL;
+    if (from && !at) fail_msg("no %s in the 0731 text", from);
+    if (!at) snprintf(out, cap, "%s", text);
+    else snprintf(out, cap, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+}
+
+static void test_release_0731(void **state) {
+    (void)state;
+    char text[sizeof(release) + 512];
+    release_0731(text, sizeof(text), NULL, NULL);
+    ds4_config c;
+    ds4err err = {0};
+    if (load_text(&c, text, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(c.n_layer, 43);
+    assert_int_equal(c.ratio[42], 4);
+    assert_int_equal(c.dspark_stages, 3);
+    assert_int_equal(c.dspark_block, 5);
+    assert_int_equal(c.dspark_noise, 128799);
+    assert_int_equal(c.dspark_rank, 256);
+    assert_int_equal(c.n_dspark_target, 3);
+    assert_int_equal(c.dspark_target[0], 40);
+    assert_int_equal(c.dspark_target[2], 42);
+    ds4_model_config_free(&c);
+    static const edit edits[] = {
+        {"4, 0, 0, 0]", "4, 0, 4, 0]", "\"compress_ratios\"[44] is 4: a DSpark stage"},
+        {"4, 0, 0, 0]", "4]", "then one per DSpark stage (1 to 8)"},
+        {"[40, 41, 42]", "[40, 41, 43]", "DSpark target layer 43 (entry 2)"},
+        {"[40, 41, 42]", "[41, 40]", "DSpark target layer 40 (entry 1): expected increasing"},
+        {"[40, 41, 42]", "[]", "\"dspark_target_layer_ids\" must be an array of 1 to 8"},
+        {"\"dspark_noise_token_id\": 128799", "\"dspark_noise_token_id\": 129280",
+         "the DSpark noise token must be in the vocabulary"},
+        {"\"dspark_block_size\": 5", "\"dspark_block_size\": 1", "block size must be in [2, 64]"},
+        {"\"dspark_markov_rank\": 256", "\"dspark_markov_rank\": 0", "Markov rank must be in"},
+        {", \"dspark_markov_rank\": 256", "", "\"dspark_markov_rank\" is missing"},
+    };
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        release_0731(text, sizeof(text), edits[i].from, edits[i].to);
+        if (!load_text(&c, text, &err)) fail_msg("0731 edit %zu was accepted", i);
+        if (!strstr(err.msg, edits[i].expect) || !strstr(err.msg, "config.json"))
+            fail_msg("0731 edit %zu: '%s'\nwanted '%s'", i, err.msg, edits[i].expect);
+    }
+}
+
+/* tiny-0731's GGUF and the config.json written from it read back as one
+ * configuration, its DSpark fields included. */
+static void test_0731_same_as_gguf(void **state) {
+    (void)state;
+    ds4err err = {0};
+    tu_model *t = tu_model_new("tiny-0731", 1, false, &err);
+    if (!t) fail_msg("%s", err.msg);
+    const ds4_config *g = &t->m.cfg;
+    assert_int_equal(g->dspark_stages, 3);
+    assert_int_equal(g->n_dspark_target, 3);
+    ds4_buf b = {0};
+    if (ds4_hfconfig_write(g, false, true, &b, &err)) fail_msg("%s", err.msg);
+    if (!strstr(b.p, "\"compress_ratios\": [0, 0, 4, 128, 0, 0, 0]") ||
+        !strstr(b.p, "\"dspark_target_layer_ids\": [1, 2, 3]"))
+        fail_msg("%s", b.p);
+    ds4_config c;
+    if (load_text(&c, b.p, &err)) fail_msg("%s\n%s", err.msg, b.p);
+    assert_memory_equal(&c, g, offsetof(ds4_config, ratio));
+    assert_int_equal(ds4_hfconfig_write(g, true, true, &b, &err), -1);
+    assert_non_null(strstr(err.msg, "both an MTP layer and a DSpark drafter"));
+    ds4_model_config_free(&c);
+    ds4_buf_free(&b);
+    tu_model_free(t);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     const edit edits[] = {
@@ -196,12 +272,13 @@ static void test_refusals(void **state) {
  * rather than read from it. */
 typedef struct keyed {
     size_t offset;
-    bool f32, yarn;
+    bool f32, yarn, dspark;
     const char *gguf, *json;
 } keyed;
 
-#define U(field, g, j) {offsetof(ds4_config, field), false, false, g, j}
-#define R(field, g, j) {offsetof(ds4_config, field), true, false, g, j}
+#define U(field, g, j) {offsetof(ds4_config, field), false, false, false, g, j}
+#define R(field, g, j) {offsetof(ds4_config, field), true, false, false, g, j}
+#define D(field, g, j) {offsetof(ds4_config, field), false, false, true, g, j}
 static const keyed keys[] = {
     U(n_layer, "block_count", "num_hidden_layers"),
     U(n_embd, "embedding_length", "hidden_size"),
@@ -228,14 +305,21 @@ static const keyed keys[] = {
     R(expert_scale, "expert_weights_scale", "routed_scaling_factor"),
     R(rope_base, "rope.freq_base", "rope_theta"),
     R(compress_rope_base, "attention.compress_rope_freq_base", "compress_rope_theta"),
-    {offsetof(ds4_config, yarn_factor), true, true, "rope.scaling.factor", "factor"},
-    {offsetof(ds4_config, yarn_orig_ctx), false, true, "rope.scaling.original_context_length",
-     "original_max_position_embeddings"},
-    {offsetof(ds4_config, yarn_beta_fast), true, true, "rope.scaling.yarn_beta_fast", "beta_fast"},
-    {offsetof(ds4_config, yarn_beta_slow), true, true, "rope.scaling.yarn_beta_slow", "beta_slow"},
+    {offsetof(ds4_config, yarn_factor), true, true, false, "rope.scaling.factor", "factor"},
+    {offsetof(ds4_config, yarn_orig_ctx), false, true, false,
+     "rope.scaling.original_context_length", "original_max_position_embeddings"},
+    {offsetof(ds4_config, yarn_beta_fast), true, true, false, "rope.scaling.yarn_beta_fast",
+     "beta_fast"},
+    {offsetof(ds4_config, yarn_beta_slow), true, true, false, "rope.scaling.yarn_beta_slow",
+     "beta_slow"},
+    /* 0731's config.json keys; the GGUF ones are ds4ref's. */
+    D(dspark_block, "dspark.block_size", "dspark_block_size"),
+    D(dspark_noise, "dspark.noise_token_id", "dspark_noise_token_id"),
+    D(dspark_rank, "dspark.markov_rank", "dspark_markov_rank"),
 };
 #undef U
 #undef R
+#undef D
 enum { N_KEYS = sizeof(keys) / sizeof(keys[0]), N_FIXED_AT_ONE = 2 };
 
 /* Every row is complete (kind, group, both keys, a range that holds its
@@ -247,7 +331,8 @@ static void test_hparam_rows(void **state) {
     for (uint32_t i = 0; i < ds4_hparams_n; i++) {
         const ds4_hparam *h = &ds4_hparams[i];
         assert_true(h->kind == DS4_HP_U32 || h->kind == DS4_HP_F32 || h->kind == DS4_HP_ONE);
-        assert_true(h->group == DS4_HP_PLAIN || h->group == DS4_HP_YARN);
+        assert_true(h->group == DS4_HP_PLAIN || h->group == DS4_HP_YARN ||
+                    h->group == DS4_HP_DSPARK);
         if (!h->gguf || !*h->gguf || !h->json || !*h->json) fail_msg("row %u lacks a key", i);
         if (h->max && (h->min > h->max || h->dflt > h->max))
             fail_msg("row %s: range [%u, %u], default %g", h->gguf, h->min, h->max, h->dflt);
@@ -268,7 +353,9 @@ static void test_hparam_rows(void **state) {
             fail_msg("row (%s, %s), expected (%s, %s)", h->gguf, h->json, keys[k].gguf,
                      keys[k].json);
         assert_int_equal(h->kind, keys[k].f32 ? DS4_HP_F32 : DS4_HP_U32);
-        assert_int_equal(h->group, keys[k].yarn ? DS4_HP_YARN : DS4_HP_PLAIN);
+        assert_int_equal(h->group, keys[k].yarn     ? DS4_HP_YARN
+                                   : keys[k].dspark ? DS4_HP_DSPARK
+                                                    : DS4_HP_PLAIN);
     }
 }
 
@@ -291,6 +378,8 @@ static void test_hparam_keys_written(void **state) {
         else *(uint32_t *)(void *)p = 100 + (uint32_t)k;
     }
     c.yarn = true;
+    c.dspark_stages = 1;
+    c.n_dspark_target = 1;
     uint32_t ratio[128] = {0};
     float clamp[129];
     for (size_t l = 0; l < 129; l++) clamp[l] = 10.0f;
@@ -312,7 +401,7 @@ static void test_hparam_keys_written(void **state) {
     ds4_json_free(doc);
     ds4_buf_free(&b);
 
-    tu_model *t = tu_model_new("tiny", 1, false, &err);
+    tu_model *t = tu_model_new("tiny-0731", 1, false, &err);
     if (!t) fail_msg("%s", err.msg);
     for (size_t k = 0; k < N_KEYS; k++) {
         char key[128];
@@ -338,6 +427,8 @@ int main(void) {
         cmocka_unit_test(test_same_as_gguf),
         cmocka_unit_test(test_writer),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_release_0731),
+        cmocka_unit_test(test_0731_same_as_gguf),
         cmocka_unit_test(test_hparam_rows),
         cmocka_unit_test(test_hparam_keys_written),
     };

@@ -27,17 +27,25 @@ typedef struct fixture {
     ds4_gguf_file src;
 } fixture;
 
-static int setup(void **state) {
+static int setup_config(void **state, const char *config) {
     fixture *f = calloc(1, sizeof(*f));
     f->dir = tu_tmpdir();
     f->base = tu_path(f->dir, "tiny.gguf");
     f->variant = tu_path(f->dir, "variant.gguf");
     ds4err err = {0};
-    ds4_synth_opts o = {.config = "tiny", .seed = 3};
+    ds4_synth_opts o = {.config = config, .seed = 3};
     if (ds4_synth_write(&o, f->base, NULL, &err)) fail_msg("%s", err.msg);
     if (ds4_gguf_open(&f->src, f->base, &err)) fail_msg("%s", err.msg);
     *state = f;
     return 0;
+}
+
+static int setup(void **state) {
+    return setup_config(state, "tiny");
+}
+
+static int setup_0731(void **state) {
+    return setup_config(state, "tiny-0731");
 }
 
 static int teardown(void **state) {
@@ -57,6 +65,8 @@ typedef struct change {
     const char *key;           /* metadata key to replace (with u32 value) or drop */
     bool drop_key;
     uint32_t u32;
+    const uint32_t *arr;       /* or replace it with this u32 array of arr_n */
+    uint32_t arr_n;
     const char *tensor;        /* tensor to drop, rename, retype or reshape */
     bool drop_tensor;
     const char *rename;
@@ -79,7 +89,8 @@ static void write_variant(fixture *f, const change *c) {
         const ds4_gguf_kv *kv = &g->kv[i];
         if (c->key && !strcmp(kv->key, c->key)) {
             key_seen = true;
-            if (!c->drop_key) assert_int_equal(ds4_gguf_write_u32(w, kv->key, c->u32), 0);
+            if (c->arr) assert_int_equal(ds4_gguf_write_arr_u32(w, kv->key, c->arr, c->arr_n), 0);
+            else if (!c->drop_key) assert_int_equal(ds4_gguf_write_u32(w, kv->key, c->u32), 0);
             continue;
         }
         uint64_t next;
@@ -290,7 +301,50 @@ static void test_qat_off_only_shape(void **state) {
     tu_model_free(t);
 }
 
+/* DeepSeek-V4-Flash-0731's configuration in a GGUF (tiny-0731): the trunk
+ * loads with its DSpark fields; each broken one is refused by name. */
+static void test_dspark_loads(void **state) {
+    ds4_model m;
+    loads(*state, &(change){0}, &m);
+    assert_int_equal(m.cfg.dspark_stages, 3);
+    assert_int_equal(m.cfg.dspark_block, 5);
+    assert_int_equal(m.cfg.dspark_noise, 511);
+    assert_int_equal(m.cfg.dspark_rank, 16);
+    assert_int_equal(m.cfg.n_dspark_target, 3);
+    assert_int_equal(m.cfg.dspark_target[2], 3);
+    assert_null(m.mtp);
+    ds4_model_close(&m);
+}
+
+static void test_dspark_refusals(void **state) {
+    static const uint32_t stage4[] = {0, 0, 4, 128, 0, 4, 0}, none[] = {0, 0, 4, 128},
+                          many[] = {0, 0, 4, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint32_t late[] = {1, 4}, backwards[] = {2, 1};
+    const char *ratios = "deepseek4.attention.compress_ratios";
+    const char *targets = "deepseek4.dspark.target_layer_ids";
+    refused(*state, &(change){.key = ratios, .arr = stage4, .arr_n = 7},
+            "compress_ratios[5] = 4", "a DSpark stage attends to its window only");
+    refused(*state, &(change){.key = ratios, .arr = none, .arr_n = 4},
+            "then one per DSpark stage (1 to 8), not 4 entries", NULL);
+    refused(*state, &(change){.key = ratios, .arr = many, .arr_n = 13},
+            "one per DSpark stage", "not 13 entries");
+    refused(*state, &(change){.key = targets, .arr = late, .arr_n = 2},
+            "DSpark target layer 4 (entry 1)", "below 4");
+    refused(*state, &(change){.key = targets, .arr = backwards, .arr_n = 2},
+            "DSpark target layer 1 (entry 1): expected increasing", NULL);
+    refused(*state, &(change){.key = targets, .u32 = 2},
+            "deepseek4.dspark.target_layer_ids must be an array of 1 to 8", NULL);
+    refused(*state, &(change){.key = "deepseek4.dspark.noise_token_id", .u32 = 512},
+            "the DSpark noise token must be in the vocabulary", NULL);
+    refused(*state, &(change){.key = "deepseek4.dspark.markov_rank", .drop_key = true},
+            "deepseek4.dspark.markov_rank", NULL);
+}
+
 int main(void) {
+    const struct CMUnitTest dspark[] = {
+        cmocka_unit_test(test_dspark_loads),
+        cmocka_unit_test(test_dspark_refusals),
+    };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qat_off_only_shape),
         cmocka_unit_test(test_missing_tensor),
@@ -306,5 +360,6 @@ int main(void) {
         cmocka_unit_test(test_hash_table_range),
         cmocka_unit_test(test_non_finite_norm),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, teardown) |
+           cmocka_run_group_tests(dspark, setup_0731, teardown);
 }

@@ -104,14 +104,46 @@ static int read_rope_scaling(ds4_config *c, const ds4_json *root, const char *pa
     return read_hparams(c, rs, DS4_HP_YARN, in, err);
 }
 
-/* compress_ratios: n_layer entries, then one per MTP layer. */
+/* DeepSeek-V4-Flash-0731's DSpark drafter: its rows and target layers, when
+ * the file has "dspark_block_size". */
+static int read_dspark(ds4_config *c, const ds4_json *root, const char *path, ds4err *err) {
+    const ds4_hparam *first = ds4_hparams_find(offsetof(ds4_config, dspark_block));
+    if (!ds4_json_get(root, first->json)) return 0;
+    if (read_hparams(c, root, DS4_HP_DSPARK, path, err)) return -1;
+    const ds4_json *t = ds4_json_get(root, "dspark_target_layer_ids");
+    if (!t || t->type != DS4_JSON_ARRAY || t->n < 1 || t->n > DS4_MAX_DSPARK_TARGET)
+        return missing(path, "dspark_target_layer_ids", "an array of 1 to 8 layer numbers", err);
+    for (size_t i = 0; i < t->n; i++)
+        if (!read_u32(&t->elems[i], &c->dspark_target[i]))
+            return ds4_err_set(err, DS4_E_MODEL, "%s: \"dspark_target_layer_ids\"[%zu] is not a "
+                               "layer number", path, i);
+    c->n_dspark_target = (uint32_t)t->n;
+    return 0;
+}
+
+/* How many compress_ratios entries follow the layers': one per MTP layer,
+ * or with DSpark one per stage (0731 keeps num_nextn_predict_layers 1 and
+ * ships no NextN layer), 0 from 1 to DS4_MAX_DSPARK_STAGE. */
+static bool tail_ok(const ds4_config *c, size_t n_tail, uint32_t n_mtp) {
+    if (c->n_dspark_target) return n_tail >= 1 && n_tail <= DS4_MAX_DSPARK_STAGE;
+    return n_tail == n_mtp;
+}
+
+/* compress_ratios: n_layer entries, then one per MTP layer or DSpark stage. */
 static int read_ratios(ds4_config *c, const ds4_json *root, uint32_t n_mtp, const char *path,
                        ds4err *err) {
     const ds4_json *r = ds4_json_get(root, "compress_ratios");
-    if (!r || r->type != DS4_JSON_ARRAY || r->n != (size_t)c->n_layer + n_mtp)
+    if (!r || r->type != DS4_JSON_ARRAY || r->n < c->n_layer ||
+        !tail_ok(c, r->n - c->n_layer, n_mtp)) {
+        if (c->n_dspark_target)
+            return ds4_err_set(err, DS4_E_MODEL,
+                               "%s: \"compress_ratios\" must be an array of %u integers (one "
+                               "per layer), then one per DSpark stage (1 to %d)", path, c->n_layer,
+                               DS4_MAX_DSPARK_STAGE);
         return ds4_err_set(err, DS4_E_MODEL,
                            "%s: \"compress_ratios\" must be an array of %u integers (one per "
                            "layer, then one per MTP layer)", path, c->n_layer + n_mtp);
+    }
     if (!(c->ratio = malloc(sizeof(uint32_t) * c->n_layer)))
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
     for (size_t l = 0; l < r->n; l++) {
@@ -120,7 +152,11 @@ static int read_ratios(ds4_config *c, const ds4_json *root, uint32_t n_mtp, cons
             return ds4_err_set(err, DS4_E_MODEL, "%s: \"compress_ratios\"[%zu] is not a count",
                                path, l);
         if (l < c->n_layer) c->ratio[l] = v;
+        else if (c->n_dspark_target && v)
+            return ds4_err_set(err, DS4_E_MODEL, "%s: \"compress_ratios\"[%zu] is %u: a DSpark "
+                               "stage attends to its window only (0)", path, l, v);
     }
+    if (c->n_dspark_target) c->dspark_stages = (uint32_t)(r->n - c->n_layer);
     return 0;
 }
 
@@ -158,7 +194,9 @@ static int load(ds4_config *c, const ds4_json *root, const char *path, ds4err *e
     if (!ds4_hparams_in_range(layers, c))
         return ds4_err_set(err, DS4_E_MODEL, "%s: \"%s\" must be in [%u, %u]", path, layers->json,
                            layers->min, layers->max);
-    if (read_rope_scaling(c, root, path, err) || read_ratios(c, root, n_mtp, path, err)) return -1;
+    if (read_rope_scaling(c, root, path, err) || read_dspark(c, root, path, err) ||
+        read_ratios(c, root, n_mtp, path, err))
+        return -1;
     c->clamp_exp = malloc(sizeof(float) * (c->n_layer + 1));
     c->clamp_shexp = malloc(sizeof(float) * (c->n_layer + 1));
     if (!c->clamp_exp || !c->clamp_shexp) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
@@ -192,7 +230,24 @@ static const char *hparam_text(const ds4_hparam *h, const ds4_config *c, char ou
     return out;
 }
 
+/* The DSpark rows and target layers, as 0731's config.json has them (its
+ * num_nextn_predict_layers stays 1, without a NextN layer). */
+static void put_dspark(const ds4_config *c, ds4_buf *b) {
+    char t[32];
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (ds4_hparams[i].group == DS4_HP_DSPARK)
+            ds4_buf_printf(b, "  \"%s\": %s,\n", ds4_hparams[i].json,
+                           hparam_text(&ds4_hparams[i], c, t));
+    ds4_buf_puts(b, "  \"dspark_target_layer_ids\": [");
+    for (uint32_t i = 0; i < c->n_dspark_target; i++)
+        ds4_buf_printf(b, "%s%u", i ? ", " : "", c->dspark_target[i]);
+    ds4_buf_puts(b, "],\n");
+}
+
 int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b, ds4err *err) {
+    if (mtp && c->dspark_stages)
+        return ds4_err_set(err, DS4_E_UNSUPPORTED, "config.json: a model with both an MTP layer "
+                           "and a DSpark drafter has no release layout");
     const float limit = c->clamp_exp[0];
     for (uint32_t l = 0; l < c->n_layer + (mtp ? 1 : 0); l++)
         if (c->clamp_exp[l] != limit || c->clamp_shexp[l] != limit)
@@ -212,7 +267,8 @@ int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b
         "  \"scoring_func\": \"sqrtsoftplus\",\n  \"topk_method\": \"noaux_tc\",\n"
         "  \"norm_topk_prob\": true,\n  \"hidden_act\": \"silu\",\n"
         "  \"tie_word_embeddings\": false,\n  \"num_nextn_predict_layers\": %u,\n",
-        float_text(limit, t), mtp ? 1u : 0u);
+        float_text(limit, t), mtp || c->dspark_stages ? 1u : 0u);
+    if (c->dspark_stages) put_dspark(c, b);
     if (c->yarn) {
         ds4_buf_puts(b, "  \"rope_scaling\": {\"type\": \"yarn\"");
         for (uint32_t i = 0; i < ds4_hparams_n; i++)
@@ -228,6 +284,7 @@ int ds4_hfconfig_write(const ds4_config *c, bool mtp, bool quantized, ds4_buf *b
                         "\"weight_block_size\": [128, 128]},\n");
     ds4_buf_puts(b, "  \"compress_ratios\": [");
     for (uint32_t l = 0; l < c->n_layer; l++) ds4_buf_printf(b, "%s%u", l ? ", " : "", c->ratio[l]);
+    for (uint32_t s = 0; s < c->dspark_stages; s++) ds4_buf_puts(b, ", 0");
     ds4_buf_puts(b, mtp ? ", 0]\n}\n" : "]\n}\n");
     return b->failed ? ds4_err_set(err, DS4_E_NOMEM, "out of memory") : 0;
 }

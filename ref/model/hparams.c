@@ -81,6 +81,15 @@ const ds4_hparam ds4_hparams[] = {
      true, 32, 0, 0, NULL},
     {F(yarn_beta_slow), DS4_HP_F32, DS4_HP_YARN, "rope.scaling.yarn_beta_slow", "beta_slow", true,
      true, 1, 0, 0, NULL},
+    /* DSpark (0731's config.json keys; the GGUF keys are ds4ref's own until
+     * a published GGUF names them).  Their ranges depend on the model
+     * (the noise token on the vocabulary): config_validate. */
+    {F(dspark_block), DS4_HP_U32, DS4_HP_DSPARK, "dspark.block_size", "dspark_block_size", false,
+     false, 0, 0, 0, NULL},
+    {F(dspark_noise), DS4_HP_U32, DS4_HP_DSPARK, "dspark.noise_token_id", "dspark_noise_token_id",
+     false, false, 0, 0, 0, NULL},
+    {F(dspark_rank), DS4_HP_U32, DS4_HP_DSPARK, "dspark.markov_rank", "dspark_markov_rank", false,
+     false, 0, 0, 0, NULL},
 };
 const uint32_t ds4_hparams_n = sizeof(ds4_hparams) / sizeof(ds4_hparams[0]);
 

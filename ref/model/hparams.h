@@ -27,8 +27,10 @@ enum ds4_hp_kind {
 
 /* Where a row is read from: the plain rows from the top level, the YaRN
  * rows (GGUF's rope.scaling.*, config.json's "rope_scaling" object) only
- * when the file turns YaRN on; otherwise they keep their defaults. */
-enum ds4_hp_group { DS4_HP_PLAIN, DS4_HP_YARN };
+ * when the file turns YaRN on, the DSpark rows only when the file has a
+ * DSpark drafter (its first row's key is there); otherwise they keep their
+ * defaults. */
+enum ds4_hp_group { DS4_HP_PLAIN, DS4_HP_YARN, DS4_HP_DSPARK };
 
 typedef struct ds4_hparam {
     uint32_t offset;         /* of the field in ds4_config (DS4_HP_ONE: unused) */

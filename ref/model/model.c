@@ -77,6 +77,20 @@ static int is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
 /* Relations the forward pass relies on.  Each failure says which rule broke,
  * so a hand-made or converted file gets a precise diagnosis. */
+/* A DSpark drafter's configuration: its ranges and the layers it reads. */
+static int dspark_validate(const ds4_config *c, const char *p, ds4err *err) {
+    if (check(err, p, c->dspark_block >= 2 && c->dspark_block <= DS4_MAX_DSPARK_BLOCK, "the DSpark block size must be in [2, %d]", DS4_MAX_DSPARK_BLOCK) ||
+        check(err, p, c->dspark_noise < c->n_vocab, "the DSpark noise token must be in the vocabulary", 0) ||
+        check(err, p, c->dspark_rank >= 1 && c->dspark_rank <= DS4_MAX_DSPARK_RANK, "the DSpark Markov rank must be in [1, %d]", DS4_MAX_DSPARK_RANK))
+        return -1;
+    for (uint32_t i = 0; i < c->n_dspark_target; i++)
+        if (c->dspark_target[i] >= c->n_layer || (i && c->dspark_target[i] <= c->dspark_target[i - 1]))
+            return ds4_err_set(err, DS4_E_MODEL, "%s: DSpark target layer %u (entry %u): expected "
+                               "increasing layer numbers below %u", p, c->dspark_target[i], i,
+                               c->n_layer);
+    return 0;
+}
+
 static int config_validate(const ds4_config *c, const char *p, ds4err *err) {
     for (uint32_t i = 0; i < ds4_hparams_n; i++)
         if (check_range(err, p, &ds4_hparams[i], c)) return -1;
@@ -90,6 +104,7 @@ static int config_validate(const ds4_config *c, const char *p, ds4err *err) {
         check(err, p, c->rope_base > 1 && c->compress_rope_base > 1, "RoPE bases must be > 1", 0) ||
         check(err, p, !c->yarn || (c->yarn_factor >= 1 && c->yarn_orig_ctx >= 1 && c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0), "YaRN needs factor >= 1, original_context_length >= 1 and positive betas", 0))
         return -1;
+    if (c->n_dspark_target && dspark_validate(c, p, err)) return -1;
     bool has_indexer = false;
     for (uint32_t l = 0; l < c->n_layer; l++) {
         uint32_t r = c->ratio[l];
@@ -147,6 +162,42 @@ static int load_hparams(ds4_config *c, const ds4_gguf_file *g, uint8_t group, ds
     return 0;
 }
 
+/* The DSpark drafter's rows and target layers, when the file has its first
+ * row's key (ds4ref's own GGUF keys: hparams.c). */
+static int load_dspark(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
+    char key[128];
+    ds4_hparams_gguf_key(ds4_hparams_find(offsetof(ds4_config, dspark_block)), key, sizeof(key));
+    if (!ds4_gguf_find_kv(g, key)) return 0;
+    if (load_hparams(c, g, DS4_HP_DSPARK, err)) return -1;
+    const ds4_gguf_kv *t = ds4_gguf_find_kv(g, KEY("dspark.target_layer_ids"));
+    if (!t || t->type != GGUF_ARR || t->arr_n < 1 || t->arr_n > DS4_MAX_DSPARK_TARGET)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: %s must be an array of 1 to %d layer numbers",
+                           g->path, KEY("dspark.target_layer_ids"), DS4_MAX_DSPARK_TARGET);
+    c->n_dspark_target = (uint32_t)t->arr_n;
+    return ds4_gguf_get_arr_u32(g, KEY("dspark.target_layer_ids"), c->dspark_target,
+                                t->arr_n, err);
+}
+
+/* compress_ratios past the layers: a DSpark model's stages, window-only
+ * (the official config.json's layout); ignored without DSpark, as ds4's
+ * files may carry the MTP layer's. */
+static int dspark_stages(ds4_config *c, const uint32_t *ratios, uint64_t n, const char *path,
+                         ds4err *err) {
+    if (!c->n_dspark_target) return 0;
+    if (n <= c->n_layer || n - c->n_layer > DS4_MAX_DSPARK_STAGE)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: %s must have the %u layers' ratios and then "
+                           "one per DSpark stage (1 to %d), not %llu entries", path,
+                           KEY("attention.compress_ratios"), c->n_layer, DS4_MAX_DSPARK_STAGE,
+                           (unsigned long long)n);
+    for (uint64_t l = c->n_layer; l < n; l++)
+        if (ratios[l])
+            return ds4_err_set(err, DS4_E_MODEL, "%s: %s[%llu] = %u: a DSpark stage attends to "
+                               "its window only (0)", path, KEY("attention.compress_ratios"),
+                               (unsigned long long)l, ratios[l]);
+    c->dspark_stages = (uint32_t)(n - c->n_layer);
+    return 0;
+}
+
 /* Read and validate the configuration from a GGUF's metadata. */
 static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
     memset(c, 0, sizeof(*c));
@@ -199,6 +250,7 @@ static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
         }
     }
     if (c->yarn && load_hparams(c, g, DS4_HP_YARN, err)) return -1;
+    if (load_dspark(c, g, err)) return -1;
 
     /* The arrays below are as long as block_count says: its range first. */
     if (check_range(err, g->path, ds4_hparams_find(offsetof(ds4_config, n_layer)), c)) return -1;
@@ -222,7 +274,12 @@ static int config_load(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
         return -1;
     }
     memcpy(c->ratio, ratios, sizeof(uint32_t) * c->n_layer);
+    int bad = dspark_stages(c, ratios, rk->arr_n, g->path, err);
     free(ratios);
+    if (bad) {
+        ds4_model_config_free(c);
+        return -1;
+    }
 
     if (load_layer_floats(g, KEY("swiglu_clamp_exp"), c->n_layer, &c->clamp_exp, err)) {
         ds4_model_config_free(c);

@@ -42,6 +42,12 @@ enum {
     /* A compressor row: twice the head on ratio-4 layers (layout.c's
      * DS4_D_COMP_W), the compressor's position bias (compressor.c). */
     DS4_MAX_COMP_WIDTH = 2 * DS4_MAX_HEAD_DIM,
+    /* The DSpark drafter's (0731: 3 stages, blocks of 5, 3 target layers,
+     * rank 256; Pro: rank 512). */
+    DS4_MAX_DSPARK_STAGE = 8,
+    DS4_MAX_DSPARK_BLOCK = 64,
+    DS4_MAX_DSPARK_TARGET = 8,
+    DS4_MAX_DSPARK_RANK = 65536,
 };
 
 typedef struct ds4_config {
@@ -75,6 +81,16 @@ typedef struct ds4_config {
     uint32_t yarn_orig_ctx;
     float yarn_beta_fast;
     float yarn_beta_slow;
+    /* The DSpark drafter of DeepSeek-V4-Flash-0731 and V4-Pro-0813
+     * (docs/MTP.md): dspark_stages 0 when the model has none.  Its stages
+     * are window-only blocks stored as mtp.0 ... mtp.N-1; ds4ref reads the
+     * configuration and decodes the trunk plainly. */
+    uint32_t dspark_stages;
+    uint32_t dspark_block;      /* slots of a draft block: the anchor, then noise */
+    uint32_t dspark_noise;      /* the noise slots' token id */
+    uint32_t dspark_rank;       /* the Markov head's rank */
+    uint32_t n_dspark_target;
+    uint32_t dspark_target[DS4_MAX_DSPARK_TARGET];   /* trunk layers whose outputs it reads */
     uint32_t *ratio;            /* [n_layer] compress ratio (0, 4, 128, ...) */
     float *clamp_exp;           /* [n_layer + 1] SwiGLU limit, routed; [n_layer] = MTP */
     float *clamp_shexp;         /* [n_layer + 1] SwiGLU limit, shared */

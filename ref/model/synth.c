@@ -39,6 +39,13 @@ typedef struct synth_drafty {
     double head;           /* the spread of output.weight (the logits), times this */
 } synth_drafty;
 
+/* A DSpark drafter's configuration (0731: 3 stages, blocks of 5, the
+ * noise token 128799, the last 3 layers, rank 256). */
+typedef struct synth_dspark {
+    uint32_t stages, block, noise, rank, n_target;
+    uint32_t target[DS4_MAX_DSPARK_TARGET];
+} synth_dspark;
+
 typedef struct synth_cfg {
     const char *name;
     uint32_t n_layer, n_embd, n_vocab, n_head, head_dim, n_rot, q_lora, o_lora, o_groups;
@@ -46,6 +53,7 @@ typedef struct synth_cfg {
     uint32_t ratios[SYNTH_MAX_LAYER];
     const synth_drafty *drafty;   /* NULL: plain random weights */
     float route_scale;            /* expert_weights_scale (Flash 1.5, Pro 2.5) */
+    const synth_dspark *dspark;   /* NULL: none (the first release's NextN MTP layer instead) */
 } synth_cfg;
 
 /* tiny: 4 layers covering window-only (hash-routed), ratio 4 with the indexer
@@ -70,6 +78,10 @@ typedef struct synth_cfg {
  * input of every product the official checkpoint stores as FP8 or FP4 is
  * whole blocks of 128, as the official FP8 activations need: the model the
  * checkpoint tests write in the release's layout.
+ * tiny-0731: tiny-ckpt with DeepSeek-V4-Flash-0731's configuration: a
+ * DSpark drafter of 3 window-only stages in blocks of 5 reading the last 3
+ * layers, the last token as noise, rank 16, and no NextN MTP layer.  Its
+ * stages' tensors are not written yet: the trunk is 0731's.
  * tiny-pro: DeepSeek-V4-Pro's shape at tiny size, where it departs from
  * Flash: its first two layers compress at ratio 128 and are hash-routed
  * (Flash's are window-only), so a hash-routed layer has a compressor; 8
@@ -84,21 +96,25 @@ typedef struct synth_cfg {
  * (about 13 GB): the real model's per-token cost, measured end to end. */
 static const synth_cfg configs[] = {
     {"tiny", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, NULL, 1.5f},
+     {0, 0, 4, 128}, NULL, 1.5f, NULL},
     {"tiny-k64", 4, 256, 512, 4, 64, 16, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, NULL, 1.5f},
+     {0, 0, 4, 128}, NULL, 1.5f, NULL},
     {"tiny-ckpt", 4, 256, 512, 4, 128, 64, 128, 64, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, NULL, 1.5f},
+     {0, 0, 4, 128}, NULL, 1.5f, NULL},
     {"tiny-spec", 4, 256, 512, 4, 128, 64, 64, 32, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {0, 0, 4, 128}, &(const synth_drafty){.branch = 0.02, .mtp_h = 0.1, .head = 4}, 1.5f},
+     {0, 0, 4, 128}, &(const synth_drafty){.branch = 0.02, .mtp_h = 0.1, .head = 4}, 1.5f, NULL},
+    {"tiny-0731", 4, 256, 512, 4, 128, 64, 128, 64, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
+     {0, 0, 4, 128}, NULL, 1.5f,
+     &(const synth_dspark){.stages = 3, .block = 5, .noise = 511, .rank = 16, .n_target = 3,
+                           .target = {1, 2, 3}}},
     {"tiny-pro", 4, 256, 512, 8, 128, 64, 128, 64, 4, 12, 2, 256, 3, 16, 32, 128, 4, 4096,
-     {128, 128, 4, 4}, NULL, 2.5f},
+     {128, 128, 4, 4}, NULL, 2.5f, NULL},
     {"fullwidth", 3, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 1, 128, 64, 128,
-     512, 65536, {0, 4, 128}, NULL, 1.5f},
+     512, 65536, {0, 4, 128}, NULL, 1.5f, NULL},
     {"fulldepth", 43, 4096, 129280, 64, 512, 64, 1024, 1024, 8, 16, 6, 2048, 3, 128, 64, 128,
      512, 65536, {0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,
                   4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4,
-                  128, 4, 128, 4}, NULL, 1.5f},
+                  128, 4, 128, 4}, NULL, 1.5f, NULL},
 };
 
 static const synth_cfg *find_cfg(const char *name) {
@@ -393,6 +409,14 @@ static void cfg_to_config(const synth_cfg *s, ds4_config *c, uint32_t n_vocab) {
     c->hc_eps = 1e-6f;
     c->rms_eps = 1e-6f;
     c->expert_scale = s->route_scale;
+    if (s->dspark) {
+        c->dspark_stages = s->dspark->stages;
+        c->dspark_block = s->dspark->block;
+        c->dspark_noise = s->dspark->noise;
+        c->dspark_rank = s->dspark->rank;
+        c->n_dspark_target = s->dspark->n_target;
+        memcpy(c->dspark_target, s->dspark->target, sizeof(c->dspark_target));
+    }
     c->rope_base = 10000.0f;
     c->compress_rope_base = 160000.0f;
     c->yarn = true;
@@ -448,6 +472,20 @@ static int put_before(ds4_gguf_writer *w, const ds4_config *c, const ds4_hparam 
     return 0;
 }
 
+/* compress_ratios, and with DSpark its stages' (0), then its rows and
+ * target layers, as config.json has them. */
+static int write_ratios(ds4_gguf_writer *w, const synth_cfg *s, const ds4_config *c) {
+    uint32_t r[SYNTH_MAX_LAYER + DS4_MAX_DSPARK_STAGE] = {0};
+    memcpy(r, s->ratios, sizeof(uint32_t) * s->n_layer);
+    int rc = ds4_gguf_write_arr_u32(w, K("attention.compress_ratios"), r,
+                                    s->n_layer + c->dspark_stages);
+    if (!c->dspark_stages) return rc;
+    for (uint32_t i = 0; i < ds4_hparams_n; i++)
+        if (ds4_hparams[i].group == DS4_HP_DSPARK) rc |= put_hparam(w, c, &ds4_hparams[i]);
+    return rc | ds4_gguf_write_arr_u32(w, K("dspark.target_layer_ids"), c->dspark_target,
+                                       c->n_dspark_target);
+}
+
 static int write_metadata(ds4_gguf_writer *w, const synth_cfg *s, const ds4_config *c,
                           const char *name, bool mtp) {
     float clamp[SYNTH_MAX_LAYER];
@@ -462,7 +500,7 @@ static int write_metadata(ds4_gguf_writer *w, const synth_cfg *s, const ds4_conf
         rc |= put_before(w, c, h);
         rc |= put_hparam(w, c, h);
     }
-    rc |= ds4_gguf_write_arr_u32(w, K("attention.compress_ratios"), s->ratios, s->n_layer);
+    rc |= write_ratios(w, s, c);
     rc |= ds4_gguf_write_arr_f32(w, K("swiglu_clamp_exp"), clamp, s->n_layer);
     rc |= ds4_gguf_write_arr_f32(w, K("swiglu_clamp_shexp"), clamp, s->n_layer);
     if (mtp) rc |= ds4_gguf_write_u32(w, K("nextn_predict_layers"), 1);
@@ -558,8 +596,12 @@ done:
 int ds4_synth_write(const ds4_synth_opts *o, const char *path, const char *mtp_path,
                     ds4err *err) {
     const synth_cfg *s = find_cfg(o->config);
-    if (!s) return ds4_err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, tiny-ckpt, tiny-spec, tiny-pro, fullwidth or fulldepth)",
+    if (!s) return ds4_err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, tiny-ckpt, tiny-spec, tiny-0731, tiny-pro, fullwidth or fulldepth)",
                               o->config);
+    if (s->dspark && mtp_path)
+        return ds4_err_set(err, DS4_E_ARG, "synthetic config '%s' has no MTP layer (it drafts "
+                           "with DSpark, as DeepSeek-V4-Flash-0731 does): write it without one "
+                           "(ds4ref-mkmodel --no-mtp)", o->config);
     ds4_synth_vocab v;
     if (o->vocab_from ? ds4_synth_vocab_hf(&v, o->vocab_from, err)
                       : ds4_synth_vocab_tiny(&v, s->n_vocab, err))

@@ -25,7 +25,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 targets=(gguf model tokenizer parsers safetensors hfbind server)
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter \
--ffp-contract=off -fno-fast-math -fopenmp -Isrc -Iinclude -Itests -Itests/fuzz $san"
+-ffp-contract=off -fno-fast-math -fopenmp -I. -Iinclude -Itests -Itests/fuzz $san"
 # Inputs larger than this are not tried (the largest seed, a golden, is ~140 KB).
 declare -A max_len=([gguf]=65536 [model]=4096 [tokenizer]=4096 [parsers]=300000 [safetensors]=16384 [hfbind]=65536 [server]=16384)
 

@@ -16,13 +16,17 @@ _Noreturn static void die(const char *what, const char *msg) {
 }
 
 void fz_tiny_model(bool f32, uint8_t **buf, size_t *len) {
+    fz_synth_model("tiny", f32, buf, len);
+}
+
+void fz_synth_model(const char *config, bool f32, uint8_t **buf, size_t *len) {
     const char *dir = getenv("TMPDIR");
     char path[512];
     snprintf(path, sizeof(path), "%s/ds4ref-fuzz-XXXXXX", dir && *dir ? dir : "/tmp");
     int fd = mkstemp(path);
     if (fd < 0) die(path, "cannot create a temporary file");
     close(fd);
-    ds4_synth_opts o = {.config = "tiny", .f32 = f32, .seed = 1};
+    ds4_synth_opts o = {.config = config, .f32 = f32, .seed = 1};
     ds4err err = {0};
     char *data;
     if (ds4_synth_write(&o, path, NULL, &err) ||

@@ -11,6 +11,8 @@
  * the process with a message on failure: a fuzzer without its base model
  * has nothing to do. */
 void fz_tiny_model(bool f32, uint8_t **buf, size_t *len);
+/* The same for another synthetic configuration (ref/model/synth.c). */
+void fz_synth_model(const char *config, bool f32, uint8_t **buf, size_t *len);
 
 /* The release folder of the tiny-ckpt model (ds4ref-mkmodel --config
  * tiny-ckpt --format hf: FP8 and FP4 with their scales, two shards, the

@@ -6,7 +6,7 @@
  * OUTDIR/safetensors and OUTDIR/hfbind:
  *   gguf       the malformed-file catalogue (tests/malformed.c), the small
  *              valid file (v2 and v3), nested arrays up to one level too
- *              deep, the tiny model's metadata without its tensors;
+ *              deep, the tiny and tiny-0731 models' metadata without their tensors;
  *   model      edit lists for fuzz_model: none (the model itself), and one
  *              interesting value written over each metadata value, each
  *              array count and each field of each tensor's info record;
@@ -64,6 +64,26 @@ static void put_str(const char *target, const char *name, const char *s) {
 
 /* ---------------------------------------------------------------- gguf */
 
+/* A synthetic model's metadata without its tensors: a small file that
+ * parses and takes the model validation through the whole configuration
+ * (fuzz_model covers the tensors).  The tensor count is the u64 at byte 8;
+ * the first tensor record starts where the metadata ends. */
+static void put_metadata(const char *config, const char *name) {
+    uint8_t *buf;
+    size_t len;
+    fz_synth_model(config, false, &buf, &len);
+    ds4_gguf_file g;
+    ds4err err = {0};
+    if (ds4_gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail(config, err.msg);
+    size_t meta_end = (size_t)g.tensors[0].info_off;
+    for (uint64_t i = 1; i < g.n_tensors; i++)
+        if (g.tensors[i].info_off < meta_end) meta_end = (size_t)g.tensors[i].info_off;
+    ds4_gguf_close(&g);
+    memset(buf + 8, 0, 8);
+    put("gguf", name, buf, meta_end);
+    free(buf);
+}
+
 static void gguf_seeds(void) {
     mf_case *cases;
     size_t n;
@@ -88,24 +108,8 @@ static void gguf_seeds(void) {
         put("gguf", name, b, len);
         free(b);
     }
-    /* The tiny model's metadata without its tensors: a small file that
-     * parses and takes the model validation through the whole
-     * configuration (fuzz_model covers the tensors).  The tensor count is
-     * the u64 at byte 8; the first tensor record starts where the metadata
-     * ends. */
-    uint8_t *buf;
-    size_t len;
-    fz_tiny_model(false, &buf, &len);
-    ds4_gguf_file g;
-    ds4err err = {0};
-    if (ds4_gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
-    size_t meta_end = (size_t)g.tensors[0].info_off;
-    for (uint64_t i = 1; i < g.n_tensors; i++)
-        if (g.tensors[i].info_off < meta_end) meta_end = (size_t)g.tensors[i].info_off;
-    ds4_gguf_close(&g);
-    memset(buf + 8, 0, 8);
-    put("gguf", "tiny-metadata", buf, meta_end);
-    free(buf);
+    put_metadata("tiny", "tiny-metadata");
+    put_metadata("tiny-0731", "tiny-0731-metadata");   /* its DSpark keys */
 }
 
 /* ---------------------------------------------------------------- model */
@@ -377,6 +381,10 @@ static void hfbind_seeds(void) {
     put_bind("config-string-limit", 0, cfg, nc, "\"swiglu_limit\": 10.0", "\"swiglu_limit\": \"10\"");
     put_bind("config-duplicate", 0, cfg, nc, "\"hidden_size\": 256,", "\"hidden_size\": 256, \"hidden_size\": 128,");
     put_bind("config-huge", 0, cfg, nc, "\"num_hidden_layers\": 4", "\"num_hidden_layers\": 4e300");
+    put_bind("config-dspark", 0, cfg, nc, "\"num_nextn_predict_layers\": 1,",
+             "\"num_nextn_predict_layers\": 1, \"dspark_block_size\": 5, "
+             "\"dspark_noise_token_id\": 511, \"dspark_target_layer_ids\": [1, 2, 3], "
+             "\"dspark_markov_rank\": 16,");
     put_bind("index", 1, idx, ni, NULL, NULL);
     put_bind("index-missing-shard", 1, idx, ni, "model-00001-of-00002", "model-00003-of-00002");
     put_bind("header", 2, hdr, (size_t)hl, NULL, NULL);
