@@ -382,6 +382,31 @@ quiet ./ds4ref-mkmodel --config tiny-0731 --no-mtp --format hf --types f32 -o "$
 check "... as a checkpoint, config.json with 0731's DSpark keys" bash -c \
     'grep -q "\"dspark_block_size\": 5" "$1" && grep -q "\"compress_ratios\": \[0, 0, 4, 128, 0, 0, 0\]" "$1"' \
     _ "$tmp/0731h/config.json"
+check "... its DSpark stages named, typed and shaped as 0731's checkpoint has them" python3 -c '
+import json, struct, sys
+d = sys.argv[1]
+heads = {}
+for shard in set(json.load(open(d + "/model.safetensors.index.json"))["weight_map"].values()):
+    with open(d + "/" + shard, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        heads.update(json.loads(f.read(n)))
+def has(name, dtype, shape):
+    assert heads[name]["dtype"] == dtype and heads[name]["shape"] == shape, (name, heads[name])
+has("mtp.0.main_proj.weight", "F8_E4M3", [256, 768]); has("mtp.0.main_proj.scale", "F8_E8M0", [2, 6])
+has("mtp.0.main_norm.weight", "BF16", [256]); has("mtp.2.norm.weight", "BF16", [256])
+has("mtp.2.hc_head_fn", "F32", [4, 1024]); has("mtp.2.hc_head_scale", "F32", [1])
+has("mtp.2.markov_head.markov_w1.weight", "BF16", [512, 16])
+has("mtp.2.markov_head.markov_w2.weight", "BF16", [512, 16])
+has("mtp.2.confidence_head.proj.weight", "BF16", [1, 272])
+has("mtp.1.ffn.gate.bias", "F32", [8]); has("mtp.1.ffn.experts.7.w2.weight", "I8", [256, 128])
+# 0731 per stage: 13 attention, 2 norms, 6 hyper-connection, 2 gate, 3 x 2 per expert, 6 shared
+per = [sum(k.startswith("mtp.%d." % s) for k in heads) for s in range(3)]
+assert per == [77 + 3, 77, 77 + 7] and "mtp.3.attn_norm.weight" not in heads, per
+assert not any(".compressor." in k or ".indexer." in k or "tid2eid" in k for k in heads if k.startswith("mtp."))' "$tmp/0731h"
+quiet ./ds4ref-mkmodel --config tiny-0731 --no-mtp --types f32 -o "$tmp/0731f.gguf"
+quiet ./ds4ref-gguf checkpoint "$tmp/0731f.gguf" "$tmp/0731c"
+check "... its F32 GGUF as a checkpoint: the files mkmodel --format hf writes" bash -c \
+    'for f in config.json model.safetensors.index.json model-00001-of-00002.safetensors model-00002-of-00002.safetensors; do cmp "$1/$f" "$2/$f" || exit 1; done' _ "$tmp/0731h" "$tmp/0731c"
 ./ds4ref -m "$tmp/0731h" "${ck[@]}" --qat off --golden-out "$tmp/0731h.jsonl" > /dev/null 2>&1
 ./ds4ref -m "$tmp/0731hf" "${ck[@]}" --qat off --golden-out "$tmp/0731hf.jsonl" > /dev/null 2>&1
 check "... QAT off: the checkpoint and its twin give the same 8 steps" bash -c \

@@ -313,6 +313,26 @@ static void test_dspark_loads(void **state) {
     assert_int_equal(m.cfg.n_dspark_target, 3);
     assert_int_equal(m.cfg.dspark_target[2], 3);
     assert_null(m.mtp);
+    /* Its tensors, by the shapes of 0731's (main_proj 12288 -> 4096,
+     * Markov [V, r], confidence 4096 + r -> 1, stages as window-only
+     * score-routed layers). */
+    const ds4_dspark *d = m.dspark;
+    assert_non_null(d);
+    assert_int_equal(d->main_proj.cols, 3 * 256);
+    assert_int_equal(d->main_proj.rows, 256);
+    assert_int_equal(d->markov_w1.cols, 16);
+    assert_int_equal(d->markov_w1.rows, 512);
+    assert_int_equal(d->markov_w2.rows, 512);
+    assert_int_equal(d->conf_proj.cols, 256 + 16);
+    assert_int_equal(d->conf_proj.rows, 1);
+    assert_int_equal(d->hc_head_base.n, 4);
+    for (uint32_t s = 0; s < 3; s++) {
+        assert_int_equal(d->stage[s].ratio, 0);
+        assert_false(d->stage[s].hash);
+        assert_non_null(d->stage[s].exp_bias.v);
+        assert_non_null(d->stage[s].down_exps.data);
+        assert_null(d->stage[s].comp_kv.data);
+    }
     ds4_model_close(&m);
 }
 
@@ -338,6 +358,12 @@ static void test_dspark_refusals(void **state) {
             "the DSpark noise token must be in the vocabulary", NULL);
     refused(*state, &(change){.key = "deepseek4.dspark.markov_rank", .drop_key = true},
             "deepseek4.dspark.markov_rank", NULL);
+    refused(*state, &(change){.tensor = "mtp.2.markov_w1.weight", .drop_tensor = true},
+            "mtp.2.markov_w1.weight", NULL);
+    refused(*state, &(change){.tensor = "mtp.1.exp_probs_b.bias", .drop_tensor = true},
+            "required tensor is missing: mtp.1.exp_probs_b.bias", NULL);
+    refused(*state, &(change){.tensor = "mtp.0.main_proj.weight", .swap_dims = true},
+            "mtp.0.main_proj.weight", "dspark targets*n_embd");
 }
 
 int main(void) {

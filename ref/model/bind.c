@@ -37,6 +37,23 @@ static int bind_layer(const ds4_bind_format *f, const ds4_config *c, ds4_layer *
     return 0;
 }
 
+/* The DSpark drafter: stage 0's adapter, every stage (a window-only,
+ * score-routed layer whose router bias is required, clamped as the MTP
+ * layer of config.json's one swiglu_limit), the last stage's heads. */
+static int bind_dspark(const ds4_bind_format *f, const ds4_config *c, ds4_dspark *d,
+                       ds4err *err) {
+    char prefix[32];
+    if (bind_specs(f, c, ds4_layout_dspark_in, ds4_layout_n_dspark_in, "mtp.0.", d, err))
+        return -1;
+    for (uint32_t s = 0; s < c->dspark_stages; s++) {
+        snprintf(prefix, sizeof(prefix), "mtp.%u.", s);
+        d->stage[s].clamp_exp = c->clamp_exp[c->n_layer];
+        d->stage[s].clamp_shexp = c->clamp_shexp[c->n_layer];
+        if (bind_layer(f, c, &d->stage[s], 0, false, prefix, true, err)) return -1;
+    }
+    return bind_specs(f, c, ds4_layout_dspark_out, ds4_layout_n_dspark_out, prefix, d, err);
+}
+
 int ds4_bind_model(const ds4_bind_format *f, ds4_model *m, ds4err *err) {
     const ds4_config *c = &m->cfg;
     if (bind_specs(f, c, ds4_layout_global, ds4_layout_n_global, "", m, err)) return -1;
@@ -50,7 +67,10 @@ int ds4_bind_model(const ds4_bind_format *f, ds4_model *m, ds4err *err) {
         L->clamp_shexp = c->clamp_shexp[l];
         if (bind_layer(f, c, L, c->ratio[l], l < c->n_hash_layer, prefix, false, err)) return -1;
     }
-    return 0;
+    if (!c->dspark_stages) return 0;
+    if (!(m->dspark = calloc(1, sizeof(*m->dspark))))
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    return bind_dspark(f, c, m->dspark, err);
 }
 
 int ds4_bind_mtp(const ds4_bind_format *f, const ds4_config *c, ds4_mtp *mtp, ds4err *err) {
@@ -85,6 +105,13 @@ static void free_layer(ds4_layer *L) {
 }
 
 void ds4_bind_free_model(ds4_model *m) {
+    if (m->dspark) {
+        free_copies(ds4_layout_dspark_in, ds4_layout_n_dspark_in, m->dspark);
+        free_copies(ds4_layout_dspark_out, ds4_layout_n_dspark_out, m->dspark);
+        for (uint32_t s = 0; s < DS4_MAX_DSPARK_STAGE; s++) free_layer(&m->dspark->stage[s]);
+        free(m->dspark);
+        m->dspark = NULL;
+    }
     for (uint32_t l = 0; m->layers && l < m->cfg.n_layer; l++) free_layer(&m->layers[l]);
     free(m->layers);
     m->layers = NULL;

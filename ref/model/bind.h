@@ -30,8 +30,9 @@ typedef struct ds4_bind_format {
                  size_t cap);
 } ds4_bind_format;
 
-/* The global tensors and every layer of m (m->cfg read), m->layers
- * allocated.  On failure, what was bound stays for ds4_bind_free_model. */
+/* The global tensors, every layer of m (m->cfg read) and, with DSpark, its
+ * drafter (m->dspark), m->layers allocated.  On failure, what was bound
+ * stays for ds4_bind_free_model. */
 int ds4_bind_model(const ds4_bind_format *f, ds4_model *m, ds4err *err);
 
 /* The MTP head (tensors mtp.0.*) and its block, a window-only score-routed

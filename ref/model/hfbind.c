@@ -81,6 +81,13 @@ static const hfname names[] = {
     {"hc_head_fn.weight", "hc_head_fn", PLAIN, DS4_HF_F32},
     {"hc_head_base.weight", "hc_head_base", PLAIN, DS4_HF_F32},
     {"hc_head_scale.weight", "hc_head_scale", PLAIN, DS4_HF_F32},
+    /* the DSpark drafter's own (0731: mtp.0's adapter, the last stage's
+     * heads; norm and hc_head_* are named as the MTP head's) */
+    {"main_proj.weight", "main_proj.weight", LINEAR, DS4_HF_FP8},
+    {"main_norm.weight", "main_norm.weight", PLAIN, DS4_HF_BF16},
+    {"markov_w1.weight", "markov_head.markov_w1.weight", PLAIN, DS4_HF_BF16},
+    {"markov_w2.weight", "markov_head.markov_w2.weight", PLAIN, DS4_HF_BF16},
+    {"confidence_proj.weight", "confidence_head.proj.weight", PLAIN, DS4_HF_BF16},
 };
 
 static const hfname *hf_of(const char *gguf) {

@@ -284,6 +284,21 @@ static int put_layer(outs *o, const ds4_config *c, const ds4_layer *L, const cha
     return 0;
 }
 
+/* The DSpark drafter, named as 0731's checkpoint has it: mtp.0's adapter,
+ * the stages, the last stage's heads. */
+static int put_dspark(outs *o, const ds4_config *c, const ds4_dspark *d, ds4err *err) {
+    char prefix[32];
+    for (uint32_t i = 0; i < ds4_layout_n_dspark_in; i++)
+        if (put_spec(o, c, 0, &ds4_layout_dspark_in[i], d, "mtp.0.", err)) return -1;
+    for (uint32_t s = 0; s < c->dspark_stages; s++) {
+        snprintf(prefix, sizeof(prefix), "mtp.%u.", s);
+        if (put_layer(o, c, &d->stage[s], prefix, err)) return -1;
+    }
+    for (uint32_t i = 0; i < ds4_layout_n_dspark_out; i++)
+        if (put_spec(o, c, 0, &ds4_layout_dspark_out[i], d, prefix, err)) return -1;
+    return 0;
+}
+
 static int put_model(outs *o, const ds4_model *m, ds4err *err) {
     for (uint32_t i = 0; i < ds4_layout_n_global; i++)
         if (put_spec(o, &m->cfg, 0, &ds4_layout_global[i], m, "", err)) return -1;
@@ -292,6 +307,7 @@ static int put_model(outs *o, const ds4_model *m, ds4err *err) {
         snprintf(prefix, sizeof(prefix), "layers.%u.", l);
         if (put_layer(o, &m->cfg, &m->layers[l], prefix, err)) return -1;
     }
+    if (m->dspark && put_dspark(o, &m->cfg, m->dspark, err)) return -1;
     if (!m->mtp) return 0;
     for (uint32_t i = 0; i < ds4_layout_n_mtp; i++)
         if (put_spec(o, &m->cfg, 0, &ds4_layout_mtp[i], m->mtp, "mtp.0.", err)) return -1;

@@ -79,6 +79,26 @@ const ds4_tensor_spec ds4_layout_mtp[] = {
 };
 const uint32_t ds4_layout_n_mtp = sizeof(ds4_layout_mtp) / sizeof(ds4_layout_mtp[0]);
 
+#define D(field) F(ds4_dspark, field)
+const ds4_tensor_spec ds4_layout_dspark_in[] = {
+    {"main_proj.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_IN, DS4_D_EMBD}, DS4_TYPE_Q8_0, DS4_I_MAT, false, D(main_proj)},
+    {"main_norm.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_EMBD}, DS4_TYPE_F32, DS4_I_NORM, false, D(main_norm)},
+};
+const uint32_t ds4_layout_n_dspark_in = sizeof(ds4_layout_dspark_in) / sizeof(ds4_layout_dspark_in[0]);
+
+const ds4_tensor_spec ds4_layout_dspark_out[] = {
+    {"norm.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_EMBD}, DS4_TYPE_F32, DS4_I_NORM, false, D(norm)},
+    {"hc_head_fn.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_HC_DIM, DS4_D_HC}, DS4_TYPE_F16, DS4_I_HC_FN, false, D(hc_head_fn)},
+    {"hc_head_base.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_HC}, DS4_TYPE_F32, DS4_I_OUT_HC_BASE, false, D(hc_head_base)},
+    {"hc_head_scale.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_1}, DS4_TYPE_F32, DS4_I_OUT_HC_SCALE, false, D(hc_head_scale)},
+    /* The Markov head: w1's rows are embeddings (by the previous token),
+     * w2 a head of the rank's width. */
+    {"markov_w1.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_EMBD, false, D(markov_w1)},
+    {"markov_w2.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_MAT, false, D(markov_w2)},
+    {"confidence_proj.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_CONF, DS4_D_1}, DS4_TYPE_F32, DS4_I_MAT, false, D(conf_proj)},
+};
+const uint32_t ds4_layout_n_dspark_out = sizeof(ds4_layout_dspark_out) / sizeof(ds4_layout_dspark_out[0]);
+
 /* Compressor width of a layer: (ratio == 4 ? 2 : 1) * head_dim. */
 static uint32_t comp_width(const ds4_config *c, uint32_t ratio) {
     return (ratio == 4 ? 2u : 1u) * c->head_dim;
@@ -108,6 +128,9 @@ uint64_t ds4_layout_dim(const ds4_config *c, uint32_t ratio, uint8_t dim) {
     case DS4_D_EXPERT: return c->n_expert;
     case DS4_D_EXPERT_USED: return c->n_expert_used;
     case DS4_D_FF: return c->n_ff;
+    case DS4_D_DSPARK_IN: return (uint64_t)c->n_dspark_target * c->n_embd;
+    case DS4_D_DSPARK_RANK: return c->dspark_rank;
+    case DS4_D_DSPARK_CONF: return (uint64_t)c->n_embd + c->dspark_rank;
     }
     return 0;
 }

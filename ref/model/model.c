@@ -318,7 +318,7 @@ static const char *dim_name(uint8_t d) {
         "q_lora_rank", "n_head*head_dim", "head_dim", "n_head", "head_dim*n_head/groups",
         "groups*o_lora_rank", "compressor width", "ratio", "indexer heads*dim",
         "indexer heads", "2*indexer dim", "indexer dim", "n_expert", "n_expert_used",
-        "n_ff"};
+        "n_ff", "dspark targets*n_embd", "dspark rank", "n_embd+dspark rank"};
     return d < sizeof(names) / sizeof(names[0]) ? names[d] : "?";
 }
 

@@ -154,6 +154,20 @@ typedef struct ds4_mtp {
     ds4_layer block;
 } ds4_mtp;
 
+/* The DSpark drafter of DeepSeek-V4-Flash-0731 (cfg.dspark_stages > 0):
+ * its stages and the tensors of stage 0 and of the last stage; the token
+ * embedding and the LM head are the trunk's. */
+typedef struct ds4_dspark {
+    ds4_mat main_proj;                      /* [n_target*n_embd, n_embd] */
+    ds4_vec main_norm;                      /* [n_embd] */
+    ds4_vec norm;                           /* [n_embd] */
+    ds4_mat hc_head_fn;                     /* [n_hc*n_embd, n_hc] */
+    ds4_vec hc_head_base, hc_head_scale;    /* [n_hc], [1] */
+    ds4_mat markov_w1, markov_w2;           /* [rank, n_vocab] */
+    ds4_mat conf_proj;                      /* [n_embd + rank, 1] */
+    ds4_layer stage[DS4_MAX_DSPARK_STAGE];
+} ds4_dspark;
+
 typedef struct ds4_model {
     ds4_gguf_file file;
     ds4_config cfg;
@@ -169,6 +183,7 @@ typedef struct ds4_model {
     struct ds4_ckpt *ckpt;
     ds4_vocab *vocab;                       /* its tokenizer.json, which tok borrows */
     ds4_mtp *mtp;                           /* NULL unless an MTP file was loaded */
+    ds4_dspark *dspark;                     /* NULL unless cfg.dspark_stages */
     /* The tokenizer, when the file has tokenizer.ggml.* keys (has_tok). */
     bool has_tok;
     ds4_tokenizer tok;
@@ -215,7 +230,10 @@ enum ds4_dim {
     DS4_D_1, DS4_D_3, DS4_D_EMBD, DS4_D_VOCAB, DS4_D_HC, DS4_D_HC_DIM, DS4_D_HC_MIX,
     DS4_D_QLORA, DS4_D_QDIM, DS4_D_HEAD_DIM, DS4_D_N_HEAD, DS4_D_OUT_A_IN,
     DS4_D_OUT_LOW, DS4_D_COMP_W, DS4_D_RATIO, DS4_D_IDX_Q, DS4_D_IDX_HEAD,
-    DS4_D_IDX_W, DS4_D_IDX_DIM, DS4_D_EXPERT, DS4_D_EXPERT_USED, DS4_D_FF
+    DS4_D_IDX_W, DS4_D_IDX_DIM, DS4_D_EXPERT, DS4_D_EXPERT_USED, DS4_D_FF,
+    DS4_D_DSPARK_IN,   /* the DSpark input: n_target * n_embd */
+    DS4_D_DSPARK_RANK, /* the Markov head's rank */
+    DS4_D_DSPARK_CONF  /* the confidence head's input: n_embd + rank */
 };
 
 /* When a per-layer tensor exists. */
@@ -254,6 +272,13 @@ extern const ds4_tensor_spec ds4_layout_layer[];    /* into ds4_layer */
 extern const uint32_t ds4_layout_n_layer;
 extern const ds4_tensor_spec ds4_layout_mtp[];      /* into ds4_mtp (head only) */
 extern const uint32_t ds4_layout_n_mtp;
+/* A DSpark drafter's own tensors, into ds4_dspark: stage 0's input adapter
+ * (under "mtp.0.") and the last stage's heads (under "mtp.S-1."); its
+ * stages are layers of ratio 0, score-routed, bias required. */
+extern const ds4_tensor_spec ds4_layout_dspark_in[];
+extern const uint32_t ds4_layout_n_dspark_in;
+extern const ds4_tensor_spec ds4_layout_dspark_out[];
+extern const uint32_t ds4_layout_n_dspark_out;
 
 uint64_t ds4_layout_dim(const ds4_config *c, uint32_t ratio, uint8_t dim);
 

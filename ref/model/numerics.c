@@ -97,6 +97,12 @@ void ds4_numerics_apply(ds4_model *m, uint32_t set, bool qat) {
         apply_specs(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp, set, qat);
         apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->mtp->block, set, qat);
     }
+    if (m->dspark) {
+        apply_specs(ds4_layout_dspark_in, ds4_layout_n_dspark_in, m->dspark, set, qat);
+        apply_specs(ds4_layout_dspark_out, ds4_layout_n_dspark_out, m->dspark, set, qat);
+        for (uint32_t s = 0; s < m->cfg.dspark_stages; s++)
+            apply_specs(ds4_layout_layer, ds4_layout_n_layer, &m->dspark->stage[s], set, qat);
+    }
 }
 
 /* Every official linear of specs at base quantizes whole blocks of 128;
@@ -125,6 +131,17 @@ int ds4_numerics_check_official(ds4_model *m, const char *path, ds4err *err) {
         snprintf(where, sizeof(where), "layers.%u.", l);
         if (check_linears(ds4_layout_layer, ds4_layout_n_layer, &m->layers[l], path, where, err))
             return -1;
+    }
+    if (m->dspark) {
+        if (check_linears(ds4_layout_dspark_in, ds4_layout_n_dspark_in, m->dspark, path, "mtp.0.",
+                          err))
+            return -1;
+        for (uint32_t s = 0; s < m->cfg.dspark_stages; s++) {
+            snprintf(where, sizeof(where), "mtp.%u.", s);
+            if (check_linears(ds4_layout_layer, ds4_layout_n_layer, &m->dspark->stage[s], path,
+                              where, err))
+                return -1;
+        }
     }
     if (!m->mtp) return 0;
     if (check_linears(ds4_layout_mtp, ds4_layout_n_mtp, m->mtp, path, "mtp.0.", err)) return -1;

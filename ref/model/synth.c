@@ -539,6 +539,30 @@ static int write_tokenizer(ds4_gguf_writer *w, const ds4_synth_vocab *v) {
  * Entry points
  * ------------------------------------------------------------------------- */
 
+/* The DSpark drafter's tensors, in the base file as the checkpoint has
+ * them (mtp.0 ... mtp.S-1: stage 0's adapter, the stages, the last one's
+ * heads). */
+static int write_dspark(ds4_gguf_writer *w, synth_buf *kb, const ds4_synth_opts *o,
+                        const synth_cfg *s, const ds4_config *c, ds4err *err) {
+    char prefix[32];
+    for (uint32_t i = 0; i < ds4_layout_n_dspark_in; i++)
+        if (add_tensor(w, kb, o, s, c, 0, &ds4_layout_dspark_in[i], "mtp.0.", false, err))
+            return -1;
+    for (uint32_t st = 0; st < c->dspark_stages; st++) {
+        snprintf(prefix, sizeof(prefix), "mtp.%u.", st);
+        for (uint32_t i = 0; i < ds4_layout_n_layer; i++) {
+            const ds4_tensor_spec *sp = &ds4_layout_layer[i];
+            if (ds4_layout_applies(sp, 0, false) &&
+                add_tensor(w, kb, o, s, c, 0, sp, prefix, false, err))
+                return -1;
+        }
+    }
+    for (uint32_t i = 0; i < ds4_layout_n_dspark_out; i++)
+        if (add_tensor(w, kb, o, s, c, 0, &ds4_layout_dspark_out[i], prefix, false, err))
+            return -1;
+    return 0;
+}
+
 static int write_base(const ds4_synth_opts *o, const synth_cfg *s, const ds4_config *c,
                       const ds4_synth_vocab *v, const char *path, ds4err *err) {
     ds4_gguf_writer *w = ds4_gguf_writer_new(32);
@@ -561,6 +585,7 @@ static int write_base(const ds4_synth_opts *o, const synth_cfg *s, const ds4_con
             if (add_tensor(w, &kb, o, s, c, s->ratios[l], sp, prefix, false, err)) goto done;
         }
     }
+    if (c->dspark_stages && write_dspark(w, &kb, o, s, c, err)) goto done;
     rc = ds4_gguf_writer_save(w, path, err);
 done:
     ds4_gguf_writer_free(w);
