@@ -103,7 +103,7 @@ cp vectors/conform/chat.txt vectors/conform/code.txt "$tmp/prompts/"
 bug_matrix="draft=0,1,3 chunk=1,3,whole batch=1,2"
 [ -n "$full" ] && bug_matrix="draft=0,1,2,3,8 chunk=1,3,7,whole batch=1,2"
 bugs=(verify-rows:'d > 2' stale-verify:'d + 1 > c && c > 0' batch-holes:'b > 1 && d >= 1' skip-bonus:'d == 1'
-      row-pad:'b > 1')
+      row-pad:'b > 1' no-draft:'d > 0' verify-flip:'d > 0')
 small=
 if [ -n "${DS4REF_SANITIZER:-}" ]; then
     bug_matrix="draft=0,3 chunk=whole batch=1,2"

@@ -42,6 +42,14 @@
  *                 each of its positions is one late and its context holds one
  *                 token more (a batched backend that pads rows to align them
  *                 and neither shifts their positions back nor masks the pad);
+ *   no-draft      the drafter proposes nothing, whatever --draft says, and
+ *                 the acceptance line says so (ds4 #468: BF16 Markov
+ *                 tensors silently disabled the DSpark drafter): the
+ *                 output is plain decoding's;
+ *   verify-flip   a verify batch of drafts is evaluated a little off: its
+ *                 rows' logits moved by up to 0.15, as batch-drift's (ds4
+ *                 #658: a batched verifier that is not greedy-exact, top-1
+ *                 flips at near-ties); a plain step is right;
  *   batch-drift   with several rows, every row after the first commits
  *                 from logits moved by up to 0.15 (a fixed function of the
  *                 token id): a batched path a little off, as a kernel that
@@ -61,7 +69,7 @@
 #include "ds4ref.h"
 
 enum bug { BUG_NONE, BUG_VERIFY_ROWS, BUG_STALE_VERIFY, BUG_BATCH_HOLES, BUG_SKIP_BONUS,
-           BUG_BATCH_DRIFT, BUG_ROW_PAD };
+           BUG_BATCH_DRIFT, BUG_ROW_PAD, BUG_NO_DRAFT, BUG_VERIFY_FLIP };
 
 typedef struct args {
     const char *model, *batch_tokens, *out;
@@ -137,7 +145,9 @@ static void parse(int argc, char **argv, args *a) {
                    : !strcmp(v, "batch-holes") ? BUG_BATCH_HOLES
                    : !strcmp(v, "skip-bonus") ? BUG_SKIP_BONUS
                    : !strcmp(v, "batch-drift") ? BUG_BATCH_DRIFT
-                   : !strcmp(v, "row-pad") ? BUG_ROW_PAD : (enum bug)-1;
+                   : !strcmp(v, "row-pad") ? BUG_ROW_PAD
+                   : !strcmp(v, "no-draft") ? BUG_NO_DRAFT
+                   : !strcmp(v, "verify-flip") ? BUG_VERIFY_FLIP : (enum bug)-1;
             if ((int)a->bug < 0) {
                 fprintf(stderr, "conform-backend: unknown bug %s\n", v);
                 exit(2);
@@ -255,7 +265,7 @@ static void verify(ds4ref_model *m, const args *a, row *r, uint32_t ri, uint32_t
         return;
     }
     uint32_t left = a->n - r->n_steps;
-    r->nd = a->draft < left ? a->draft : left;
+    r->nd = a->bug == BUG_NO_DRAFT ? 0 : a->draft < left ? a->draft : left;
     uint32_t at = r->n_steps;   /* the oracle index of the first draft */
     for (uint32_t k = 1; k <= r->nd; k++)
         r->batch[k] = at + k - 1 < r->n_oracle ? r->oracle[at + k - 1] : 0;
@@ -268,6 +278,8 @@ static void verify(ds4ref_model *m, const args *a, row *r, uint32_t ri, uint32_t
     r->skip_next = false;
     uint32_t n = 1 + r->nd;
     if (ds4ref_session_eval(r->s, r->batch, n, r->ver, &e)) die("verify", &e);
+    for (uint32_t k = 0; a->bug == BUG_VERIFY_FLIP && n > 1 && k < n; k++)
+        drift(r->ver + (size_t)k * V, V);
     if (a->bug == BUG_STALE_VERIFY && n > a->chunk) {
         for (uint32_t k = a->chunk; k < n; k++) {
             float *row_k = r->ver + (size_t)k * V, *old = r->stale + (size_t)k * V;

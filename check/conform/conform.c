@@ -885,14 +885,22 @@ static void check_ties(ds4_cf_result *res) {
     }
 }
 
-/* A speculative cell that passed must have accepted a deep draft. */
-static void check_exercised(ds4_cf_result *res) {
+/* A speculative cell that passed must have accepted a deep draft; one
+ * whose backend says it proposed no draft at all failed: its drafter is
+ * silently off (ds4 #468: BF16 Markov tensors disabled the DSpark drafter),
+ * and its output, plain decoding's, proves nothing about speculation.
+ * With one token a row there is nothing to draft after it. */
+static void check_exercised(ds4_cf_result *res, uint32_t n_tokens) {
     for (uint32_t i = 0; i < res->n_cells; i++) {
         ds4_cf_cell *c = &res->cells[i];
         if (c->status != DS4_CF_PASS || !c->draft) continue;
         uint64_t need = c->draft < 3 ? c->draft : 3;
         const ds4_cf_accept *a = &c->accept;
-        if (!a->known || !a->has_deepest) {
+        if (a->known && a->proposed == 0 && n_tokens > 1) {
+            c->status = DS4_CF_FAIL;
+            snprintf(c->f.detail, sizeof(c->f.detail), "the backend drafted nothing at depth %u: "
+                     "its accept counts say 0 drafts proposed (a drafter silently off)", c->draft);
+        } else if (!a->known || !a->has_deepest) {
             c->status = DS4_CF_NOT_EXERCISED;
             snprintf(c->f.detail, sizeof(c->f.detail), "the backend reported no acceptance counts "
                      "(docs/CONFORM.md: the accept lines it may print)");
@@ -1122,7 +1130,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     }
     if (rc == 0) {
         if (res->greedy) check_consistency(res, &run, tok);
-        check_exercised(res);
+        check_exercised(res, o->n_tokens);
         check_ties(res);
         tally(res);
         if (o->progress) o->progress(o->progress_ud, res->n_cells, res->n_cells, "done");
