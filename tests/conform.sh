@@ -466,8 +466,8 @@ check "... every placeholder, each one CONFORM.md's table documents" bash -c '
     [ "$(echo "$names" | wc -l)" -ge 21 ] || exit 1
     for n in $names; do grep -q "^| \`$n\`\|^| .*\`$n\`.* |" docs/CONFORM.md || { echo "  $n"; exit 1; }; done'
 check "--help names every preset" bash -c './ds4ref-conform --help |
-    grep -q "^presets (--backend): ds4ref, ds4ref-f32, ds4, llama.cpp$" &&
-    ./ds4ref-conform --help | grep -q "^server presets (--server-cmd): ds4ref-server, vllm, llama-cpp-python, llama-server, ds4-server, sglang$"'
+    grep -q "^presets (--backend): ds4ref, ds4ref-f32, ds4, ds4-dspark, llama.cpp$" &&
+    ./ds4ref-conform --help | grep -q "^server presets (--server-cmd): ds4ref-server, vllm, llama-cpp-python, llama-server, llama-server-dspark, ds4-server, sglang$"'
 
 # Ctrl-C: the cell's command is killed, the run stops with 10, no work
 # folder is left behind, and the cells that finished are checked and

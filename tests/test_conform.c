@@ -416,7 +416,7 @@ static void test_template_check(void **state) {
         assert_int_equal(ds4chk_template_check(tmpl, &uses, &err), 0);
         assert_ptr_equal(ds4chk_template_preset(name), tmpl);
     }
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 5);
     assert_null(ds4chk_template_preset("nope"));
 }
 
@@ -487,6 +487,18 @@ static void test_accept_lines(void **state) {
     assert_int_equal(a.proposed, 9);
     assert_int_equal(a.accepted, 6);
     assert_int_equal(a.deepest, 3);
+    /* ds4's DSpark summary (DS4_DSPARK_STATS=1), as ds4 #468 shows it
+     * with the drafter silently off: known, nothing proposed, no depth. */
+    const char *dspark = "ds4: DSpark stats cycles=119 first_tokens=119 proposed=0 "
+                         "accepted_draft=0\naccept_rate=0.00% avg_accept=0.000 full=0\n";
+    ds4chk_backend_read_accept(dspark, strlen(dspark), &a);
+    assert_true(a.known && !a.has_deepest);
+    assert_int_equal(a.proposed, 0);
+    const char *dspark2 = "DSpark stats cycles=9 proposed=40 accepted_draft=31 full=5\n";
+    ds4chk_backend_read_accept(dspark2, strlen(dspark2), &a);
+    assert_true(a.known);
+    assert_int_equal(a.proposed, 40);
+    assert_int_equal(a.accepted, 31);
     const char *none = "nothing here\naccepted=3\n";
     ds4chk_backend_read_accept(none, strlen(none), &a);
     assert_false(a.known);

@@ -189,6 +189,14 @@ void ds4chk_backend_read_accept(const char *log, size_t len, ds4_cf_accept *a) {
                 total = t;
                 have_total = true;
             }
+        } else if (contains(line, n, "DSpark stats")) {
+            /* ds4's DS4_DSPARK_STATS summary (the last one counts): no depth. */
+            ds4_cf_accept t = {.known = true};
+            if (field(line, n, "proposed=", &t.proposed) &&
+                field(line, n, "accepted_draft=", &t.accepted)) {
+                total = t;
+                have_total = true;
+            }
         } else if (contains(line, n, "mtp spec seq accept") || contains(line, n, "mtp spec seq partial")) {
             ds4_cycle(line, n, a);
         }

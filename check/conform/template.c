@@ -77,6 +77,19 @@ static const preset presets[] = {
      "{[--mtp {mtp} --mtp-draft {draft}]} --prompt-file {prompt_file} -n {n} -c {ctx} "
      "--temp {temp} {[--seed {seed}]} --logprobs-top-k {top_k} --dump-logprobs {out}",
      "antirez/ds4's command line (ds4 on the PATH): one row, --dump-logprobs", NULL, NULL},
+    /* ds4 with the DSpark drafter of DeepSeek-V4-Flash-0731: {mtp} is its
+     * support GGUF (DeepSeek-V4-Flash-DSpark-support-0731.gguf), given as
+     * ds4 takes it; confidence 0 drafts every block whole, so speculation
+     * is exercised as much as it can be.  The block is the drafter's, so
+     * the cells of every depth are one run; DS4_DSPARK_STATS prints the
+     * "DSpark stats ... proposed= accepted_draft=" line (backend.c).
+     * Written from ds4's issues and its wrappers, not run here. */
+    {"ds4-dspark",
+     "DS4_METAL_PREFILL_CHUNK={chunk} DS4_DSPARK_STATS=1 ds4 -m {model} "
+     "{[--mtp {mtp} --dspark --dspark-confidence 0]} --prompt-file {prompt_file} -n {n} -c {ctx} "
+     "--temp {temp} {[--seed {seed}]} --logprobs-top-k {top_k} --dump-logprobs {out}",
+     "antirez/ds4 drafting with DSpark ({mtp}: its DSpark support GGUF), every block whole: one "
+     "row, --dump-logprobs", NULL, NULL},
     {"llama.cpp",
      "{ds4ref}-llama -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} "
      "--top-k {top_k} --out {out}",
@@ -123,6 +136,15 @@ static const preset server_presets[] = {
     {"llama-server", "llama-server -m {model} --host 127.0.0.1 --port {port} -c {ctx} -np 1 "
      "-b {chunk} -ub 1 -fa off",
      "llama.cpp's server on the GGUF (/completion, n_probs), depth 0 only", "llama", "ids"},
+    /* llama.cpp's server with a DSpark draft model (llama.cpp #25173,
+     * #25784: {mtp} the drafter's GGUF, -md), up to {draft} drafts a block,
+     * no confidence cut; the one-slot settings above.  Written from its pull
+     * requests, not run here. */
+    {"llama-server-dspark", "llama-server -m {model} {[-md {mtp} --spec-type draft-dspark "
+     "--spec-draft-n-max {draft} --spec-draft-conf-min 0]} --host 127.0.0.1 --port {port} -c {ctx} "
+     "-np 1 -b {chunk} -ub 1 -fa off",
+     "llama.cpp's server drafting with DSpark ({mtp}: the drafter's GGUF), {draft} drafts a "
+     "block", "llama", "ids"},
     /* antirez/ds4's server (ds4-server on the PATH): one request at a time,
      * MTP drafts of {draft} from its --mtp head; no prefill-chunk flag.  It
      * returns text only: the ds4 dialect.  Written from its source, not
