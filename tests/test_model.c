@@ -358,8 +358,8 @@ static void test_dspark_refusals(void **state) {
             "the DSpark noise token must be in the vocabulary", NULL);
     refused(*state, &(change){.key = "deepseek4.dspark.markov_rank", .drop_key = true},
             "deepseek4.dspark.markov_rank", NULL);
-    refused(*state, &(change){.tensor = "mtp.2.markov_w1.weight", .drop_tensor = true},
-            "mtp.2.markov_w1.weight", NULL);
+    refused(*state, &(change){.tensor = "mtp.2.markov_head.markov_w1.weight", .drop_tensor = true},
+            "mtp.2.markov_head.markov_w1.weight", NULL);
     refused(*state, &(change){.tensor = "mtp.1.exp_probs_b.bias", .drop_tensor = true},
             "required tensor is missing: mtp.1.exp_probs_b.bias", NULL);
     refused(*state, &(change){.tensor = "mtp.0.main_proj.weight", .swap_dims = true},

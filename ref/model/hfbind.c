@@ -85,9 +85,9 @@ static const hfname names[] = {
      * heads; norm and hc_head_* are named as the MTP head's) */
     {"main_proj.weight", "main_proj.weight", LINEAR, DS4_HF_FP8},
     {"main_norm.weight", "main_norm.weight", PLAIN, DS4_HF_BF16},
-    {"markov_w1.weight", "markov_head.markov_w1.weight", PLAIN, DS4_HF_BF16},
-    {"markov_w2.weight", "markov_head.markov_w2.weight", PLAIN, DS4_HF_BF16},
-    {"confidence_proj.weight", "confidence_head.proj.weight", PLAIN, DS4_HF_BF16},
+    {"markov_head.markov_w1.weight", "markov_head.markov_w1.weight", PLAIN, DS4_HF_BF16},
+    {"markov_head.markov_w2.weight", "markov_head.markov_w2.weight", PLAIN, DS4_HF_BF16},
+    {"confidence_head.proj.weight", "confidence_head.proj.weight", PLAIN, DS4_HF_BF16},
 };
 
 static const hfname *hf_of(const char *gguf) {

@@ -92,10 +92,11 @@ const ds4_tensor_spec ds4_layout_dspark_out[] = {
     {"hc_head_base.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_HC}, DS4_TYPE_F32, DS4_I_OUT_HC_BASE, false, D(hc_head_base)},
     {"hc_head_scale.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_1}, DS4_TYPE_F32, DS4_I_OUT_HC_SCALE, false, D(hc_head_scale)},
     /* The Markov head: w1's rows are embeddings (by the previous token),
-     * w2 a head of the rank's width. */
-    {"markov_w1.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_EMBD, false, D(markov_w1)},
-    {"markov_w2.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_MAT, false, D(markov_w2)},
-    {"confidence_proj.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_CONF, DS4_D_1}, DS4_TYPE_F32, DS4_I_MAT, false, D(conf_proj)},
+     * w2 a head of the rank's width.  Named as ds4's DSpark support GGUF
+     * names them (ds4 #468), which are the checkpoint's. */
+    {"markov_head.markov_w1.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_EMBD, false, D(markov_w1)},
+    {"markov_head.markov_w2.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_MAT, false, D(markov_w2)},
+    {"confidence_head.proj.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_CONF, DS4_D_1}, DS4_TYPE_F32, DS4_I_MAT, false, D(conf_proj)},
 };
 const uint32_t ds4_layout_n_dspark_out = sizeof(ds4_layout_dspark_out) / sizeof(ds4_layout_dspark_out[0]);
 
