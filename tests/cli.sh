@@ -340,6 +340,16 @@ check "... and a golden on it has the model's logprobs, bit for bit" quiet ./ds4
 # same steps (the header's model identity aside); with QAT on speculative
 # decoding from the checkpoint's own MTP layer gives plain decoding's steps.
 ck=(-p "The capital of Italy is" -n 8 --ignore-eos)
+# same_checkpoint A B [FILE...]: two checkpoint folders' config.json, index,
+# shards (and FILEs) byte for byte.
+same_checkpoint() {
+    local a=$1 b=$2 f
+    shift 2
+    for f in config.json model.safetensors.index.json model-00001-of-00002.safetensors \
+             model-00002-of-00002.safetensors "$@"; do
+        cmp -s "$a/$f" "$b/$f" || return 1
+    done
+}
 check "mkmodel --format hf (release, then --types f32)" bash -c \
     './ds4ref-mkmodel --config tiny-ckpt --format hf -o "$1/ck" && ./ds4ref-mkmodel --config tiny-ckpt --format hf --types f32 -o "$1/ckf"' _ "$tmp"
 check "... a folder with config.json, the index, two shards and tokenizer.json" test -s "$tmp/ck/model-00002-of-00002.safetensors" -a -s "$tmp/ck/model.safetensors.index.json" -a -s "$tmp/ck/tokenizer.json"
@@ -357,8 +367,7 @@ check "... which are 8 steps" test "$(wc -l < "$tmp/ck.jsonl")" -ge 9
 # very files mkmodel --format hf does (its blocks quantized in parallel).
 quiet ./ds4ref-mkmodel --config tiny-ckpt --types f32 -o "$tmp/ckg.gguf"
 check "ds4ref-gguf checkpoint FILE MTP DIR" quiet ./ds4ref-gguf checkpoint "$tmp/ckg.gguf" "$tmp/ckg-mtp.gguf" "$tmp/ckc"
-check "... the files mkmodel --format hf writes, byte for byte" bash -c \
-    'for f in config.json model.safetensors.index.json model-00001-of-00002.safetensors model-00002-of-00002.safetensors tokenizer.json; do cmp "$1/$f" "$2/$f" || exit 1; done' _ "$tmp/ck" "$tmp/ckc"
+check "... the files mkmodel --format hf writes, byte for byte" same_checkpoint "$tmp/ck" "$tmp/ckc" tokenizer.json
 check "ds4ref-gguf checkpoint with no folder -> 2" status_is 2 ./ds4ref-gguf checkpoint "$tmp/ckg.gguf"
 ./ds4ref -m "$tmp/ck" "${ck[@]}" --golden-out "$tmp/ckq.jsonl" > /dev/null 2>&1
 ./ds4ref -m "$tmp/ck" --mtp "$tmp/ck" --mtp-draft 3 "${ck[@]}" --golden-out "$tmp/cks.jsonl" > /dev/null 2>&1
@@ -405,8 +414,7 @@ assert per == [77 + 3, 77, 77 + 7] and "mtp.3.attn_norm.weight" not in heads, pe
 assert not any(".compressor." in k or ".indexer." in k or "tid2eid" in k for k in heads if k.startswith("mtp."))' "$tmp/0731h"
 quiet ./ds4ref-mkmodel --config tiny-0731 --no-mtp --types f32 -o "$tmp/0731f.gguf"
 quiet ./ds4ref-gguf checkpoint "$tmp/0731f.gguf" "$tmp/0731c"
-check "... its F32 GGUF as a checkpoint: the files mkmodel --format hf writes" bash -c \
-    'for f in config.json model.safetensors.index.json model-00001-of-00002.safetensors model-00002-of-00002.safetensors; do cmp "$1/$f" "$2/$f" || exit 1; done' _ "$tmp/0731h" "$tmp/0731c"
+check "... its F32 GGUF as a checkpoint: the files mkmodel --format hf writes" same_checkpoint "$tmp/0731h" "$tmp/0731c"
 ./ds4ref -m "$tmp/0731h" "${ck[@]}" --qat off --golden-out "$tmp/0731h.jsonl" > /dev/null 2>&1
 ./ds4ref -m "$tmp/0731hf" "${ck[@]}" --qat off --golden-out "$tmp/0731hf.jsonl" > /dev/null 2>&1
 check "... QAT off: the checkpoint and its twin give the same 8 steps" bash -c \
@@ -424,8 +432,7 @@ quiet ./ds4ref-mkmodel --config tiny-pro --types f32 -o "$tmp/prof.gguf"
 quiet ./ds4ref-mkmodel --config tiny-pro --format hf -o "$tmp/proh"
 quiet ./ds4ref-mkmodel --config tiny-pro --format hf --types f32 -o "$tmp/prohf"
 quiet ./ds4ref-gguf checkpoint "$tmp/prof.gguf" "$tmp/prof-mtp.gguf" "$tmp/proc"
-check "... its F32 GGUF as a checkpoint: the files mkmodel --format hf writes" bash -c \
-    'for f in config.json model.safetensors.index.json model-00001-of-00002.safetensors model-00002-of-00002.safetensors; do cmp "$1/$f" "$2/$f" || exit 1; done' _ "$tmp/proh" "$tmp/proc"
+check "... its F32 GGUF as a checkpoint: the files mkmodel --format hf writes" same_checkpoint "$tmp/proh" "$tmp/proc"
 ./ds4ref -m "$tmp/proh" "${ck[@]}" --qat off --golden-out "$tmp/proh.jsonl" > /dev/null 2>&1
 ./ds4ref -m "$tmp/prohf" "${ck[@]}" --qat off --golden-out "$tmp/prohf.jsonl" > /dev/null 2>&1
 check "... QAT off: the release checkpoint and its twin give the same 8 steps" bash -c \

@@ -112,7 +112,8 @@ static int read_dspark(ds4_config *c, const ds4_json *root, const char *path, ds
     if (read_hparams(c, root, DS4_HP_DSPARK, path, err)) return -1;
     const ds4_json *t = ds4_json_get(root, "dspark_target_layer_ids");
     if (!t || t->type != DS4_JSON_ARRAY || t->n < 1 || t->n > DS4_MAX_DSPARK_TARGET)
-        return missing(path, "dspark_target_layer_ids", "an array of 1 to 8 layer numbers", err);
+        return ds4_err_set(err, DS4_E_MODEL, "%s: \"dspark_target_layer_ids\" must be an array "
+                           "of 1 to %d layer numbers", path, DS4_MAX_DSPARK_TARGET);
     for (size_t i = 0; i < t->n; i++)
         if (!read_u32(&t->elems[i], &c->dspark_target[i]))
             return ds4_err_set(err, DS4_E_MODEL, "%s: \"dspark_target_layer_ids\"[%zu] is not a "
