@@ -296,7 +296,9 @@ typedef struct ds4ref_generate_options {
     int stop_at_eos;           /* default 1 */
     double temperature;        /* 0: greedy */
     uint64_t seed;             /* sampling seed (temperature > 0) */
-    uint32_t mtp_draft;        /* 0: no speculation; 1..16 with an MTP head */
+    uint32_t mtp_draft;        /* 0: no speculation; 1..16 with an MTP head, or
+                                  with the DSpark drafter of a model that has one
+                                  and no MTP head (a block drafts at most its size) */
     /* Outputs, or NULL (greedy runs only), each opened before the first
      * token, so that one that cannot be written fails at once.  vec_path:
      * an official.vec file to append a new case vec_id (NULL: "ds4ref") to;

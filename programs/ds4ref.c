@@ -64,8 +64,11 @@ static void usage(FILE *f) {
             "  -m, --model FILE        GGUF model (default ./ds4flash.gguf, else the\n"
             "                          synthetic default model built by make)\n"
             "  --mtp FILE              MTP draft head GGUF: speculative decoding\n"
-            "  --mtp-draft N           drafts per cycle with --mtp (1..16, default 1); the\n"
-            "                          output is bit-identical to plain decoding\n"
+            "  --mtp-draft N           drafts per cycle with --mtp, or with the DSpark\n"
+            "                          drafter of a model that has one (0731; a block\n"
+            "                          drafts at most its size) (1..16, default 1 with\n"
+            "                          --mtp); the output is bit-identical to plain\n"
+            "                          decoding\n"
             "  --spec-report           print the draft acceptance line at the end\n"
             "prompt (one of):\n"
             "  -p, --prompt TEXT       user message, rendered with the chat template\n"
@@ -280,10 +283,6 @@ static int parse_args(int argc, char **argv, cli *c) {
     if (sources > 1) {
         fprintf(stderr, "ds4ref: specify only one prompt source (-p, --prompt-file, --tokens-file, "
                         "--batch-prompts, --batch-tokens)\n");
-        return -1;
-    }
-    if (c->mtp_draft && !c->mtp) {
-        fprintf(stderr, "ds4ref: --mtp-draft needs the MTP head: --mtp FILE\n");
         return -1;
     }
     /* As in ds4: the MTP head drafts one token per cycle unless told more. */

@@ -32,6 +32,8 @@ static void usage(FILE *f) {
             "                  tiny-spec (tiny whose MTP head drafts what it decodes),\n"
             "                  tiny-0731 (tiny-ckpt with DeepSeek-V4-Flash-0731's DSpark\n"
             "                  configuration and no MTP layer: use --no-mtp),\n"
+            "                  tiny-dspark (tiny-0731 whose DSpark drafter drafts what\n"
+            "                  it decodes: use --no-mtp),\n"
             "                  tiny-pro (DeepSeek-V4-Pro's shape: ratio-128 hash layers,\n"
             "                  8 heads in 4 groups, 12 experts, route scale 2.5),\n"
             "                  fullwidth (the real per-layer dimensions, 3 layers, 16\n"

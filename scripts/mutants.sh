@@ -32,7 +32,7 @@ case "$work" in /*) ;; *) work="$root/$work" ;; esac
 list=$root/tests/mutants.txt
 tree=$work/tree
 # Fastest first (about 0.01 s to 6 s each): --first-kill tries them in this order.
-tests=(test_blockfp test_qat test_formats test_actround test_rope test_dot test_model test_ops test_mtp test_oracle test_hfbind)
+tests=(test_blockfp test_qat test_formats test_actround test_rope test_dspark test_dot test_model test_ops test_mtp test_oracle test_hfbind)
 jobs=$(nproc 2>/dev/null || echo 2)
 test_timeout=300
 unset MAKEFLAGS MFLAGS MAKELEVEL

@@ -63,7 +63,7 @@ int script_drafter_new(ds4_drafter **out, const drafter_script *rows, uint32_t n
     *out = NULL;
     script_drafter *sd = calloc(1, sizeof(*sd));
     if (!sd) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    sd->base = (ds4_drafter){n_rows, false, script_commit, script_propose, script_destroy};
+    sd->base = (ds4_drafter){n_rows, "script", DS4_DRAFT_IN_NONE, script_commit, script_propose, script_destroy};
     sd->n_vocab = n_vocab;
     sd->rows = calloc(n_rows ? n_rows : 1, sizeof(script_row));
     if (!sd->rows) goto oom;

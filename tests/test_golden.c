@@ -452,6 +452,42 @@ static void test_corrupted_goldens_are_rejected_with_line(void **state) {
     expect_mutation_rejected(1, "\"max_steps\":2", "\"max_steps\":3", 4, "max_steps is 3");
     expect_mutation_rejected(4, "}\n", "}\n\n", 5, "after the end line");
     expect_mutation_rejected(1, "}}\n", "}}\r\n", 1, NULL);
+
+    /* The drafter: only DSpark is named, and only with drafts. */
+    expect_mutation_rejected(1, "\"mtp_draft\":0,", "\"mtp_draft\":0,\"drafter\":\"dspark\",", 1,
+                             "settings.drafter");
+    expect_mutation_rejected(1, "\"mtp_draft\":0,", "\"mtp_draft\":3,\"drafter\":\"mtp\",", 1,
+                             "settings.drafter");
+    expect_mutation_rejected(1, "\"mtp_draft\":0,", "\"mtp_draft\":3,\"drafter\":\"dspar\",", 1,
+                             "settings.drafter");
+}
+
+/* A DSpark golden's header names its drafter and reads back to the same
+ * bytes; the MTP head's names none, as before DSpark. */
+static void test_drafter_setting(void **state) {
+    (void)state;
+    const char *at = strstr(example_golden, "\"mtp_draft\":0,");
+    char text[sizeof(example_golden) + 64];
+    size_t head = (size_t)(at - example_golden);
+    snprintf(text, sizeof(text), "%.*s\"mtp_draft\":4,\"drafter\":\"dspark\",%s", (int)head,
+             example_golden, at + strlen("\"mtp_draft\":0,"));
+    ds4_golden g;
+    ds4err err = {0};
+    if (ds4_golden_read_text(text, strlen(text), "dspark", &g, &err)) fail_msg("%s", err.msg);
+    assert_string_equal(g.h.settings.drafter, "dspark");
+    assert_int_equal(g.h.settings.mtp_draft, 4);
+    ds4_buf b = {0};
+    ds4_golden_write_header_line(&b, &g);
+    assert_int_equal(b.len, (size_t)(strchr(text, '\n') - text) + 1);
+    assert_memory_equal(b.p, text, b.len);
+    /* The MTP head: no drafter key, the bytes of the example. */
+    g.h.settings.drafter[0] = '\0';
+    g.h.settings.mtp_draft = 0;
+    b.len = 0;
+    ds4_golden_write_header_line(&b, &g);
+    assert_memory_equal(b.p, example_golden, b.len);
+    ds4_buf_free(&b);
+    ds4_golden_free(&g);
 }
 
 /* ------------------------------------------------------------ the writer */
@@ -893,6 +929,7 @@ int main(void) {
         cmocka_unit_test(test_read_example),
         cmocka_unit_test(test_numbers_round_trip_bit_exactly),
         cmocka_unit_test(test_corrupted_goldens_are_rejected_with_line),
+        cmocka_unit_test(test_drafter_setting),
         cmocka_unit_test(test_interrupted_golden),
         cmocka_unit_test(test_abandoned_writer_leaves_old_file),
         cmocka_unit_test(test_writer_refuses_what_the_reader_would),

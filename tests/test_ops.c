@@ -417,7 +417,7 @@ static void test_output_head(void **state) {
     for (uint32_t T = 1; T <= 3; T += 2) {
         fill(x, (size_t)T * hc * n, 1.0);
         ds4_head_output(m, &m->output_hc_fn, &m->output_hc_scale, &m->output_hc_base,
-                        &m->output_norm, x, T, hy, logits);
+                        &m->output_norm, x, T, hy, NULL, logits);
         for (uint32_t tk = 0; tk < T; tk++) {
             const float *xt = x + (size_t)tk * hc * n;
             double mix[16], y[256], yn[256];

@@ -184,6 +184,11 @@ static void setting(char *s, size_t cap, const char *name, unsigned x, unsigned 
         snprintf(s + n, cap - n, "%s%s %u vs %u", n ? ", " : "", name, x, y);
 }
 
+/* Which drafter a golden's stream was drafted by (FORMATS.md §1.2). */
+static const char *drafter_of(const ds4_golden_settings *s) {
+    return !s->mtp_draft ? "none" : s->drafter[0] ? s->drafter : "mtp";
+}
+
 static void compare_settings(const ds4_golden *a, const ds4_golden *b, ds4_diff_report *r) {
     const ds4_golden_settings *x = &a->h.settings, *y = &b->h.settings;
     bool both = a->has_header && b->has_header;
@@ -198,6 +203,10 @@ static void compare_settings(const ds4_golden *a, const ds4_golden *b, ds4_diff_
     setting(s, sizeof(s), "top_k", x->top_k, y->top_k, true);
     setting(s, sizeof(s), "max_steps", x->max_steps, y->max_steps, both);
     setting(s, sizeof(s), "mtp_draft", x->mtp_draft, y->mtp_draft, both);
+    n = strlen(s);
+    if (both && strcmp(drafter_of(x), drafter_of(y)) && n < sizeof(s))
+        snprintf(s + n, sizeof(s) - n, "%sdrafter %s vs %s", n ? ", " : "", drafter_of(x),
+                 drafter_of(y));
     setting(s, sizeof(s), "stop_at_eos", x->stop_at_eos, y->stop_at_eos, both);
     if (s[0]) note(r, "settings differ: %s", s);
     if (both && strcmp(a->h.version, b->h.version))

@@ -31,7 +31,7 @@ int ds4ref_session_eval_many(ds4ref_session *const *rows, const int32_t *const *
             return api_fail(err, &e);
         }
         reqs[i] = (ds4_session_req){&rows[i]->s, ids[i], (uint32_t)n[i],
-                                    logits ? logits[i] : NULL, NULL};
+                                    logits ? logits[i] : NULL, NULL, NULL};
     }
     ds4err e = {0};
     const int rc = ds4_session_eval_many(reqs, (uint32_t)n_rows, &e);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref/decode/dspark_drafter.h"
 #include "ref/decode/mtp_drafter.h"
 
 /* A caller that names no context does not want the 1M-token state a model
@@ -24,7 +25,9 @@ int ds4_generate_spec_new(ds4_spec_cfg *sc, ds4_session *const *rows, uint32_t n
     sc->temp = temp;
     if (!mtp_draft) return 0;
     ds4_engine *e = rows[0]->e;
-    if (!e->m->mtp) return ds4_err_set(err, DS4_E_ARG, "mtp_draft needs a model opened with an MTP head");
+    if (!e->m->mtp && !e->m->dspark)
+        return ds4_err_set(err, DS4_E_ARG, "mtp_draft needs a model opened with an MTP head, or "
+                          "one with a DSpark drafter");
     if (mtp_draft > DS4_SPEC_MAX_DRAFT)
         return ds4_err_set(err, DS4_E_ARG, "mtp_draft %u: at most %u", mtp_draft, DS4_SPEC_MAX_DRAFT);
     /* One drafter serves every row: it holds the longest context and the
@@ -35,6 +38,8 @@ int ds4_generate_spec_new(ds4_spec_cfg *sc, ds4_session *const *rows, uint32_t n
         if (rows[i]->kv.chunk > chunk) chunk = rows[i]->kv.chunk;
     }
     sc->n_draft = mtp_draft;
+    if (!e->m->mtp)
+        return ds4_dspark_drafter_new(&sc->drafter, e, n_rows, ctx, chunk, mtp_draft, 0, err);
     return ds4_mtp_drafter_new(&sc->drafter, e, n_rows, ctx, chunk, mtp_draft, err);
 }
 

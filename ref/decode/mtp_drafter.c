@@ -234,7 +234,7 @@ int ds4_mtp_drafter_new(ds4_drafter **out, ds4_engine *e, uint32_t n_rows, uint3
                           DS4_SPEC_MAX_DRAFT);
     mtp_drafter *md = calloc(1, sizeof(*md));
     if (!md) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    md->base = (ds4_drafter){n_rows, true, mtp_commit, mtp_propose, mtp_destroy};
+    md->base = (ds4_drafter){n_rows, "mtp", DS4_DRAFT_IN_HC, mtp_commit, mtp_propose, mtp_destroy};
     md->e = e;
     md->cap = chunk < MTP_BUF_MAX ? chunk : MTP_BUF_MAX;
     md->max_draft = max_draft;

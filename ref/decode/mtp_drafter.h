@@ -3,7 +3,7 @@
  * Pairing (DeepSeek-V3 / the official oracle): MTP row i combines the trunk's
  * final HC state h[i] with the embedding of the NEXT token ids[i+1], at
  * position i, and predicts ids[i+2].  ds4's runtime pairs h[i] with ids[i]
- * instead (docs/MTP.md).
+ * instead (docs/SPECULATIVE.md).
  *
  * State policy.  Each row has its own one-layer window state (ratio 0,
  * positions = trunk positions).  Its rows [0, done) always come from the

@@ -86,6 +86,7 @@ static ds4_fwd_seq pass_seq(const ds4_session_req *r, uint32_t done, uint32_t m)
         .first_out = r->logits_all ? 0 : m - 1,
         .hc_out = r->hc_all ? r->hc_all + done * hc_dim : NULL,
         .hc_last = last ? r->s->hc_last : NULL,
+        .taps = r->taps_all ? r->taps_all + (uint64_t)done * c->n_dspark_target * c->n_embd : NULL,
     };
     return q;
 }
@@ -145,7 +146,7 @@ out:
 
 int ds4_session_eval(ds4_session *s, const int32_t *tokens, uint32_t n, float *logits_all,
                      float *hc_all, ds4err *err) {
-    ds4_session_req r = {s, tokens, n, logits_all, hc_all};
+    ds4_session_req r = {s, tokens, n, logits_all, hc_all, NULL};
     return ds4_session_eval_many(&r, 1, err);
 }
 

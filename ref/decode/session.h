@@ -55,6 +55,7 @@ typedef struct ds4_session_req {
     uint32_t n;
     float *logits_all;   /* NULL, or room for n rows of n_vocab logits */
     float *hc_all;       /* NULL, or room for n rows of n_hc*n_embd values */
+    float *taps_all;     /* NULL, or room for n rows of the DSpark input (forward.h) */
 } ds4_session_req;
 
 /* Append tokens to several sessions of one engine at once: each forward pass

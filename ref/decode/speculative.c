@@ -1,6 +1,6 @@
 /* Speculative decoding: the rejection rule, prompt prefill through a
  * drafter and the decode loop.  speculative.h explains why the
- * result is plain decoding bit for bit; docs/MTP.md gives the exact order in
+ * result is plain decoding bit for bit; docs/SPECULATIVE.md gives the exact order in
  * which random numbers are drawn. */
 #include "ref/decode/speculative.h"
 
@@ -12,6 +12,15 @@
 
 void ds4_spec_drafter_free(ds4_drafter *d) {
     if (d) d->destroy(d);
+}
+
+uint64_t ds4_spec_drafter_width(const ds4_drafter *d, const ds4_config *c) {
+    switch (d ? d->input : DS4_DRAFT_IN_NONE) {
+    case DS4_DRAFT_IN_NONE: return 0;
+    case DS4_DRAFT_IN_HC: return (uint64_t)c->n_hc * c->n_embd;
+    case DS4_DRAFT_IN_TAPS: return (uint64_t)c->n_dspark_target * c->n_embd;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -49,22 +58,22 @@ static void probs(const float *logits, uint32_t n, double temp, double *p) {
  * Prefill
  * ------------------------------------------------------------------------- */
 
-/* Prompt tokens per row and pass when the drafter wants HC states: bounds
- * the HC buffers (64 KiB a token on the real model); the bits do not depend
- * on it. */
+/* Prompt tokens per row and pass when the drafter reads the trunk: bounds
+ * the buffers of what it reads (64 KiB a token of HC states on the real
+ * model); the bits do not depend on it. */
 #define PREFILL_HC_WINDOW 256
 
 int ds4_spec_prefill(ds4_drafter *d, ds4_session *const *rows, const int32_t *const *prompts,
                      const uint32_t *n_prompt, uint32_t n_rows, ds4err *err) {
     if (!n_rows) return 0;
     const ds4_config *c = &rows[0]->e->m->cfg;
-    uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
-    bool want_hc = d && d->wants_hc;
+    uint64_t w = ds4_spec_drafter_width(d, c);
+    bool want_hc = w > 0, taps = d && d->input == DS4_DRAFT_IN_TAPS;
     ds4_session_req *reqs = calloc(n_rows, sizeof(*reqs));
     uint32_t *done = calloc(n_rows, sizeof(uint32_t));
     uint32_t *row = calloc(n_rows, sizeof(uint32_t));   /* row of request k */
     uint32_t *at = calloc(n_rows, sizeof(uint32_t));    /* its first position */
-    float *hc = want_hc ? malloc(sizeof(float) * hc_dim * PREFILL_HC_WINDOW * n_rows) : NULL;
+    float *hc = want_hc ? malloc(sizeof(float) * w * PREFILL_HC_WINDOW * n_rows) : NULL;
     int rc = 0;
     if (!reqs || !done || !row || !at || (want_hc && !hc)) {
         rc = ds4_err_set(err, DS4_E_NOMEM, "out of memory prefilling %u rows", n_rows);
@@ -78,8 +87,9 @@ int ds4_spec_prefill(ds4_drafter *d, ds4_session *const *rows, const int32_t *co
             if (want_hc && left > PREFILL_HC_WINDOW) left = PREFILL_HC_WINDOW;
             row[n_req] = i;
             at[n_req] = rows[i]->kv.pos;
+            float *feat = want_hc ? hc + w * PREFILL_HC_WINDOW * n_req : NULL;
             reqs[n_req] = (ds4_session_req){rows[i], prompts[i] + done[i], left, NULL,
-                                            want_hc ? hc + hc_dim * PREFILL_HC_WINDOW * n_req : NULL};
+                                            taps ? NULL : feat, taps ? feat : NULL};
             n_req++;
         }
         if (!n_req) break;
@@ -88,7 +98,8 @@ int ds4_spec_prefill(ds4_drafter *d, ds4_session *const *rows, const int32_t *co
             goto out;
         }
         for (uint32_t k = 0; k < n_req; k++) {
-            if (d && d->commit(d, row[k], at[k], reqs[k].tokens, reqs[k].hc_all, reqs[k].n, err)) {
+            const float *feat = taps ? reqs[k].taps_all : reqs[k].hc_all;
+            if (d && d->commit(d, row[k], at[k], reqs[k].tokens, feat, reqs[k].n, err)) {
                 rc = -1;
                 goto out;
             }
@@ -131,6 +142,8 @@ typedef struct loop {
     ds4_rng *draft_rng;                     /* [n_rows] stream 1, the drafter's */
     float *logits;                          /* [n_rows][depth+1][V] verify rows */
     float *hc;                              /* [n_rows][depth+1][hc_dim] */
+    uint64_t taps_w;                        /* the DSpark input's width, or 0 */
+    float *taps;                            /* [n_rows][depth+1][taps_w] */
     float *q;                               /* sampling: [n_rows][depth][V] draft rows */
     double *p, *pq, *resid;                 /* [V] scratch */
     ds4_draft_req *reqs;
@@ -144,6 +157,10 @@ static float *row_logits(const loop *L, uint32_t i, uint32_t k) {
 
 static float *row_hc(const loop *L, uint32_t i, uint32_t k) {
     return L->hc + ((uint64_t)i * (L->depth + 1) + k) * L->hc_dim;
+}
+
+static float *row_taps(const loop *L, uint32_t i, uint32_t k) {
+    return L->taps ? L->taps + ((uint64_t)i * (L->depth + 1) + k) * L->taps_w : NULL;
 }
 
 static float *row_q(const loop *L, uint32_t i, uint32_t k) {
@@ -246,7 +263,7 @@ static int verify(loop *L, ds4_spec_stats *stats, ds4err *err) {
         row_run *w = &L->rr[i];
         if (!w->active) continue;
         L->sreqs[n_req++] = (ds4_session_req){w->r->s, w->toks, 1 + w->n, row_logits(L, i, 0),
-                                              row_hc(L, i, 0)};
+                                              row_hc(L, i, 0), row_taps(L, i, 0)};
         stats->passes++;
         stats->iters += w->n > 0;
         stats->proposed += w->n;
@@ -291,7 +308,8 @@ static int commit_row(loop *L, uint32_t i, ds4_spec_stats *stats, ds4err *err) {
     if (ds4_session_rewind(s, w->pos + kept, row_logits(L, i, kept - 1), row_hc(L, i, kept - 1), err))
         return -1;
     ds4_drafter *d = L->sc->drafter;
-    if (d && d->commit(d, i, w->pos, w->toks, d->wants_hc ? row_hc(L, i, 0) : NULL, kept, err))
+    const float *feat = !d ? NULL : d->input == DS4_DRAFT_IN_HC ? row_hc(L, i, 0) : row_taps(L, i, 0);
+    if (d && d->commit(d, i, w->pos, w->toks, feat, kept, err))
         return -1;
     if (L->sampled && !ends && next < 0)
         return ds4_err_set(err, DS4_E_INTERNAL, "row %u: no token to sample (every logit is NaN)", i);
@@ -305,6 +323,7 @@ static void loop_free(loop *L) {
     free(L->draft_rng);
     free(L->logits);
     free(L->hc);
+    free(L->taps);
     free(L->q);
     free(L->p);
     free(L->pq);
@@ -339,6 +358,10 @@ static int loop_init(loop *L, const ds4_spec_cfg *sc, const ds4_gen_opts *go, ds
     L->logits = malloc(sizeof(float) * R * (D + 1) * L->V);
     L->hc = malloc(sizeof(float) * R * (D + 1) * L->hc_dim);
     L->q = L->sampled && D ? malloc(sizeof(float) * R * D * L->V) : NULL;
+    if (sc->drafter && sc->drafter->input == DS4_DRAFT_IN_TAPS) {
+        L->taps_w = ds4_spec_drafter_width(sc->drafter, c);
+        L->taps = malloc(sizeof(float) * R * (D + 1) * L->taps_w);
+    }
     L->p = malloc(sizeof(double) * L->V);
     L->pq = malloc(sizeof(double) * L->V);
     L->resid = malloc(sizeof(double) * L->V);
@@ -346,6 +369,7 @@ static int loop_init(loop *L, const ds4_spec_cfg *sc, const ds4_gen_opts *go, ds
     L->sreqs = calloc(R, sizeof(ds4_session_req));
     L->who = calloc(R, sizeof(uint32_t));
     if (!L->rr || !L->draft_rng || !L->logits || !L->hc || (L->sampled && D && !L->q) || !L->p ||
+        (L->taps_w && !L->taps) ||
         !L->pq || !L->resid || !L->reqs || !L->sreqs || !L->who) {
         loop_free(L);
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory decoding %u rows at depth %u", n_rows,

@@ -18,7 +18,7 @@
  * drafter state: a row never sees another row's accept lengths).
  *
  * Sampling (temp > 0) uses the lossless rejection rule of Leviathan et al. /
- * Chen et al. 2023 with the generator of rng.h; docs/MTP.md defines the
+ * Chen et al. 2023 with the generator of rng.h; docs/SPECULATIVE.md defines the
  * exact draw order.  It is lossless in distribution, not bit-identical to
  * plain sampling (the accept tests consume random numbers plain sampling
  * does not).
@@ -61,15 +61,23 @@ typedef struct ds4_draft_mode {
     int32_t eos;           /* the chain stops after drafting this token; -1: never */
 } ds4_draft_mode;
 
+/* What a drafter reads of the trunk for every committed token. */
+typedef enum ds4_draft_input {
+    DS4_DRAFT_IN_NONE,     /* the tokens alone */
+    DS4_DRAFT_IN_HC,       /* the final HC states (MTP) */
+    DS4_DRAFT_IN_TAPS      /* the DSpark input (ds4_fwd_seq.taps) */
+} ds4_draft_input;
+
 typedef struct ds4_drafter ds4_drafter;
 struct ds4_drafter {
     uint32_t n_rows;
-    bool wants_hc;         /* commit() needs the trunk's final HC states */
+    const char *name;      /* what goldens record: "mtp", "dspark" (tests: "script") */
+    ds4_draft_input input;
     /* Tokens ids[0..n) at positions pos.. of a row were committed (evaluated
-     * by the trunk); hc: their final HC states (NULL unless wants_hc).
-     * pos == 0 starts the row over. */
+     * by the trunk); feat: what `input` names of them, n rows (NULL with
+     * DS4_DRAFT_IN_NONE).  pos == 0 starts the row over. */
     int (*commit)(ds4_drafter *d, uint32_t row, uint32_t pos, const int32_t *ids,
-                  const float *hc, uint32_t n, ds4err *err);
+                  const float *feat, uint32_t n, ds4err *err);
     /* Drafts for several rows at once (one request per row). */
     int (*propose)(ds4_drafter *d, ds4_draft_req *reqs, uint32_t n_reqs,
                    const ds4_draft_mode *mode, ds4err *err);
@@ -77,6 +85,9 @@ struct ds4_drafter {
 };
 
 void ds4_spec_drafter_free(ds4_drafter *d);
+
+/* Floats a drafter reads of the trunk per token (0 with DS4_DRAFT_IN_NONE). */
+uint64_t ds4_spec_drafter_width(const ds4_drafter *d, const ds4_config *c);
 
 /* ---- decoding ---- */
 

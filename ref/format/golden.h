@@ -75,7 +75,10 @@ typedef struct ds4_golden_settings {
     uint32_t chunk;          /* prefill chunk (never changes numbers) */
     uint32_t top_k;          /* alternatives recorded per step, <= MAX_TOP */
     uint32_t max_steps;      /* steps requested */
-    uint32_t mtp_draft;      /* MTP draft depth (0: no MTP) */
+    uint32_t mtp_draft;      /* draft depth (0: no speculation) */
+    /* Which drafter drafted (mtp_draft > 0): "mtp" or "dspark"; a golden
+     * of the MTP head names none (it predates DSpark), so "" is MTP. */
+    char drafter[8];
     bool stop_at_eos;
 } ds4_golden_settings;
 

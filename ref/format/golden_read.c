@@ -108,8 +108,8 @@ static int read_model(const ds4_rd *r, const ds4_json *v, const char *what, bool
 
 static int read_settings(const ds4_rd *r, const ds4_json *v, ds4_golden_settings *s) {
     static const char *const keys[] = {"qat", "?numerics", "ctx", "chunk", "top_k",
-                                       "max_steps", "mtp_draft", "stop_at_eos"};
-    if (ds4_reader_keys(r, v, "settings", keys, 8)) return -1;
+                                       "max_steps", "mtp_draft", "?drafter", "stop_at_eos"};
+    if (ds4_reader_keys(r, v, "settings", keys, 9)) return -1;
     const ds4_json *num = ds4_json_get(v, "numerics");
     if (num && (num->type != DS4_JSON_STRING || num->len == 0 ||
                 num->len >= sizeof(s->numerics) || strlen(num->str) != num->len))
@@ -124,6 +124,12 @@ static int read_settings(const ds4_rd *r, const ds4_json *v, ds4_golden_settings
         get_u32(r, ds4_json_get(v, "mtp_draft"), "settings.mtp_draft", &s->mtp_draft) ||
         ds4_reader_bool(r, ds4_json_get(v, "stop_at_eos"), "settings.stop_at_eos", &s->stop_at_eos))
         return -1;
+    const ds4_json *dr = ds4_json_get(v, "drafter");
+    if (dr && (dr->type != DS4_JSON_STRING || dr->len != 6 || strcmp(dr->str, "dspark") ||
+               s->mtp_draft == 0))
+        return ds4_reader_fail(r, "settings.drafter: expected \"dspark\" with mtp_draft > 0 (the "
+                               "MTP head is named by no drafter key)");
+    if (dr) memcpy(s->drafter, "dspark", 7);
     if (s->top_k > DS4_GOLDEN_MAX_TOP)
         return ds4_reader_fail(r, "settings.top_k %u exceeds the limit %d", s->top_k, DS4_GOLDEN_MAX_TOP);
     return 0;

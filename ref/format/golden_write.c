@@ -91,6 +91,10 @@ void ds4_golden_write_header_line(ds4_buf *b, const ds4_golden *g) {
     put_u64(b, s->max_steps);
     ds4_buf_puts(b, ",\"mtp_draft\":");
     put_u64(b, s->mtp_draft);
+    if (s->drafter[0] && strcmp(s->drafter, "mtp")) {
+        ds4_buf_puts(b, ",\"drafter\":");
+        ds4_json_put_str(b, s->drafter, strlen(s->drafter));
+    }
     ds4_buf_puts(b, ",\"stop_at_eos\":");
     ds4_buf_puts(b, s->stop_at_eos ? "true" : "false");
     ds4_buf_puts(b, "},\"prompt\":{\"tokens\":[");

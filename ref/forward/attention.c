@@ -17,7 +17,13 @@
  *      the denominator; output de-rotated at the query position;
  *   6. grouped output projection.
  * A token reads only rows of positions it may see, all of which exist by step
- * 5, so the result does not depend on which other tokens share the batch. */
+ * 5, so the result does not depend on which other tokens share the batch.
+ *
+ * A DSpark stage (official DSparkAttention, window-only) takes the same
+ * steps with two differences: its context rows come from the trunk through
+ * ds4_attention_dspark_ctx, and a draft block's own KV rows stay in the
+ * scratch (step 2 writes no ring), attended after the context window by
+ * every slot of the block, before and after it. */
 #include "ref/forward/attention.h"
 
 #include <math.h>
@@ -55,28 +61,46 @@ static const float *attended_row(const ds4_config *c, const ds4_layer *L,
     return ds4_comp_row(&tk->kv->L[il].comp, comp_entry(L, s, t, c->idx_topk, r - n_raw));
 }
 
-/* One head of one token.  q: [head_dim]; o: [head_dim], which may be q
- * (every read of q comes before the first write of o); p: scratch. */
-static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_scratch *s,
-                        uint32_t t, uint32_t il, uint32_t h, const float *q, float *o, double *p) {
+/* The r-th row a token of a DSpark draft block attends in stage il: the
+ * context rows before the block (the last swa of them, oldest first), then
+ * every row of its own block, before and after it (official
+ * get_dspark_topk_idxs).  The block's rows are step 2's, in kvrow; the
+ * block starts at the state's position, which the block does not move. */
+static const float *dspark_row(const ds4_config *c, const ds4_layer *L,
+                               const ds4_fwd_scratch *s, uint32_t t, uint32_t il, uint32_t r) {
+    (void)L;
     const ds4_tok *tk = &s->tok[t];
-    uint32_t hd = c->head_dim, n_raw = tk->pos - window_start(tk->pos, c->swa) + 1;
-    uint32_t n_comp = L->ratio ? s->nsel[t] : 0;
+    const ds4_kv *kv = tk->kv;
+    uint32_t n_ctx = kv->pos < c->swa ? kv->pos : c->swa;
+    if (r < n_ctx) return ds4_kv_raw_row(kv, il, kv->pos - n_ctx + r);
+    uint32_t first = t - (tk->pos - kv->pos);
+    return s->kvrow + (uint64_t)(first + r - n_ctx) * c->head_dim;
+}
+
+typedef const float *(*row_fn)(const ds4_config *c, const ds4_layer *L,
+                               const ds4_fwd_scratch *s, uint32_t t, uint32_t il, uint32_t r);
+
+/* One head of one token over its n_rows rows.  q: [head_dim]; o:
+ * [head_dim], which may be q (every read of q comes before the first write
+ * of o); p: scratch. */
+static void attend_head(const ds4_config *c, const ds4_layer *L, const ds4_fwd_scratch *s,
+                        uint32_t t, uint32_t il, uint32_t h, row_fn row, uint32_t n_rows,
+                        const float *q, float *o, double *p) {
+    uint32_t hd = c->head_dim;
     double scale = 1.0 / sqrt((double)hd);
     double mx = -INFINITY;
-    for (uint32_t r = 0; r < n_raw + n_comp; r++) {
-        const float *row = attended_row(c, L, s, t, il, r);
-        p[r] = ds4_dot_f32(q, row, hd) * scale;
+    for (uint32_t r = 0; r < n_rows; r++) {
+        p[r] = ds4_dot_f32(q, row(c, L, s, t, il, r), hd) * scale;
         if (p[r] > mx) mx = p[r];
     }
     double den = ds4_det_exp((double)L->sinks.v[h] - mx);
     double acc[DS4_MAX_HEAD_DIM];
     memset(acc, 0, sizeof(double) * hd);
-    for (uint32_t r = 0; r < n_raw + n_comp; r++) {
-        const float *row = attended_row(c, L, s, t, il, r);
+    for (uint32_t r = 0; r < n_rows; r++) {
+        const float *rw = row(c, L, s, t, il, r);
         double e = ds4_det_exp(p[r] - mx);
         den += e;
-        for (uint32_t d = 0; d < hd; d++) acc[d] += e * (double)row[d];
+        for (uint32_t d = 0; d < hd; d++) acc[d] += e * (double)rw[d];
     }
     for (uint32_t d = 0; d < hd; d++) o[d] = (float)(acc[d] / den);
 }
@@ -138,7 +162,7 @@ static const float *rope_cs(const ds4_engine *e, uint32_t t) {
  * the window ring.  The query heads are normed and rotated in step 5,
  * each by the thread that attends with it. */
 static void prepare_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
-                       const ds4_rope *rope, uint32_t T) {
+                       const ds4_rope *rope, uint32_t T, bool to_ring) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     uint32_t hd = c->head_dim, nope = hd - c->n_rot;
@@ -156,7 +180,7 @@ static void prepare_kv(const ds4_engine *e, const ds4_layer *L, uint32_t il,
         if (e->opts.qat) ds4_qat_fp8_e4m3(kvr, nope, NULL);
         /* f16-kv: stored as binary16, as ds4.c's cache holds it. */
         if (e->opts.numerics & DS4_NUMERICS_F16_KV) ds4_actround_row(DS4_ACT_F16, kvr, kvr, hd);
-        memcpy(ds4_kv_raw_row(tk->kv, il, tk->pos), kvr, sizeof(float) * hd);
+        if (to_ring) memcpy(ds4_kv_raw_row(tk->kv, il, tk->pos), kvr, sizeof(float) * hd);
     }
 }
 
@@ -263,17 +287,13 @@ static int run_indexer(ds4_engine *e, uint32_t il, uint32_t T, ds4err *err) {
     return 0;
 }
 
-/* Steps 5-6. */
-static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T, ds4err *err) {
+/* Step 5 for every (token, head), token t attending n_rows(t) rows of
+ * row(); the largest count is max_rows. */
+static int attend_heads(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T, row_fn row,
+                        const uint32_t *n_rows, uint32_t max_rows, ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
-    uint32_t hd = c->head_dim, max_rows = 0;
-    for (uint32_t t = 0; t < T; t++) {
-        uint32_t pos = s->tok[t].pos;
-        if (L->ratio && L->ratio != 4) s->nsel[t] = (pos + 1) / L->ratio;
-        uint32_t n = pos - window_start(pos, c->swa) + 1 + (L->ratio ? s->nsel[t] : 0);
-        if (n > max_rows) max_rows = n;
-    }
+    uint32_t hd = c->head_dim;
     if (ds4_engine_thread_doubles(e, max_rows, err)) return -1;
     uint64_t qdim = (uint64_t)c->n_head * hd;
     uint32_t nope = hd - c->n_rot;
@@ -289,9 +309,17 @@ static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T, ds
         float *o = s->q + t * qdim + (uint64_t)h * hd;
         ds4_norm_rms(o, NULL, hd, c->rms_eps, o);
         ds4_rope_rotate(o + nope, rope_cs(e, t), c->n_rot / 2, false);
-        attend_head(c, L, s, t, il, h, o, o, p);
+        attend_head(c, L, s, t, il, h, row, n_rows[t], o, o, p);
         ds4_rope_rotate(o + nope, rope_cs(e, t), c->n_rot / 2, true);
     }
+    return 0;
+}
+
+/* Step 6: the grouped output projection. */
+static void project_out(ds4_engine *e, const ds4_layer *L, uint32_t T) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint64_t qdim = (uint64_t)c->n_head * c->head_dim;
     /* Group g reads heads [g*H/G, (g+1)*H/G), i.e. a contiguous slice of o;
      * the groups are independent products, computed in one region. */
     uint64_t gin = qdim / c->o_groups, low_w = (uint64_t)c->o_groups * c->o_lora;
@@ -311,13 +339,30 @@ static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T, ds
         ds4_dot_matmul_many(ops, (int)ng);
     }
     ds4_dot_matmul(&L->out_b, s->low, low_w, (int)T, s->out, c->n_embd);
+}
+
+/* Steps 5-6 of the trunk.  The row counts go in nsel's place: each token's
+ * compressed rows are counted first. */
+static int attend(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T, ds4err *err) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint32_t max_rows = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t pos = s->tok[t].pos;
+        if (L->ratio && L->ratio != 4) s->nsel[t] = (pos + 1) / L->ratio;
+        uint32_t n = pos - window_start(pos, c->swa) + 1 + (L->ratio ? s->nsel[t] : 0);
+        s->nrows[t] = n;
+        if (n > max_rows) max_rows = n;
+    }
+    if (attend_heads(e, L, il, T, attended_row, s->nrows, max_rows, err)) return -1;
+    project_out(e, L, T);
     return 0;
 }
 
 int ds4_attention(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope *rope,
                   uint32_t T, ds4err *err) {
     project(e, L, T);
-    prepare_kv(e, L, il, rope, T);
+    prepare_kv(e, L, il, rope, T, true);
     if (L->ratio) {
         compress(e, il, false, &L->comp_kv, &L->comp_ape, &L->comp_norm, rope, T);
         if (L->ratio == 4) {
@@ -326,4 +371,28 @@ int ds4_attention(ds4_engine *e, const ds4_layer *L, uint32_t il, const ds4_rope
         }
     }
     return attend(e, L, il, T, err);
+}
+
+void ds4_attention_dspark_ctx(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    ds4_dot_matmul(&L->kv, s->a, c->n_embd, (int)T, s->kvrow, c->head_dim);
+    prepare_kv(e, L, il, &e->rope_dense, T, true);
+}
+
+int ds4_attention_dspark(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t T,
+                         ds4err *err) {
+    const ds4_config *c = &e->m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    project(e, L, T);
+    prepare_kv(e, L, il, &e->rope_dense, T, false);
+    uint32_t max_rows = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t at = s->tok[t].kv->pos;
+        s->nrows[t] = (at < c->swa ? at : c->swa) + c->dspark_block;
+        if (s->nrows[t] > max_rows) max_rows = s->nrows[t];
+    }
+    if (attend_heads(e, L, il, T, dspark_row, s->nrows, max_rows, err)) return -1;
+    project_out(e, L, T);
+    return 0;
 }

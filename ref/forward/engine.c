@@ -65,6 +65,7 @@ static ds4_fwd_scratch *scratch_new(const ds4_config *c, uint32_t cap, scratch_a
     s->iw = alloc_n(a, T * c->idx_head, sizeof(float));
     s->isel = alloc_n(a, T * c->idx_topk, sizeof(uint32_t));
     s->nsel = alloc_n(a, T, sizeof(uint32_t));
+    s->nrows = alloc_n(a, T, sizeof(uint32_t));
     s->rlog = alloc_n(a, T * c->n_expert, sizeof(float));
     s->sel = alloc_n(a, T * k, sizeof(int32_t));
     s->selw = alloc_n(a, T * k, sizeof(double));

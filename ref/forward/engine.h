@@ -59,6 +59,7 @@ typedef struct ds4_fwd_scratch {
     float *iw;             /* indexer head weights [cap][idx_head] */
     uint32_t *isel;        /* indexer selection [cap][idx_topk] */
     uint32_t *nsel;        /* [cap] */
+    uint32_t *nrows;       /* [cap] rows each token attends */
     /* MoE */
     float *rlog;           /* router logits [cap][n_expert] */
     int32_t *sel;          /* [cap][n_used] */

@@ -95,17 +95,19 @@ static void tap_rows(const ds4_engine *e, const char *name, const float *rows, u
         ds4_engine_tap_emit(e, name, t, DS4_TAP_F32, rows + t * width, (uint32_t)width);
 }
 
-/* One block (trunk layer il, or the MTP block with il = 0 of its state);
- * tap_layer is the index reported to taps. */
+/* One block (trunk layer il, the MTP block with il = 0 of its state, or
+ * DSpark stage il of its state with dspark set); tap_layer is the index
+ * reported to taps. */
 static int run_block(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t tap_layer,
-                     uint32_t T, ds4err *err) {
+                     uint32_t T, bool dspark, ds4err *err) {
     const ds4_config *c = &e->m->cfg;
     ds4_fwd_scratch *s = e->scr;
     const ds4_rope *rope = L->ratio ? &e->rope_comp : &e->rope_dense;
     uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
     e->tap_layer = tap_layer;
     sublayer_in(c, s, &L->hc_attn_fn, &L->hc_attn_scale, &L->hc_attn_base, &L->attn_norm, T);
-    if (ds4_attention(e, L, il, rope, T, err)) return -1;
+    if (dspark ? ds4_attention_dspark(e, L, il, T, err) : ds4_attention(e, L, il, rope, T, err))
+        return -1;
     tap_rows(e, "attn_out", s->out, c->n_embd, T);
     sublayer_out(c, s, T);
     tap_rows(e, "hc_attn", s->x, hc_dim, T);
@@ -179,8 +181,32 @@ static void outputs(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs) {
             memcpy(q->hc_last, s->x + (uint64_t)(base + q->n - 1) * hc_dim, sizeof(float) * hc_dim);
         if (n_out && q->logits)
             ds4_head_output(m, &m->output_hc_fn, &m->output_hc_scale, &m->output_hc_base,
-                            &m->output_norm, xs, n_out, s->head_y, q->logits);
+                            &m->output_norm, xs, n_out, s->head_y, NULL, q->logits);
         base += q->n;
+    }
+}
+
+/* After trunk layer il, the DSpark input of the sequences that want it,
+ * if il is one of its target layers: the mean of each token's HC streams
+ * (official Transformer.forward: h.mean(dim=2)). */
+static void taps(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, uint32_t il) {
+    const ds4_config *c = &e->m->cfg;
+    uint32_t k = 0, n = c->n_embd, hc = c->n_hc;
+    while (k < c->n_dspark_target && c->dspark_target[k] != il) k++;
+    if (k == c->n_dspark_target) return;
+    uint64_t hc_dim = (uint64_t)hc * n, in_w = (uint64_t)c->n_dspark_target * n;
+    uint32_t base = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        for (uint32_t j = 0; seqs[i].taps && j < seqs[i].n; j++) {
+            const float *x = e->scr->x + (uint64_t)(base + j) * hc_dim;
+            float *row = seqs[i].taps + j * in_w + (uint64_t)k * n;
+            for (uint32_t d = 0; d < n; d++) {
+                double sum = 0;
+                for (uint32_t h = 0; h < hc; h++) sum += (double)x[(uint64_t)h * n + d];
+                row[d] = (float)(sum / hc);
+            }
+        }
+        base += seqs[i].n;
     }
 }
 
@@ -194,12 +220,17 @@ static int forward_pass(ds4_engine *e, ds4_fwd_seq *seqs, uint32_t n_seqs, ds4er
         if (seqs[i].kv->n_layer != c->n_layer)
             return ds4_err_set(err, DS4_E_ARG, "sequence %u: state has %u layers, model %u", i,
                               seqs[i].kv->n_layer, c->n_layer);
+    for (uint32_t i = 0; i < n_seqs; i++)
+        if (seqs[i].taps && !c->n_dspark_target)
+            return ds4_err_set(err, DS4_E_ARG, "sequence %u: DSpark input asked of a model without DSpark", i);
     if (!T) return 0;
     uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
 #pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * hc_dim))
     for (uint32_t t = 0; t < T; t++) embed(m, s->tok[t].id, s->x + t * hc_dim);
-    for (uint32_t il = 0; il < c->n_layer; il++)
-        if (run_block(e, &m->layers[il], il, il, T, err)) return -1;
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        if (run_block(e, &m->layers[il], il, il, T, false, err)) return -1;
+        taps(e, seqs, n_seqs, il);
+    }
     for (uint32_t i = 0; i < n_seqs; i++) advance(seqs[i].kv, seqs[i].n);
     outputs(e, seqs, n_seqs);
     return 0;
@@ -277,7 +308,7 @@ static int mtp_pass(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *e
         }
     mtp_input(e, h_in, T);
     free(h_in);
-    if (run_block(e, &m->mtp->block, 0, c->n_layer, T, err)) return -1;
+    if (run_block(e, &m->mtp->block, 0, c->n_layer, T, false, err)) return -1;
     uint32_t base = 0;
     for (uint32_t i = 0; i < n_seqs; i++) {
         ds4_mtp_seq *q = &seqs[i];
@@ -289,7 +320,7 @@ static int mtp_pass(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *e
         if (q->logits && first < q->n)
             ds4_head_output(m, &m->mtp->hc_head_fn, &m->mtp->hc_head_scale, &m->mtp->hc_head_base,
                             &m->mtp->norm, xs + (uint64_t)first * hc_dim, q->n - first, s->head_y,
-                            q->logits);
+                            NULL, q->logits);
         advance(q->kv, q->n);
         base += q->n;
     }
@@ -303,6 +334,118 @@ int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *e
     for (uint32_t i = 0; i < n_seqs; i++) T += seqs[i].n;
     int saved, k = ds4_threads_begin(&e->threads, T, &saved);
     int rc = mtp_pass(e, seqs, n_seqs, err);
+    ds4_threads_end(&e->threads, T, k, saved, false, 0);
+    return rc;
+}
+
+/* ================================================================ DSpark */
+
+int ds4_forward_dspark_kv_init(ds4_kv *kv, const ds4_model *m, uint32_t ctx, uint32_t chunk,
+                       uint32_t rollback, ds4err *err) {
+    uint32_t ratio0[DS4_MAX_DSPARK_STAGE] = {0};
+    if (!m->dspark) return ds4_err_set(err, DS4_E_ARG, "the model has no DSpark drafter");
+    return ds4_kv_init(kv, &m->cfg, ratio0, m->cfg.dspark_stages, ctx, chunk, rollback, err);
+}
+
+static int dspark_check_state(const ds4_engine *e, const ds4_kv *kv, uint32_t i, ds4err *err) {
+    if (!e->m->dspark) return ds4_err_set(err, DS4_E_ARG, "the model has no DSpark drafter");
+    if (kv->n_layer != e->m->cfg.dspark_stages)
+        return ds4_err_set(err, DS4_E_ARG, "sequence %u: state has %u layers, the DSpark drafter %u stages",
+                          i, kv->n_layer, e->m->cfg.dspark_stages);
+    return 0;
+}
+
+/* Context rows: main_x of every token into a, then each stage's KV row. */
+static int dspark_ctx_pass(ds4_engine *e, ds4_dspark_ctx *seqs, uint32_t n_seqs, ds4err *err) {
+    const ds4_model *m = e->m;
+    const ds4_config *c = &m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint32_t T = 0, n = c->n_embd;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        const ds4_dspark_ctx *q = &seqs[i];
+        if (dspark_check_state(e, q->kv, i, err)) return -1;
+        if (q->n > q->kv->chunk)
+            return ds4_err_set(err, DS4_E_ARG, "sequence %u: %u context rows in one pass exceed its chunk size %u",
+                              i, q->n, q->kv->chunk);
+        if ((uint64_t)q->kv->pos + q->n > q->kv->ctx)
+            return ds4_err_set(err, DS4_E_RANGE, "sequence %u: positions %u..%u exceed the context of %u tokens",
+                              i, q->kv->pos, q->kv->pos + q->n - 1, q->kv->ctx);
+        for (uint32_t j = 0; j < i; j++)
+            if (seqs[j].kv == q->kv)
+                return ds4_err_set(err, DS4_E_ARG, "sequences %u and %u share one state", j, i);
+        if ((uint64_t)T + q->n > e->cap)
+            return ds4_err_set(err, DS4_E_ARG, "batch of more than %u tokens", e->cap);
+        for (uint32_t j = 0; j < q->n; j++)
+            s->tok[T++] = (ds4_tok){.kv = q->kv, .pos = q->kv->pos + j, .id = -1};
+    }
+    if (!T) return 0;
+    uint64_t in_w = (uint64_t)c->n_dspark_target * n;
+    T = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        ds4_dot_matmul(&m->dspark->main_proj, seqs[i].taps, in_w, (int)seqs[i].n,
+                       s->a + (uint64_t)T * n, n);
+        T += seqs[i].n;
+    }
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * n))
+    for (uint32_t t = 0; t < T; t++) {
+        float *a = s->a + (uint64_t)t * n;
+        ds4_norm_rms(a, m->dspark->main_norm.v, n, c->rms_eps, a);
+    }
+    for (uint32_t st = 0; st < c->dspark_stages; st++)
+        ds4_attention_dspark_ctx(e, &m->dspark->stage[st], st, T);
+    for (uint32_t i = 0; i < n_seqs; i++) advance(seqs[i].kv, seqs[i].n);
+    return 0;
+}
+
+int ds4_forward_dspark_ctx(ds4_engine *e, ds4_dspark_ctx *seqs, uint32_t n_seqs, ds4err *err) {
+    uint32_t T = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) T += seqs[i].n;
+    int saved, k = ds4_threads_begin(&e->threads, T, &saved);
+    int rc = dspark_ctx_pass(e, seqs, n_seqs, err);
+    ds4_threads_end(&e->threads, T, k, saved, false, 0);
+    return rc;
+}
+
+/* A draft block: the official forward_embed (every slot's embedding in
+ * every stream: the anchor, then the noise token), the stages, and the last
+ * stage's head. */
+static int dspark_block_pass(ds4_engine *e, ds4_dspark_blk *reqs, uint32_t n_reqs, ds4err *err) {
+    const ds4_model *m = e->m;
+    const ds4_config *c = &m->cfg;
+    ds4_fwd_scratch *s = e->scr;
+    uint32_t B = c->dspark_block, T = 0;
+    for (uint32_t i = 0; i < n_reqs; i++) {
+        const ds4_dspark_blk *q = &reqs[i];
+        if (dspark_check_state(e, q->kv, i, err)) return -1;
+        if (!q->kv->pos || q->kv->pos > q->kv->ctx)
+            return ds4_err_set(err, DS4_E_RANGE, "block %u: a block at position %u needs context rows "
+                              "before it, within the context of %u", i, q->kv->pos, q->kv->ctx);
+        if (q->anchor < 0 || (uint32_t)q->anchor >= c->n_vocab)
+            return ds4_err_set(err, DS4_E_RANGE, "block %u: anchor token %d is outside the vocabulary [0, %u)",
+                              i, q->anchor, c->n_vocab);
+        if ((uint64_t)T + B > e->cap)
+            return ds4_err_set(err, DS4_E_ARG, "blocks of %u tokens: more than the batch of %u", B, e->cap);
+        for (uint32_t j = 0; j < B; j++)
+            s->tok[T++] = (ds4_tok){.kv = q->kv, .pos = q->kv->pos + j,
+                                    .id = j ? (int32_t)c->dspark_noise : q->anchor};
+    }
+    if (!T) return 0;
+    uint64_t hc_dim = (uint64_t)c->n_hc * c->n_embd;
+#pragma omp parallel for schedule(static) if (ds4_worth_threads((double)T * hc_dim))
+    for (uint32_t t = 0; t < T; t++) embed(m, s->tok[t].id, s->x + t * hc_dim);
+    for (uint32_t st = 0; st < c->dspark_stages; st++)
+        if (run_block(e, &m->dspark->stage[st], st, c->n_layer + st, T, true, err)) return -1;
+    const ds4_dspark *d = m->dspark;
+    for (uint32_t i = 0; i < n_reqs; i++)
+        ds4_head_output(m, &d->hc_head_fn, &d->hc_head_scale, &d->hc_head_base, &d->norm,
+                        s->x + (uint64_t)i * B * hc_dim, B, s->head_y, reqs[i].pre, reqs[i].logits);
+    return 0;
+}
+
+int ds4_forward_dspark_block(ds4_engine *e, ds4_dspark_blk *reqs, uint32_t n_reqs, ds4err *err) {
+    uint32_t T = n_reqs * e->m->cfg.dspark_block;
+    int saved, k = ds4_threads_begin(&e->threads, T, &saved);
+    int rc = dspark_block_pass(e, reqs, n_reqs, err);
     ds4_threads_end(&e->threads, T, k, saved, false, 0);
     return rc;
 }

@@ -31,6 +31,9 @@ typedef struct ds4_fwd_seq {
     uint32_t first_out;
     float *hc_out;         /* NULL, or final HC state rows of all n tokens */
     float *hc_last;        /* NULL, or the final HC state of the last token */
+    float *taps;           /* NULL, or the DSpark drafter's input of all n tokens:
+                              [n][n_dspark_target*n_embd], the mean of the HC streams
+                              after each target layer, in the order of the list */
 } ds4_fwd_seq;
 
 /* Evaluate the trunk for a batch of sequences (total tokens <= max_batch).
@@ -55,5 +58,41 @@ typedef struct ds4_mtp_seq {
 } ds4_mtp_seq;
 
 int ds4_forward_mtp(ds4_engine *e, ds4_mtp_seq *seqs, uint32_t n_seqs, ds4err *err);
+
+/* The DSpark drafter (official DSparkBlock / forward_spec of
+ * DeepSeek-V4-Flash-0731).  Its state kv has one ratio-0 layer per stage
+ * (ds4_forward_dspark_kv_init); row p of stage s is the context KV that stage makes
+ * of the trunk's taps at position p: main_x = main_norm(main_proj(taps)),
+ * then the stage's wkv, kv_norm, RoPE at p (no YaRN), FP8 with QAT.
+ *
+ * Context rows: taps[n][n_dspark_target*n_embd] of positions kv->pos..,
+ * which then advances by n. */
+typedef struct ds4_dspark_ctx {
+    ds4_kv *kv;
+    const float *taps;
+    uint32_t n;
+} ds4_dspark_ctx;
+
+int ds4_forward_dspark_kv_init(ds4_kv *kv, const ds4_model *m, uint32_t ctx, uint32_t chunk,
+                       uint32_t rollback, ds4err *err);
+
+int ds4_forward_dspark_ctx(ds4_engine *e, ds4_dspark_ctx *seqs, uint32_t n_seqs, ds4err *err);
+
+/* One draft block: [anchor, noise x (block-1)] at positions kv->pos..
+ * kv->pos+block-1 (kv->pos >= 1: the context rows [0, kv->pos) exist, and
+ * the state does not move).  Every stage's attention sees the window of
+ * context rows before the block (the last swa of them) and all the block's
+ * own rows, in both directions.  Out: the base logits of every slot
+ * [block][n_vocab] (the last stage's HC head, norm, the trunk's LM head;
+ * the Markov term is the drafter's, ds4_dspark_markov) and the HC head's
+ * output before the norm [block][n_embd], the confidence head's input. */
+typedef struct ds4_dspark_blk {
+    ds4_kv *kv;
+    int32_t anchor;
+    float *logits;
+    float *pre;
+} ds4_dspark_blk;
+
+int ds4_forward_dspark_block(ds4_engine *e, ds4_dspark_blk *reqs, uint32_t n_reqs, ds4err *err);
 
 #endif

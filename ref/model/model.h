@@ -82,7 +82,7 @@ typedef struct ds4_config {
     float yarn_beta_fast;
     float yarn_beta_slow;
     /* The DSpark drafter of DeepSeek-V4-Flash-0731 and V4-Pro-0813
-     * (docs/MTP.md): dspark_stages 0 when the model has none.  Its stages
+     * (docs/SPECULATIVE.md): dspark_stages 0 when the model has none.  Its stages
      * are window-only blocks stored as mtp.0 ... mtp.N-1; ds4ref reads the
      * configuration and decodes the trunk plainly. */
     uint32_t dspark_stages;

@@ -32,11 +32,13 @@
 #define SYNTH_MAX_LAYER 64
 
 /* How a configuration departs from the plain random weights, to make a
- * model whose MTP head drafts what the trunk will decode (tiny-spec). */
+ * model whose MTP head (tiny-spec) or DSpark drafter (tiny-dspark) drafts
+ * what the trunk will decode. */
 typedef struct synth_drafty {
     double branch;         /* the spread of every branch's output projection, times this */
     double mtp_h;          /* the spread of the MTP's h_proj, times this */
     double head;           /* the spread of output.weight (the logits), times this */
+    double dspark_norm;    /* DSpark: the gain of its last norm (the base logits' scale) */
 } synth_drafty;
 
 /* A DSpark drafter's configuration (0731: 3 stages, blocks of 5, the
@@ -80,8 +82,13 @@ typedef struct synth_cfg {
  * checkpoint tests write in the release's layout.
  * tiny-0731: tiny-ckpt with DeepSeek-V4-Flash-0731's configuration: a
  * DSpark drafter of 3 window-only stages in blocks of 5 reading the last 3
- * layers, the last token as noise, rank 16, and no NextN MTP layer.  Its
- * stages' tensors are not written yet: the trunk is 0731's.
+ * layers, the last token as noise, rank 16, and no NextN MTP layer.
+ * tiny-dspark: tiny-0731 whose DSpark drafter mostly drafts what the trunk
+ * decodes, as tiny-spec does for MTP: the trunk is damped as tiny-spec's,
+ * so its next token is mostly a function of the current one; the Markov
+ * head, of rank n_embd, draws the token embedding's numbers (w1) and the LM
+ * head's (w2), so markov(prev) is about the trunk's logits after prev; and
+ * the drafter's last norm is small, so its block only decides close calls.
  * tiny-pro: DeepSeek-V4-Pro's shape at tiny size, where it departs from
  * Flash: its first two layers compress at ratio 128 and are hash-routed
  * (Flash's are window-only), so a hash-routed layer has a compressor; 8
@@ -106,6 +113,11 @@ static const synth_cfg configs[] = {
     {"tiny-0731", 4, 256, 512, 4, 128, 64, 128, 64, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
      {0, 0, 4, 128}, NULL, 1.5f,
      &(const synth_dspark){.stages = 3, .block = 5, .noise = 511, .rank = 16, .n_target = 3,
+                           .target = {1, 2, 3}}},
+    {"tiny-dspark", 4, 256, 512, 4, 128, 64, 128, 64, 2, 8, 2, 256, 3, 16, 32, 128, 4, 4096,
+     {0, 0, 4, 128},
+     &(const synth_drafty){.branch = 0.02, .mtp_h = 0.1, .head = 4, .dspark_norm = 0.05}, 1.5f,
+     &(const synth_dspark){.stages = 3, .block = 5, .noise = 511, .rank = 256, .n_target = 3,
                            .target = {1, 2, 3}}},
     {"tiny-pro", 4, 256, 512, 8, 128, 64, 128, 64, 4, 12, 2, 256, 3, 16, 32, 128, 4, 4096,
      {128, 128, 4, 4}, NULL, 2.5f, NULL},
@@ -334,15 +346,68 @@ static int fill_identity(uint32_t type, uint8_t *data, uint64_t n) {
     return 0;
 }
 
-/* The spread of tensor `name` in a configuration that drafts (synth_drafty). */
+/* Whose values tensor `name` copies in a configuration that drafts (NULL:
+ * its own): the DSpark Markov head's are the token embedding's and the LM
+ * head's. */
+static const char *drafty_source(const synth_drafty *dr, const char *name) {
+    if (!dr || strncmp(name, "mtp.", 4)) return NULL;
+    if (strstr(name, ".markov_head.markov_w1.")) return "token_embd.weight";
+    if (strstr(name, ".markov_head.markov_w2.")) return "output.weight";
+    return NULL;
+}
+
+/* The spread (and a norm's mean) of tensor `name` in a configuration that
+ * drafts (synth_drafty). */
 static void drafty_params(const synth_drafty *dr, const ds4_tensor_spec *s, const char *name,
-                          double *sd) {
+                          double *mean, double *sd) {
     if (s->init == DS4_I_NORM) *sd = 0;
+    if (dr->dspark_norm > 0 && !strncmp(name, "mtp.", 4) && !strcmp(s->name, "norm.weight"))
+        *mean = dr->dspark_norm;
     if (!strcmp(s->name, "attn_output_b.weight") || !strcmp(s->name, "ffn_down_exps.weight") ||
         !strcmp(s->name, "ffn_down_shexp.weight"))
         *sd *= dr->branch;
     if (!strcmp(name, "mtp.0.h_proj.weight")) *sd *= dr->mtp_h;
     if (!strcmp(name, "output.weight")) *sd *= dr->head;
+}
+
+/* Tensor src of the trunk's globals regenerated (the same bytes as the
+ * file's, seeds being per name) and written as n values of `type` (F32,
+ * F16 or BF16) into data. */
+static int fill_copy(const ds4_synth_opts *o, const synth_cfg *sc, const ds4_config *c,
+                     const char *src, uint32_t type, uint8_t *data, uint64_t n, ds4err *err) {
+    const ds4_tensor_spec *s = NULL;
+    for (uint32_t i = 0; i < ds4_layout_n_global; i++)
+        if (!strcmp(ds4_layout_global[i].name, src)) s = &ds4_layout_global[i];
+    uint64_t cols = s ? ds4_layout_dim(c, 0, s->dims[0]) : 0;
+    uint64_t src_n = s ? cols * ds4_layout_dim(c, 0, s->dims[1]) : 0;
+    if (!s || src_n != n)
+        return ds4_err_set(err, DS4_E_ARG, "a copy of %s needs a tensor of its shape", src);
+    uint32_t st = tensor_type(o, s, false);
+    uint8_t *raw = malloc(ds4_types_row_bytes(st, cols) * (n / cols));
+    float *v = malloc(sizeof(float) * n);
+    if (!raw || !v) {
+        free(raw);
+        free(v);
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory copying %s", src);
+    }
+    rng r = rng_for(o->seed, src);
+    double mean, sd;
+    init_params(s, cols, &mean, &sd);
+    drafty_params(sc->drafty, s, src, &mean, &sd);
+    fill_values(st, raw, n, mean, sd, &r);
+    int rc = ds4_types_dequant_row(st, raw, v, n);
+    for (uint64_t i = 0; !rc && i < n; i++) {
+        if (type == DS4_TYPE_F32) memcpy(data + 4 * i, &v[i], 4);
+        else if (type == DS4_TYPE_F16) put_f16(data + 2 * i, v[i]);
+        else if (type == DS4_TYPE_BF16) {
+            uint16_t h = ds4_formats_f32_to_bf16(v[i]);
+            memcpy(data + 2 * i, &h, 2);
+        } else rc = -1;
+    }
+    free(raw);
+    free(v);
+    if (rc) return ds4_err_set(err, DS4_E_ARG, "a copy of %s as %s", src, ds4_types_name(type));
+    return 0;
 }
 
 static int add_tensor(ds4_gguf_writer *w, synth_buf *keepbuf, const ds4_synth_opts *o,
@@ -363,8 +428,11 @@ static int add_tensor(ds4_gguf_writer *w, synth_buf *keepbuf, const ds4_synth_op
     uint8_t *data = keep(keepbuf, malloc(bytes));
     if (!data) return ds4_err_set(err, DS4_E_NOMEM, "out of memory generating %s", name);
     rng r = rng_for(o->seed, name);
+    const char *src = drafty_source(sc->drafty, name);
     if (type == DS4_TYPE_I32) {
         fill_tid2eid((int32_t *)(void *)data, c->n_vocab, c->n_expert_used, c->n_expert, &r);
+    } else if (src) {
+        if (fill_copy(o, sc, c, src, type, data, n, err)) return -1;
     } else if (sc->drafty && !strcmp(name, "mtp.0.e_proj.weight")) {
         if (fill_identity(type, data, ne[0]))
             return ds4_err_set(err, DS4_E_ARG, "tensor %s: no identity in %s", name,
@@ -372,7 +440,7 @@ static int add_tensor(ds4_gguf_writer *w, synth_buf *keepbuf, const ds4_synth_op
     } else {
         double mean, sd;
         init_params(s, ne[0], &mean, &sd);
-        if (sc->drafty) drafty_params(sc->drafty, s, name, &sd);
+        if (sc->drafty) drafty_params(sc->drafty, s, name, &mean, &sd);
         fill_values(type, data, n, mean, sd, &r);
     }
     if (ds4_gguf_write_tensor(w, name, type, s->n_dims, ne, data, bytes))
@@ -621,7 +689,7 @@ done:
 int ds4_synth_write(const ds4_synth_opts *o, const char *path, const char *mtp_path,
                     ds4err *err) {
     const synth_cfg *s = find_cfg(o->config);
-    if (!s) return ds4_err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, tiny-ckpt, tiny-spec, tiny-0731, tiny-pro, fullwidth or fulldepth)",
+    if (!s) return ds4_err_set(err, DS4_E_ARG, "unknown synthetic config '%s' (expected tiny, tiny-k64, tiny-ckpt, tiny-spec, tiny-0731, tiny-dspark, tiny-pro, fullwidth or fulldepth)",
                               o->config);
     if (s->dspark && mtp_path)
         return ds4_err_set(err, DS4_E_ARG, "synthetic config '%s' has no MTP layer (it drafts "

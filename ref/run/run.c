@@ -273,7 +273,10 @@ static int row_open(ds4_session *s, const ds4_tokenizer *tok, const int32_t *pro
     if (ds4_generate_check_prompt(s, prompt, n_prompt, err) || extras_open(o, x, err)) return -1;
     ds4_golden_header h;
     fill_header(s, prompt, n_prompt, o, ids->model, ids->has_mtp ? &ids->mtp : NULL, &h);
-    h.settings.mtp_draft = first->spec && first->spec->drafter ? first->spec->n_draft : 0;
+    const ds4_drafter *d = first->spec ? first->spec->drafter : NULL;
+    h.settings.mtp_draft = d ? first->spec->n_draft : 0;
+    if (d && strcmp(d->name, "mtp"))
+        snprintf(h.settings.drafter, sizeof(h.settings.drafter), "%s", d->name);
     int rc = ds4_golden_writer_open(&r->w, o->golden_path, &h, err);
     if (rc) extras_abort(x);
     *r = (run_ctx){tok, o, r->w, err, false};
