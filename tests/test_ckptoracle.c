@@ -9,7 +9,12 @@
  *   - QAT on (FP8 activations before every FP8/FP4 Linear but wo_a, BF16
  *     products, FP8 KV, FP4 indexer): the same argmax at every position
  *     and max |dlogit| <= 1e-5: every FP8 rounding of the official code is
- *     made the same way here. */
+ *     made the same way here.
+ * The same for the DSpark drafter of DeepSeek-V4-Flash-0731 ("dspark/"):
+ * the tiny-dspark checkpoint, the official trunk with the release's DSpark
+ * classes written on the official ones (scripts/official_dspark.py); for
+ * each anchor, the block's base logits within the same bounds, and the
+ * greedy drafts and confidence logits after the Markov term. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +30,7 @@
 #include "ds4ref.h"
 #include "ref/forward/engine.h"
 #include "ref/forward/forward.h"
+#include "ref/forward/head.h"
 #include "ref/forward/kvstate.h"
 #include "ref/model/hfbind.h"
 #include "ref/model/model.h"
@@ -39,21 +45,23 @@ enum { N_FILES = 5 };
 
 static bool under_valgrind(void) { return getenv("DS4REF_VALGRIND") != NULL; }
 
-/* The checkpoint as ds4ref-mkmodel --config tiny-ckpt --format hf writes
- * it (seed 1, with its MTP layer), into a scratch folder. */
-static char *write_checkpoint(void) {
-    char *dir = tu_tmpdir(), *gguf = tu_path(dir, "src.gguf"), *mtp = tu_path(dir, "src-mtp.gguf");
+/* The checkpoint as ds4ref-mkmodel --config CONFIG --format hf writes it
+ * (seed 1, with its MTP layer when mtp), into a scratch folder. */
+static char *write_checkpoint(const char *config, bool mtp) {
+    char *dir = tu_tmpdir(), *gguf = tu_path(dir, "src.gguf");
+    char *mtp_path = mtp ? tu_path(dir, "src-mtp.gguf") : NULL;
     char *out = tu_path(dir, "ckpt");
     ds4ref_synth_options o;
     ds4ref_synth_options_init(&o);
-    o.config = "tiny-ckpt";
+    o.config = config;
     o.f32 = 1;
     ds4ref_error err;
-    if (ds4ref_synth_write(&o, gguf, mtp, &err) || ds4ref_gguf_to_checkpoint(gguf, mtp, out, 0, &err))
+    if (ds4ref_synth_write(&o, gguf, mtp_path, &err) ||
+        ds4ref_gguf_to_checkpoint(gguf, mtp_path, out, 0, &err))
         fail_msg("%s", err.message);
     remove(gguf);
-    remove(mtp);
-    free(gguf), free(mtp), free(dir);
+    if (mtp_path) remove(mtp_path);
+    free(gguf), free(mtp_path), free(dir);
     return out;
 }
 
@@ -71,8 +79,8 @@ static void remove_checkpoint(char *out) {
  * ids (ckpt/tokens.txt) and never read it, and the writer has since given
  * it the release's pre-tokenizer and decoder, so that Hugging Face's
  * tokenizers library loads it (2026-11-27). */
-static void check_same_checkpoint(const char *out) {
-    char *p = off_path("ckpt/checkpoint.sha256");
+static void check_same_checkpoint(const char *out, const char *list) {
+    char *p = off_path(list);
     FILE *f = fopen(p, "r");
     if (!f) fail_msg("cannot open %s", p);
     char want[65], name[128];
@@ -89,7 +97,7 @@ static void check_same_checkpoint(const char *out) {
         if (strcmp(got, want))
             fail_msg("%s differs from the file the official code read (sha256 %s, recorded %s): the "
                      "writer or the synthetic model changed; make the oracle again "
-                     "(vectors/official/README.md, ckpt/)", name, got, want);
+                     "(vectors/official/README.md, %s)", name, got, want, list);
         free(buf), free(path);
     }
     fclose(f);
@@ -97,15 +105,16 @@ static void check_same_checkpoint(const char *out) {
     assert_int_equal(seen, N_FILES);
 }
 
-static int32_t *read_tokens(void) {
-    char *p = off_path("ckpt/tokens.txt");
+/* `count` whitespace-separated integers of the file `name`. */
+static int32_t *read_ints(const char *name, uint32_t count) {
+    char *p = off_path(name);
     FILE *f = fopen(p, "r");
     if (!f) fail_msg("cannot open %s", p);
-    int32_t *t = malloc(sizeof(int32_t) * N_POS);
+    int32_t *t = malloc(sizeof(int32_t) * count);
     uint32_t n = 0;
-    while (n < N_POS && fscanf(f, "%d", &t[n]) == 1) n++;
+    while (n < count && fscanf(f, "%d", &t[n]) == 1) n++;
     fclose(f);
-    if (n != N_POS) fail_msg("%s: expected %d token ids", p, N_POS);
+    if (n != count) fail_msg("%s: expected %u integers", p, count);
     free(p);
     return t;
 }
@@ -186,8 +195,8 @@ static double *reference(const char *name, size_t count, bool f32) {
 }
 
 static void against_official(bool qat) {
-    char *out = write_checkpoint();
-    check_same_checkpoint(out);
+    char *out = write_checkpoint("tiny-ckpt", true);
+    check_same_checkpoint(out, "ckpt/checkpoint.sha256");
     ds4err err = {0};
     ds4_model m;
     if (ds4_hfbind_open(&m, out, &err)) fail_msg("%s", err.msg);
@@ -198,7 +207,7 @@ static void against_official(bool qat) {
     /* Under valgrind the first 40 positions (the window, the first
      * compressed rows and the indexer's choices among them). */
     const uint32_t n = under_valgrind() ? 40 : N_POS;
-    int32_t *tok = read_tokens();
+    int32_t *tok = read_ints("ckpt/tokens.txt", N_POS);
     float *lg = malloc(sizeof(float) * n * V), *mt = malloc(sizeof(float) * (n - 1) * V);
     assert_true(lg && mt);
     run(&m, tok, n, qat, lg, mt);
@@ -226,10 +235,100 @@ static void against_official(bool qat) {
 static void test_official_qat_off(void **state) { (void)state; against_official(false); }
 static void test_official_qat_on(void **state) { (void)state; against_official(true); }
 
+/* ---- the DSpark drafter ---- */
+
+enum { DS_N_POS = 48, DS_N_ANCHOR = 6 };
+static const uint32_t ds_anchors[DS_N_ANCHOR] = {2, 5, 16, 17, 30, 47};
+
+/* ds4ref's block after the committed tokens tok[0..P) and x = tok[P]: the
+ * trunk's DSpark input of the P tokens, the context rows, the block; its
+ * base logits [B][V] and HC head outputs before the norm [B][n_embd]. */
+static void dspark_block(const ds4_model *m, bool qat, const int32_t *tok, uint32_t P, float *base,
+                         float *pre) {
+    const ds4_config *c = &m->cfg;
+    ds4err err = {0};
+    ds4_engine e;
+    ds4_fwd_opts o = {.qat = qat};
+    if (ds4_engine_init(&e, m, &o, 64, &err)) fail_msg("%s", err.msg);
+    ds4_kv kv, dk;
+    assert_int_equal(ds4_kv_init(&kv, c, c->ratio, c->n_layer, 64, 64, 0, &err), 0);
+    assert_int_equal(ds4_forward_dspark_kv_init(&dk, m, 64, 64, 0, &err), 0);
+    float *taps = malloc(sizeof(float) * P * c->n_dspark_target * c->n_embd);
+    ds4_fwd_seq q = {.kv = &kv, .tokens = tok, .n = P, .taps = taps};
+    if (ds4_forward(&e, &q, 1, &err)) fail_msg("%s", err.msg);
+    ds4_dspark_ctx cx = {&dk, taps, P};
+    if (ds4_forward_dspark_ctx(&e, &cx, 1, &err)) fail_msg("%s", err.msg);
+    ds4_dspark_blk b = {&dk, tok[P], base, pre};
+    if (ds4_forward_dspark_block(&e, &b, 1, &err)) fail_msg("%s", err.msg);
+    free(taps);
+    ds4_kv_free(&dk);
+    ds4_kv_free(&kv);
+    ds4_engine_free(&e);
+}
+
+static void dspark_against_official(bool qat) {
+    char *out = write_checkpoint("tiny-dspark", false);
+    check_same_checkpoint(out, "dspark/checkpoint.sha256");
+    ds4err err = {0};
+    ds4_model m;
+    if (ds4_hfbind_open(&m, out, &err)) fail_msg("%s", err.msg);
+    if (qat && ds4_numerics_check_official(&m, out, &err)) fail_msg("%s", err.msg);
+    ds4_numerics_apply(&m, 0, qat);
+    assert_non_null(m.dspark);
+    const ds4_config *c = &m.cfg;
+    const uint32_t V = c->n_vocab, B = c->dspark_block, n = c->n_embd;
+    const uint32_t n_anchor = under_valgrind() ? 2 : DS_N_ANCHOR;
+    int32_t *tok = read_ints("dspark/tokens.txt", DS_N_POS);
+    double *ref = reference(qat ? "dspark/base_logits.qat_on.f64" : "dspark/base_logits.qat_off.f64",
+                            (size_t)DS_N_ANCHOR * B * V, false);
+    double *cref = reference(qat ? "dspark/confidence.qat_on.f64" : "dspark/confidence.qat_off.f64",
+                             (size_t)DS_N_ANCHOR * B, false);
+    int32_t *dref = read_ints(qat ? "dspark/drafts.qat_on.txt" : "dspark/drafts.qat_off.txt",
+                              DS_N_ANCHOR * B);
+    float *base = malloc(sizeof(float) * DS_N_ANCHOR * B * V), *pre = malloc(sizeof(float) * B * n);
+    float *emb = malloc(sizeof(float) * c->dspark_rank), *bias = malloc(sizeof(float) * V);
+    float *tmp = malloc(sizeof(float) * (n + c->dspark_rank)), *cur = malloc(sizeof(float) * V);
+    double conf_max = 0;
+    uint32_t drafts_equal = 0;
+    for (uint32_t a = 0; a < n_anchor; a++) {
+        uint32_t P = ds_anchors[a];
+        float *lg = base + (size_t)a * B * V;
+        dspark_block(&m, qat, tok, P, lg, pre);
+        int32_t prev = tok[P];
+        for (uint32_t k = 0; k < B; k++) {
+            ds4_head_markov(&m, prev, emb, bias);
+            double cd = fabs(ds4_head_confidence(&m, pre + (size_t)k * n, emb, tmp) -
+                             cref[(size_t)a * B + k]);
+            if (cd > conf_max) conf_max = cd;
+            for (uint32_t v = 0; v < V; v++) cur[v] = lg[(size_t)k * V + v] + bias[v];
+            prev = (int32_t)argmax_f(cur, V);
+            drafts_equal += prev == dref[a * B + k];
+        }
+    }
+    figures all = compare(base, ref, n_anchor * B, V);
+    print(qat ? "DSpark base logits, qat on" : "DSpark base logits, qat off", &all);
+    printf("  %-32s max|d| %.3g  drafts %u/%u\n", "DSpark confidence", conf_max, drafts_equal,
+           n_anchor * B);
+    assert_int_equal(all.argmax_equal, all.n);
+    assert_int_equal(drafts_equal, n_anchor * B);
+    const double bound = qat ? 1e-5 : 2e-6;
+    assert_true(all.max_abs <= bound);
+    assert_true(conf_max <= bound);
+    free(base), free(pre), free(emb), free(bias), free(tmp), free(cur);
+    free(ref), free(cref), free(dref), free(tok);
+    ds4_model_close(&m);
+    remove_checkpoint(out);
+}
+
+static void test_dspark_qat_off(void **state) { (void)state; dspark_against_official(false); }
+static void test_dspark_qat_on(void **state) { (void)state; dspark_against_official(true); }
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_official_qat_off),
         cmocka_unit_test(test_official_qat_on),
+        cmocka_unit_test(test_dspark_qat_off),
+        cmocka_unit_test(test_dspark_qat_on),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
