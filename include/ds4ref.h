@@ -327,10 +327,18 @@ typedef struct ds4ref_spec_stats {
     uint64_t proposed;         /* drafts verified */
     uint64_t accepted;         /* drafts accepted */
     uint64_t deepest;          /* the most drafts one cycle of one row accepted */
+    /* By draft position k (0: a cycle's first draft; a DSpark block's slot
+     * k+1): drafts verified there, and accepted there. */
+    uint64_t proposed_at[16];
+    uint64_t accepted_at[16];
 } ds4ref_spec_stats;
 
 /* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y deepest=D". */
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size);
+
+/* "accept by position: 1=A/P 2=A/P ...": A of the P drafts verified at each
+ * position accepted, up to the last position verified ("" when none). */
+void ds4ref_spec_report_positions(const ds4ref_spec_stats *st, char *buf, size_t size);
 
 void ds4ref_generate_options_init(ds4ref_generate_options *o);
 

@@ -578,10 +578,12 @@ static const char *base_name(const char *p) {
 
 static void print_report(const cli *c, const ds4ref_spec_stats *st) {
     if (!c->spec_report) return;
-    char line[160];
+    char line[160], pos[400];
     ds4ref_spec_report(st, line, sizeof(line));
+    ds4ref_spec_report_positions(st, pos, sizeof(pos));
     fflush(stdout);    /* after the text, as print_speed says */
     fprintf(stderr, "%s\n", line);
+    if (pos[0]) fprintf(stderr, "%s\n", pos);
 }
 
 static void gen_options(const cli *c, ds4ref_generate_options *o, ds4ref_spec_stats *st) {

@@ -10,15 +10,20 @@
  * the scripted drafter (errors injected at every depth), for verify batches
  * split by a small chunk, and for two rows decoded together.
  *
- * Model: $DS4_TEST_MODEL with $DS4_TEST_MTP if the model file exists (the
- * real model runs only the MTP drafter on 8 steps, $DS4_TEST_MTP_STEPS to
- * change it); otherwise the tiny synthetic model and its MTP head, generated
- * into a temporary directory. */
+ * The drafter is the model's: its MTP head, or the DSpark drafter of a
+ * DeepSeek-V4-Flash-0731 model given without one; every report line names it.
+ *
+ * Model: $DS4_TEST_MODEL with $DS4_TEST_MTP if the model file exists, or
+ * alone when it has a DSpark drafter (the real model runs only its drafter
+ * on 8 steps, $DS4_TEST_MTP_STEPS to change it); otherwise the tiny
+ * synthetic model and its MTP head, then tiny-dspark and its DSpark drafter,
+ * generated into a temporary directory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ref/decode/dspark_drafter.h"
 #include "ref/decode/mtp_drafter.h"
 #include "ref/decode/sample.h"
 #include "ref/decode/session.h"
@@ -36,8 +41,12 @@
 static const char copy_prompt[] =
     "Copy the following text exactly:\n\nThe quick brown fox jumps over the lazy dog.";
 
+/* Who drafts: the tests' scripted drafter, or the model's own. */
+enum { DR_SCRIPT, DR_MTP, DR_DSPARK };
+
 typedef struct fixture {
     ds4_model m;
+    int drafter;           /* the model's: DR_MTP or DR_DSPARK */
     bool synthetic;
     char dir[64], path[96], mtp_path[96];
     ds4_tokens prompt;
@@ -52,26 +61,33 @@ typedef struct greedy {
     uint32_t n;
 } greedy;
 
-static int open_model(fixture *f) {
+static const char *drafter_name(int kind) {
+    return kind == DR_MTP ? "MTP" : kind == DR_DSPARK ? "DSpark" : "scripted";
+}
+
+/* The real model with the drafter it has: DS4_TEST_MTP's head, or its own
+ * DSpark drafter. */
+static int open_real(fixture *f, const char *model) {
     ds4err err = {0};
-    const char *model = ds4t_env("DS4_TEST_MODEL", "ds4flash.gguf");
-    const char *named = getenv("DS4_TEST_MODEL"), *mtp_named = getenv("DS4_TEST_MTP");
-    if (access(model, F_OK) && ((named && *named) || (mtp_named && *mtp_named))) {
-        /* An MTP head named without its model is a setup error too. */
-        ds4t_fail(__FILE__, __LINE__, "%s: not found or not readable (DS4_TEST_MODEL, which "
-                  "DS4_TEST_MTP needs)", model);
+    const char *mtp = ds4t_env("DS4_TEST_MTP", NULL);
+    f->n_steps = (uint32_t)atoi(ds4t_env("DS4_TEST_MTP_STEPS", "8"));
+    if (ds4_modelopen(&f->m, model, mtp, ds4t_numerics(), true, &err)) {
+        DS4T_CHECK(0, "%s", err.msg);
         return DS4T_FAIL;
     }
-    if (access(model, F_OK) == 0) {
-        const char *mtp = ds4t_env("DS4_TEST_MTP", NULL);
-        if (!mtp)
-            return ds4t_skip("%s found but DS4_TEST_MTP is not set (the MTP support GGUF, or "
-                             "a checkpoint's own path)", model);
-        f->n_steps = (uint32_t)atoi(ds4t_env("DS4_TEST_MTP_STEPS", "8"));
-        if (ds4_modelopen(&f->m, model, mtp, ds4t_numerics(), true, &err)) goto fail;
-        return DS4T_PASS;
-    }
+    f->drafter = mtp ? DR_MTP : DR_DSPARK;
+    if (mtp || f->m.dspark) return DS4T_PASS;
+    ds4_model_close(&f->m);
+    return ds4t_skip("%s found but DS4_TEST_MTP is not set (the MTP support GGUF, or a "
+                     "checkpoint's own path), and the model has no DSpark drafter", model);
+}
+
+/* A synthetic model written into a temporary directory: tiny with its MTP
+ * head, or tiny-dspark. */
+static int open_synthetic(fixture *f, const char *model, bool dspark) {
+    ds4err err = {0};
     f->synthetic = true;
+    f->drafter = dspark ? DR_DSPARK : DR_MTP;
     f->n_steps = 20;
     snprintf(f->dir, sizeof(f->dir), "/tmp/ds4t-mtp-XXXXXX");
     if (!mkdtemp(f->dir)) {
@@ -80,15 +96,30 @@ static int open_model(fixture *f) {
     }
     snprintf(f->path, sizeof(f->path), "%s/tiny.gguf", f->dir);
     snprintf(f->mtp_path, sizeof(f->mtp_path), "%s/tiny-mtp.gguf", f->dir);
-    printf("  %s not found: tiny synthetic model and MTP head in %s\n", model, f->dir);
-    ds4_synth_opts so = {.config = "tiny", .seed = 1};
-    if (ds4_synth_write(&so, f->path, f->mtp_path, &err) ||
-        ds4_modelopen(&f->m, f->path, f->mtp_path, ds4t_numerics(), true, &err))
-        goto fail;
+    const char *config = dspark ? "tiny-dspark" : "tiny";
+    printf("  %s not found: synthetic %s and its %s drafter in %s\n", model, config,
+           drafter_name(f->drafter), f->dir);
+    ds4_synth_opts so = {.config = config, .seed = 1};
+    const char *mtp = dspark ? NULL : f->mtp_path;
+    if (ds4_synth_write(&so, f->path, mtp, &err) ||
+        ds4_modelopen(&f->m, f->path, mtp, ds4t_numerics(), true, &err)) {
+        DS4T_CHECK(0, "%s", err.msg);
+        return DS4T_FAIL;
+    }
     return DS4T_PASS;
-fail:
-    DS4T_CHECK(0, "%s", err.msg);
-    return DS4T_FAIL;
+}
+
+static int open_model(fixture *f, bool dspark) {
+    const char *model = ds4t_env("DS4_TEST_MODEL", "ds4flash.gguf");
+    const char *named = getenv("DS4_TEST_MODEL"), *mtp_named = getenv("DS4_TEST_MTP");
+    if (access(model, F_OK) && ((named && *named) || (mtp_named && *mtp_named))) {
+        /* An MTP head named without its model is a setup error too. */
+        ds4t_fail(__FILE__, __LINE__, "%s: not found or not readable (DS4_TEST_MODEL, which "
+                  "DS4_TEST_MTP needs)", model);
+        return DS4T_FAIL;
+    }
+    if (access(model, F_OK) == 0) return open_real(f, model);
+    return open_synthetic(f, model, dspark);
 }
 
 static void close_model(fixture *f) {
@@ -175,7 +206,7 @@ static void same_records(const greedy *g, const ds4_gen_step *steps, uint32_t n,
 }
 
 typedef struct spec_case {
-    bool mtp;              /* else scripted, errors at every depth */
+    int drafter;           /* DR_*: scripted, errors at every depth, or the model's */
     uint32_t depth, chunk, rows;
 } spec_case;
 
@@ -198,7 +229,7 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
     ds4_drafter *d = NULL;
     uint32_t n_init = 0, ctx = 0;
     char what[96];
-    snprintf(what, sizeof(what), "%s depth %u chunk %u rows %u", sc->mtp ? "MTP" : "scripted",
+    snprintf(what, sizeof(what), "%s depth %u chunk %u rows %u", drafter_name(sc->drafter),
              sc->depth, sc->chunk, sc->rows);
     for (uint32_t i = 0; i <= sc->depth; i++) errs[i] = (uint8_t)i;
     if (ds4_engine_init(&e, &f->m, &fo, sc->chunk * sc->rows, &err)) {
@@ -223,9 +254,11 @@ static void spec_rows(const fixture *f, const spec_case *sc, greedy *rows, ds4_s
         scripts[r] = (drafter_script){streams[r], rows[r].np + rows[r].n, errs, sc->depth + 1};
         sr[r] = (ds4_spec_row){.s = &s[r], .steps = calloc(f->n_steps, sizeof(ds4_gen_step))};
     }
-    if (sc->mtp ? ds4_mtp_drafter_new(&d, &e, sc->rows, ctx, sc->chunk, sc->depth, &err)
-                : script_drafter_new(&d, scripts, sc->rows, f->m.cfg.n_vocab, &err))
-        goto out;
+    int rc = sc->drafter == DR_MTP ? ds4_mtp_drafter_new(&d, &e, sc->rows, ctx, sc->chunk, sc->depth, &err)
+           : sc->drafter == DR_DSPARK
+               ? ds4_dspark_drafter_new(&d, &e, sc->rows, ctx, sc->chunk, sc->depth, 0, &err)
+               : script_drafter_new(&d, scripts, sc->rows, f->m.cfg.n_vocab, &err);
+    if (rc) goto out;
     if (ds4_spec_prefill(d, sp, pp, np, sc->rows, &err)) goto out;
     ds4_spec_cfg cfg = {d, sc->depth, 0};
     ds4_gen_opts go = {.n_steps = f->n_steps, .top_k = 4, .eos = -1};
@@ -246,9 +279,11 @@ out:
 }
 
 static void report(const char *what, const ds4_spec_stats *st, double gap) {
-    char line[160];
+    char line[160], pos[400];
     ds4_spec_report(st, line, sizeof(line));
+    ds4_spec_report_positions(st, pos, sizeof(pos));
     printf("  %-28s %s worst_gap=%.1f\n", what, line, gap);
+    if (pos[0]) printf("  %-28s %s\n", "", pos);
 }
 
 /* The plain stream's first logits, as a digest: which numerics ran is
@@ -260,10 +295,11 @@ static void report_plain(const greedy *g) {
     printf("  plain greedy (%s): %u steps, first logits sha256 %s...\n", name, g->n, hex);
 }
 
-static int run(void) {
+/* The checks on one model with its drafter. */
+static int run_model(bool dspark) {
     fixture f;
     memset(&f, 0, sizeof(f));
-    int rc = open_model(&f);
+    int rc = open_model(&f, dspark);
     if (rc != DS4T_PASS) return rc;
     if (make_prompt(&f)) {
         close_model(&f);
@@ -285,13 +321,14 @@ static int run(void) {
         /* Depth 4 first: ds4's test, with its acceptance line. */
         const uint32_t depths[] = {4, 2, 3, 5, 6, 7, 8};
         for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {
-            spec_case sc = {true, depths[i], 64, 1};
+            spec_case sc = {f.drafter, depths[i], 64, 1};
             ds4_spec_stats st = {0};
             double gap = -1;
             spec_rows(&f, &sc, rows, &st, &gap);
-            DS4T_CHECK(gap == 0.0, "MTP depth %u: worst argmax gap %g, must be 0", depths[i], gap);
+            DS4T_CHECK(gap == 0.0, "%s depth %u: worst argmax gap %g, must be 0",
+                       drafter_name(f.drafter), depths[i], gap);
             char what[32];
-            snprintf(what, sizeof(what), "MTP depth %u:", depths[i]);
+            snprintf(what, sizeof(what), "%s depth %u:", drafter_name(f.drafter), depths[i]);
             report(what, &st, gap);
         }
         /* The synthetic model's random MTP head rarely guesses right: the
@@ -300,7 +337,8 @@ static int run(void) {
         const uint32_t matrix[] = {2, 3, 4, 5, 8};
         for (size_t j = 0; f.synthetic && j < sizeof(matrix) / sizeof(matrix[0]); j++) {
             uint32_t d = matrix[j];
-            const spec_case cases[] = {{false, d, 64, 1}, {false, d, 3, 2}, {true, d, 3, 2}};
+            const spec_case cases[] = {{DR_SCRIPT, d, 64, 1}, {DR_SCRIPT, d, 3, 2},
+                                       {f.drafter, d, 3, 2}};
             for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 ds4_spec_stats st = {0};
                 spec_rows(&f, &cases[i], rows, &st, NULL);
@@ -317,8 +355,16 @@ static int run(void) {
     return DS4T_PASS;
 }
 
+/* The model and its drafter; with no model file, tiny's MTP head and then
+ * tiny-dspark's DSpark drafter. */
+static int run(void) {
+    int rc = run_model(false);
+    if (rc == DS4T_PASS && access(ds4t_env("DS4_TEST_MODEL", "ds4flash.gguf"), F_OK)) rc = run_model(true);
+    return rc;
+}
+
 const ds4t_entry ds4t_mtp_verify_depth = {
     "--mtp-verify-depth",
-    "speculative decoding (MTP, depth 4 and 2..8) commits exactly the greedy tokens",
+    "speculative decoding (MTP or DSpark, depth 4 and 2..8) commits exactly the greedy tokens",
     run,
 };

@@ -356,7 +356,7 @@ static void test_block_attention(void **state) {
  * the trunk's input of all n tokens in one pass, written out: the block,
  * then markov(prev) added slot by slot, argmax. */
 static uint32_t fresh_drafts(const ds4_model *m, const int32_t *ids, uint32_t n, int32_t x,
-                             uint32_t depth, double tau, int32_t *out) {
+                             uint32_t depth, double tau, int32_t *out, float *q) {
     const ds4_config *c = &m->cfg;
     uint32_t V = c->n_vocab;
     float *taps = trunk_taps(m, true, ids, n, 64, NULL, NULL);
@@ -365,8 +365,8 @@ static uint32_t fresh_drafts(const ds4_model *m, const int32_t *ids, uint32_t n,
     engine_new(m, true, 64, &e);
     ds4_kv kv;
     assert_int_equal(ds4_forward_dspark_kv_init(&kv, m, n + 1, n, 0, &err), 0);
-    ds4_dspark_ctx q = {&kv, taps, n};
-    assert_int_equal(ds4_forward_dspark_ctx(&e, &q, 1, &err), 0);
+    ds4_dspark_ctx cx = {&kv, taps, n};
+    assert_int_equal(ds4_forward_dspark_ctx(&e, &cx, 1, &err), 0);
     float *pre = malloc(sizeof(float) * c->dspark_block * c->n_embd);
     float *tmp = malloc(sizeof(float) * (c->n_embd + c->dspark_rank));
     float *lg = block_pre(&e, &kv, x, pre);
@@ -379,6 +379,7 @@ static uint32_t fresh_drafts(const ds4_model *m, const int32_t *ids, uint32_t n,
         if (tau > 0 && 1 / (1 + exp(-conf)) < tau) break;
         float *row = lg + (size_t)k * V;
         for (uint32_t v = 0; v < V; v++) row[v] += bias[v];
+        if (q) memcpy(q + (size_t)k * V, row, sizeof(float) * V);
         out[k] = prev = ds4_sample_argmax(row, V);
     }
     free(emb);
@@ -425,10 +426,14 @@ static void test_drafter_state(void **state) {
     ds4_draft_req req = {.row = 0, .pos = n + 1, .next = x, .n = 7, .drafts = got, .q_logits = q};
     ds4_draft_mode mode = {0, NULL, -1};
     if (d->propose(d, &req, 1, &mode, &err)) fail_msg("%s", err.msg);
-    uint32_t nw = fresh_drafts(m, s.hist, n + 1, x, 7, 0, want);
+    /* The distribution each draft came from (sampling's q) too. */
+    float *qw = malloc(sizeof(float) * 7 * V);
+    uint32_t nw = fresh_drafts(m, s.hist, n + 1, x, 7, 0, want, qw);
     assert_int_equal(req.n_out, nw);
     assert_int_equal(nw, m->cfg.dspark_block);
     assert_memory_equal(got, want, sizeof(int32_t) * nw);
+    assert_memory_equal(q, qw, sizeof(float) * nw * V);
+    free(qw);
     /* With a confidence threshold: the same drafts, cut where the first
      * slot's confidence falls below it. */
     ds4_drafter *dt;
@@ -439,7 +444,7 @@ static void test_drafter_state(void **state) {
     for (int32_t a = 0; a < (under_valgrind() ? 2 : 24); a++) {
         req = (ds4_draft_req){.row = 0, .pos = n + 1, .next = a, .n = 7, .drafts = got};
         if (dt->propose(dt, &req, 1, &mode, &err)) fail_msg("%s", err.msg);
-        nw = fresh_drafts(m, s.hist, n + 1, a, 7, 0.5, want);
+        nw = fresh_drafts(m, s.hist, n + 1, a, 7, 0.5, want, NULL);
         assert_int_equal(req.n_out, nw);
         assert_memory_equal(got, want, sizeof(int32_t) * nw);
         cut += nw < m->cfg.dspark_block;
@@ -597,8 +602,18 @@ static void test_spec_exact(void **state) {
                 ds4_spec_report(&got.st, line, sizeof(line));
                 printf("  DSpark depth %u chunk %2u tau %.1f: %s\n", depths[i], chunks[j], taus[k],
                        line);
-                /* A block drafts its size at most. */
+                /* A block drafts its size at most; positions add up. */
                 assert_true(got.st.proposed <= got.st.iters * m->cfg.dspark_block);
+                uint64_t pa = 0, aa = 0;
+                for (uint32_t q = 0; q < DS4_SPEC_MAX_DRAFT; q++) {
+                    pa += got.st.proposed_at[q];
+                    aa += got.st.accepted_at[q];
+                    if (q >= m->cfg.dspark_block) assert_int_equal(got.st.proposed_at[q], 0);
+                }
+                assert_int_equal(pa, got.st.proposed);
+                assert_int_equal(aa, got.st.accepted);
+                ds4_spec_report_positions(&got.st, line, sizeof(line));
+                printf("    %s\n", line);
                 if (!under_valgrind() && !taus[k]) {
                     /* Accepts of several lengths, not only the first draft. */
                     assert_true(got.st.accepted > 0 && got.st.accepted < got.st.proposed);
@@ -608,6 +623,71 @@ static void test_spec_exact(void **state) {
                 outcome_free(&got);
             }
     outcome_free(&ref);
+    free(prompt);
+}
+
+/* Sampling: a run at temperature 0.8 commits a stream whose every record
+ * is plain decoding's logits for that stream (teacher-forced), with drafts
+ * both accepted and rejected; the same seed gives the same stream. */
+static void test_spec_sampled(void **state) {
+    fixture *f = *state;
+    const ds4_model *m = &f->m;
+    uint32_t V = m->cfg.n_vocab, np = 6, steps = under_valgrind() ? 6 : 24;
+    int32_t *prompt = tu_random_tokens(np, V, 9);
+    ds4_gen_step *runs[2];
+    ds4_spec_stats st = {0};
+    for (int k = 0; k < 2; k++) {
+        ds4err err = {0};
+        ds4_engine e;
+        engine_new(m, true, 64, &e);
+        ds4_session s;
+        session_new(&e, 96, 64, 5, &s);
+        ds4_drafter *d;
+        if (ds4_dspark_drafter_new(&d, &e, 1, 96, 64, 5, 0, &err)) fail_msg("%s", err.msg);
+        ds4_session *rows[1] = {&s};
+        const int32_t *pp[1] = {prompt};
+        assert_int_equal(ds4_spec_prefill(d, rows, pp, &np, 1, &err), 0);
+        ds4_spec_cfg sc = {d, 5, 0.8};
+        ds4_gen_opts go = {.n_steps = steps, .top_k = 2, .eos = -1};
+        ds4_spec_row sr = {.s = &s, .seed = 12, .steps = calloc(steps, sizeof(ds4_gen_step))};
+        if (ds4_spec_generate(&sc, &go, &sr, 1, &st, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(sr.n_done, steps);
+        runs[k] = sr.steps;
+        ds4_spec_drafter_free(d);
+        ds4_session_free(&s);
+        ds4_engine_free(&e);
+    }
+    /* Teacher-forced: the logits before each committed token. */
+    int32_t *stream = malloc(sizeof(int32_t) * (np + steps));
+    memcpy(stream, prompt, sizeof(int32_t) * np);
+    for (uint32_t i = 0; i < steps; i++) {
+        stream[np + i] = runs[0][i].token;
+        assert_int_equal(runs[1][i].token, runs[0][i].token);
+    }
+    ds4err err = {0};
+    ds4_engine e;
+    engine_new(m, true, 64, &e);
+    ds4_session s;
+    session_new(&e, 96, 64, 0, &s);
+    float *lg = malloc(sizeof(float) * (np + steps) * V);
+    assert_int_equal(ds4_session_eval(&s, stream, np + steps - 1, lg, NULL, &err), 0);
+    for (uint32_t i = 0; i < steps; i++) {
+        const float *row = lg + (size_t)(np - 1 + i) * V;
+        ds4_gen_step ref;
+        assert_int_equal(ds4_step_from_logits(row, V, 2, &ref, &err), 0);
+        assert_memory_equal(ref.digest, runs[0][i].digest, sizeof(ref.digest));
+        assert_memory_equal(&row[runs[0][i].token], &runs[0][i].logit, sizeof(float));
+        ds4_step_list_free(&ref, 1);
+    }
+    if (!under_valgrind()) assert_true(st.accepted > 0 && st.accepted < st.proposed);
+    free(lg);
+    ds4_session_free(&s);
+    ds4_engine_free(&e);
+    for (int k = 0; k < 2; k++) {
+        ds4_step_list_free(runs[k], steps);
+        free(runs[k]);
+    }
+    free(stream);
     free(prompt);
 }
 
@@ -645,6 +725,7 @@ int main(void) {
         cmocka_unit_test(test_drafter_misuse),
         cmocka_unit_test(test_spec_exact),
         cmocka_unit_test(test_spec_rows),
+        cmocka_unit_test(test_spec_sampled),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -280,6 +280,21 @@ static void script_counts(uint32_t n_steps, uint32_t N, const uint8_t *errs, uin
     }
 }
 
+/* The per-position counts of a run add up to its totals, and a draft is
+ * accepted only after every draft before it in its cycle. */
+static void positions_consistent(const ds4_spec_stats *st) {
+    uint64_t p = 0, a = 0;
+    for (uint32_t k = 0; k < DS4_SPEC_MAX_DRAFT; k++) {
+        p += st->proposed_at[k];
+        a += st->accepted_at[k];
+        assert_true(st->accepted_at[k] <= st->proposed_at[k]);
+        if (k) assert_true(st->accepted_at[k] <= st->accepted_at[k - 1]);
+        if (k) assert_true(st->proposed_at[k] <= st->proposed_at[k - 1]);
+    }
+    assert_int_equal(p, st->proposed);
+    assert_int_equal(a, st->accepted);
+}
+
 /* ---- greedy: every depth, every accept length ---- */
 
 static void test_scripted_depths(void **state) {
@@ -302,6 +317,7 @@ static void test_scripted_depths(void **state) {
             script_counts(rd.ref.n, N, dr.errs, dr.n_errs, &prop, &acc, &passes);
             assert_int_equal(r.stats.proposed, prop);
             assert_int_equal(r.stats.accepted, acc);
+            positions_consistent(&r.stats);
             assert_int_equal(r.stats.passes, passes);
             /* One forward pass per cycle: [x, drafts] fits the chunk. */
             assert_int_equal(r.passes, passes);
@@ -611,7 +627,18 @@ static void test_report(void **state) {
     ds4_spec_report(&none, line, sizeof(line));
     assert_string_equal(line, "mtp accept: iters=0 proposed=0 accepted=0 rate=0.0% per_iter=0.00 "
                               "deepest=0");
+    ds4_spec_report_positions(&none, line, sizeof(line));
+    assert_string_equal(line, "");
+    st.proposed_at[0] = 4, st.proposed_at[1] = 4, st.proposed_at[2] = 2;
+    st.accepted_at[0] = 4, st.accepted_at[1] = 2, st.accepted_at[2] = 1;
+    ds4_spec_report_positions(&st, line, sizeof(line));
+    assert_string_equal(line, "accept by position: 1=4/4 2=2/4 3=1/2");
+    /* A buffer too small cuts the line, still terminated. */
+    char small[24];
+    ds4_spec_report_positions(&st, small, sizeof(small));
+    assert_string_equal(small, "accept by position: 1=4");
 }
+
 
 /* ---- sampling ---- */
 

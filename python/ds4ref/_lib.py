@@ -107,7 +107,8 @@ StepFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Step))
 
 
 class SpecStats(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in ("passes", "iters", "proposed", "accepted", "deepest")]
+    _fields_ = [(name, ctypes.c_uint64) for name in ("passes", "iters", "proposed", "accepted", "deepest")] + \
+        [("proposed_at", ctypes.c_uint64 * 16), ("accepted_at", ctypes.c_uint64 * 16)]
 
 
 class GenerateOptions(ctypes.Structure):

@@ -81,6 +81,11 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def _spec_value(v):
+    """A counter of ds4ref_spec_stats, or a per-position array of them as a list."""
+    return list(v) if isinstance(v, ctypes.Array) else v
+
+
 def _padded_top(rows: list, width: int) -> np.ndarray:
     """Per-step alternative lists as one [n_steps, width] LOGPROB array; a
     step with fewer entries is padded with id -1 and NaN scores."""
@@ -337,7 +342,7 @@ class Model:
             logprobs=np.array([st[3] for st in steps], np.float64),
             digests=[st[4] for st in steps],
             top=_padded_top([st[5] for st in steps], width),
-            spec={name: getattr(stats, name) for name, _ in stats._fields_})
+            spec={name: _spec_value(getattr(stats, name)) for name, _ in stats._fields_})
 
     def taps(self, ids, names=None, ctx=None) -> dict:
         """Evaluate ids on a fresh session (positions 0..len-1) with the debug

@@ -53,6 +53,8 @@ static void layout(void) {
     FIELD(ds4ref_spec_stats, passes); FIELD(ds4ref_spec_stats, iters);
     FIELD(ds4ref_spec_stats, proposed); FIELD(ds4ref_spec_stats, accepted);
     FIELD(ds4ref_spec_stats, deepest);
+    FIELD(ds4ref_spec_stats, proposed_at);
+    FIELD(ds4ref_spec_stats, accepted_at);
     SIZE(ds4ref_generate_options);
     FIELD(ds4ref_generate_options, n_tokens); FIELD(ds4ref_generate_options, top_k);
     FIELD(ds4ref_generate_options, stop_at_eos); FIELD(ds4ref_generate_options, temperature);

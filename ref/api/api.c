@@ -342,9 +342,24 @@ uint32_t ds4ref_generate_room(const ds4ref_session *s, size_t n_prompt, uint32_t
     return ds4_generate_room(&s->s, (uint32_t)n_prompt, n_tokens, &clamped);
 }
 
+_Static_assert(sizeof(((ds4ref_spec_stats *)0)->proposed_at) ==
+               sizeof(((ds4_spec_stats *)0)->proposed_at), "positions of the public stats");
+
+static ds4_spec_stats stats_in(const ds4ref_spec_stats *st) {
+    ds4_spec_stats in = {st->passes, st->iters, st->proposed, st->accepted, st->deepest, {0}, {0}};
+    memcpy(in.proposed_at, st->proposed_at, sizeof(in.proposed_at));
+    memcpy(in.accepted_at, st->accepted_at, sizeof(in.accepted_at));
+    return in;
+}
+
 void ds4ref_spec_report(const ds4ref_spec_stats *st, char *buf, size_t size) {
-    ds4_spec_stats in = {st->passes, st->iters, st->proposed, st->accepted, st->deepest};
+    ds4_spec_stats in = stats_in(st);
     ds4_spec_report(&in, buf, size);
+}
+
+void ds4ref_spec_report_positions(const ds4ref_spec_stats *st, char *buf, size_t size) {
+    ds4_spec_stats in = stats_in(st);
+    ds4_spec_report_positions(&in, buf, size);
 }
 
 /* Turns internal step records into the public ds4ref_step for a callback. */
@@ -388,6 +403,10 @@ static void stats_out(const ds4_spec_stats *in, ds4ref_spec_stats *out) {
     out->proposed += in->proposed;
     out->accepted += in->accepted;
     if (in->deepest > out->deepest) out->deepest = in->deepest;
+    for (uint32_t k = 0; k < DS4_SPEC_MAX_DRAFT; k++) {
+        out->proposed_at[k] += in->proposed_at[k];
+        out->accepted_at[k] += in->accepted_at[k];
+    }
 }
 
 /* The run a call asks for, in the internal terms (sc holds its speculation,

@@ -267,6 +267,7 @@ static int verify(loop *L, ds4_spec_stats *stats, ds4err *err) {
         stats->passes++;
         stats->iters += w->n > 0;
         stats->proposed += w->n;
+        for (uint32_t k = 0; k < w->n; k++) stats->proposed_at[k]++;
     }
     return ds4_session_eval_many(L->sreqs, n_req, err);
 }
@@ -297,6 +298,7 @@ static int commit_row(loop *L, uint32_t i, ds4_spec_stats *stats, ds4err *err) {
     for (k = 1; k <= w->n; k++) {
         if (!accept(L, i, k, &next)) break;
         stats->accepted++;
+        stats->accepted_at[k - 1]++;
         if (k > stats->deepest) stats->deepest = k;
         if (record(L, w, row_logits(L, i, k - 1), w->toks[k], err) < 0) return -1;
         if ((ends = ends_after(L, w, w->toks[k]))) break;
@@ -431,4 +433,17 @@ void ds4_spec_report(const ds4_spec_stats *st, char *buf, size_t size) {
     snprintf(buf, size, "mtp accept: iters=%llu proposed=%llu accepted=%llu rate=%.1f%% per_iter=%.2f "
              "deepest=%llu", (unsigned long long)st->iters, (unsigned long long)st->proposed,
              (unsigned long long)st->accepted, rate, per, (unsigned long long)st->deepest);
+}
+
+void ds4_spec_report_positions(const ds4_spec_stats *st, char *buf, size_t size) {
+    uint32_t last = DS4_SPEC_MAX_DRAFT;
+    while (last && !st->proposed_at[last - 1]) last--;
+    size_t n = 0;
+    buf[0] = '\0';
+    for (uint32_t k = 0; k < last && n < size; k++) {
+        int w = snprintf(buf + n, size - n, "%s%u=%llu/%llu", k ? " " : "accept by position: ", k + 1,
+                         (unsigned long long)st->accepted_at[k], (unsigned long long)st->proposed_at[k]);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
 }

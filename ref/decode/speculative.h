@@ -113,6 +113,10 @@ typedef struct ds4_spec_stats {
     uint64_t proposed;     /* drafts verified */
     uint64_t accepted;     /* drafts accepted by the verifier */
     uint64_t deepest;      /* the most drafts one cycle of one row accepted */
+    /* By draft position k (0: the first draft of a cycle): drafts verified
+     * there, and accepted there (a DSpark block's slot k+1). */
+    uint64_t proposed_at[DS4_SPEC_MAX_DRAFT];
+    uint64_t accepted_at[DS4_SPEC_MAX_DRAFT];
 } ds4_spec_stats;
 
 /* Evaluate each row's prompt (appended to its session) and show it to the
@@ -137,6 +141,10 @@ int ds4_spec_generate(const ds4_spec_cfg *sc, const ds4_gen_opts *go, ds4_spec_r
 /* "mtp accept: iters=N proposed=M accepted=K rate=X% per_iter=Y deepest=D",
  * Y being accepted drafts per iteration and D the most one cycle accepted. */
 void ds4_spec_report(const ds4_spec_stats *st, char *buf, size_t size);
+
+/* "accept by position: 1=A/P 2=A/P ...", A of P drafts at that position
+ * accepted, up to the last position any cycle verified ("" when none). */
+void ds4_spec_report_positions(const ds4_spec_stats *st, char *buf, size_t size);
 
 /* The rejection rule for one draft d drawn from q: accept with probability
  * min(1, p[d]/q[d]) (test: u * q[d] < p[d], one uniform), else return a
