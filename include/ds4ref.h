@@ -318,6 +318,10 @@ typedef struct ds4ref_generate_options {
      * stops, outputs are written marked incomplete, DS4REF_E_INTERRUPTED. */
     volatile sig_atomic_t *stop;
     struct ds4ref_spec_stats *stats;   /* NULL, or added to (speculation) */
+    /* The DSpark drafter's confidence threshold, 0..1: a block's drafts stop
+     * at the first slot whose sigmoid(confidence) is below it (0: every
+     * block whole).  It changes which drafts are verified, never a token. */
+    double dspark_confidence;
 } ds4ref_generate_options;
 
 /* Speculative decoding counters. */

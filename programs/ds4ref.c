@@ -42,6 +42,7 @@ typedef struct cli {
     bool dump_tokens;
     bool no_stop_eos;
     uint32_t mtp_draft;
+    double dspark_conf;
     bool spec_report;
     uint64_t seed;
     const char *batch_prompts, *batch_tokens;
@@ -69,6 +70,9 @@ static void usage(FILE *f) {
             "                          drafts at most its size) (1..16, default 1 with\n"
             "                          --mtp); the output is bit-identical to plain\n"
             "                          decoding\n"
+            "  --dspark-confidence X   the DSpark drafter stops a block at the first slot\n"
+            "                          whose confidence is below X (0..1; default 0:\n"
+            "                          every block whole); never changes a token\n"
             "  --spec-report           print the draft acceptance line at the end\n"
             "prompt (one of):\n"
             "  -p, --prompt TEXT       user message, rendered with the chat template\n"
@@ -123,7 +127,7 @@ enum opt_id {
     O_SPEC_REPORT, O_MODEL, O_MTP, O_MTP_DRAFT, O_PROMPT, O_PROMPT_FILE, O_TOKENS_FILE,
     O_SYSTEM, O_LOGITS_OUT, O_GOLDEN_OUT, O_DUMP_LOGPROBS, O_VEC_OUT, O_VEC_ID,
     O_TOKENIZE_FILE, O_BATCH_PROMPTS, O_BATCH_TOKENS, O_SEED, O_TOKENS, O_CTX, O_CHUNK, O_THREADS, O_TOP_K,
-    O_TEMP, O_QAT, O_NUMERICS, O_EFFORT, O_RELEASE
+    O_TEMP, O_QAT, O_NUMERICS, O_EFFORT, O_RELEASE, O_DSPARK_CONF
 };
 
 static const ds4ref_option options[] = {
@@ -132,7 +136,7 @@ static const ds4ref_option options[] = {
     {"--think-max", O_THINK_MAX, false}, {"--dump-tokens", O_DUMP_TOKENS, false},
     {"--ignore-eos", O_IGNORE_EOS, false}, {"--spec-report", O_SPEC_REPORT, false},
     {"-m", O_MODEL, true}, {"--model", O_MODEL, true}, {"--mtp", O_MTP, true},
-    {"--mtp-draft", O_MTP_DRAFT, true}, {"-p", O_PROMPT, true}, {"--prompt", O_PROMPT, true},
+    {"--mtp-draft", O_MTP_DRAFT, true}, {"--dspark-confidence", O_DSPARK_CONF, true}, {"-p", O_PROMPT, true}, {"--prompt", O_PROMPT, true},
     {"--prompt-file", O_PROMPT_FILE, true}, {"--tokens-file", O_TOKENS_FILE, true},
     {"-sys", O_SYSTEM, true}, {"--system", O_SYSTEM, true},
     {"--logits-out", O_LOGITS_OUT, true}, {"--golden-out", O_GOLDEN_OUT, true},
@@ -249,6 +253,11 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_CHUNK: return parse_u32(a, v, 1, 65536, &c->chunk);
     case O_THREADS: return parse_u32(a, v, 1, 4096, &c->threads);
     case O_TOP_K: return parse_u32(a, v, 1, 1024, &c->top_k);
+    case O_DSPARK_CONF:
+        c->dspark_conf = strtod(v, &end);
+        if (*v && !*end && c->dspark_conf >= 0 && c->dspark_conf <= 1) return 0;
+        fprintf(stderr, "ds4ref: --dspark-confidence expects a number in [0, 1], got '%s'\n", v);
+        return -1;
     case O_TEMP:
         c->temp = strtod(v, &end);
         if (*v && !*end && c->temp >= 0 && c->temp <= 100) return 0;
@@ -594,6 +603,7 @@ static void gen_options(const cli *c, ds4ref_generate_options *o, ds4ref_spec_st
     o->temperature = c->temp;
     o->seed = c->seed;
     o->mtp_draft = c->mtp_draft;
+    o->dspark_confidence = c->dspark_conf;
     o->stop = &interrupted;
     o->stats = st;
 }

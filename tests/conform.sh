@@ -308,6 +308,28 @@ check "self-check in exact mode: exit status 0" status_is 0 conform --jobs 2 --b
     --json "$tmp/self-exact.json"
 check "self-check in exact mode: every cell passes" all_pass "$tmp/self-exact.json"
 
+# DSpark: tiny-dspark drafts with the drafter in its own file (no --mtp),
+# through the ds4ref-dspark preset, across the confidence dimension: conf=0
+# drafts every block whole (every speculative cell passes, exercised);
+# conf=50 cuts blocks where the confidence head says so (passes, or not
+# exercised when it cut every deep draft); a threshold without drafts, or a
+# template without {conf}, is n/a.
+./ds4ref-mkmodel --config tiny-dspark --no-mtp -o "$tmp/dspark.gguf" > /dev/null
+check "DSpark self-check (ds4ref-dspark, conf=0,50): exit status 0" status_is 0 conform --jobs 2 \
+    --backend ds4ref-dspark --exact -m "$tmp/dspark.gguf" --prompts "$tmp/one" -n 12 \
+    --matrix "draft=0,3,5 chunk=7,whole batch=1,2 conf=0,50" --json "$tmp/dspark.json"
+check "... its drafter drafts without --mtp: the 8 speculative conf=0 cells pass" bash -c \
+    "test \$(grep -c '^{\"draft\":[35],.*\"status\":\"pass\",\"cache\":\"cold\",\"conf\":0,' '$tmp/dspark.json') -eq 8"
+check "... and fail none, with no error" bash -c "! grep -q '\"status\":\"\\(fail\\|error\\|tie\\)\"' '$tmp/dspark.json'"
+check "... the table has the confidence column" grep -q '^draft chunk batch conf ' "$tmp/out.txt"
+check "... a threshold without drafts is n/a" \
+    grep -q '^{"draft":0,.*"status":"n/a","cache":"cold","conf":50,' "$tmp/dspark.json"
+check "... and so is every conf cell of a template without {conf}" status_is 0 conform \
+    --backend ds4ref --exact -m "$tmp/dspark.gguf" --prompts "$tmp/one" -n 4 \
+    --matrix "draft=3 chunk=whole batch=1 conf=0,50" --json "$tmp/noconf.json"
+check "... (its conf=50 cell: n/a)" \
+    grep -q '^{"draft":3,.*"status":"n/a","cache":"cold","conf":50,.*the backend template has no {conf}' "$tmp/noconf.json"
+
 # The ds4 preset, through a stand-in: ds4's flags are ds4ref's, its prefill
 # chunk comes from DS4_METAL_PREFILL_CHUNK, and it prints no accept counts,
 # so its speculative cells are "not exercised"; it has no batch mode.
@@ -466,7 +488,7 @@ check "... every placeholder, each one CONFORM.md's table documents" bash -c '
     [ "$(echo "$names" | wc -l)" -ge 21 ] || exit 1
     for n in $names; do grep -q "^| \`$n\`\|^| .*\`$n\`.* |" docs/CONFORM.md || { echo "  $n"; exit 1; }; done'
 check "--help names every preset" bash -c './ds4ref-conform --help |
-    grep -q "^presets (--backend): ds4ref, ds4ref-f32, ds4, ds4-dspark, llama.cpp$" &&
+    grep -q "^presets (--backend): ds4ref, ds4ref-f32, ds4, ds4-dspark, ds4ref-dspark, llama.cpp$" &&
     ./ds4ref-conform --help | grep -q "^server presets (--server-cmd): ds4ref-server, vllm, llama-cpp-python, llama-server, llama-server-dspark, ds4-server, sglang$"'
 
 # Ctrl-C: the cell's command is killed, the run stops with 10, no work

@@ -82,6 +82,16 @@ static void test_template_groups(void **state) {
     s = expand(t, &v, &err);
     assert_string_equal(s, "b  --seed 1-o /w/out /w/tokens");
     free(s);
+    /* {conf} is a threshold: 0 keeps its group, and it is written as a number. */
+    v = vars;
+    const char *tc = "b {[--mtp-draft {draft} --conf {conf}]} {out} {tokens_file}";
+    s = expand(tc, &v, &err);
+    assert_string_equal(s, "b --mtp-draft 3 --conf 0 /w/out /w/tokens");
+    free(s);
+    v.conf = 0.5;
+    s = expand(tc, &v, &err);
+    assert_string_equal(s, "b --mtp-draft 3 --conf 0.5 /w/out /w/tokens");
+    free(s);
     /* {{ is a brace; a lone "]}" outside a group is text. */
     s = expand("echo {{x} ]} {out} {tokens_file}", &vars, &err);
     assert_string_equal(s, "echo {x} ]} /w/out /w/tokens");
@@ -416,8 +426,14 @@ static void test_template_check(void **state) {
         assert_int_equal(ds4chk_template_check(tmpl, &uses, &err), 0);
         assert_ptr_equal(ds4chk_template_preset(name), tmpl);
     }
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 6);
     assert_null(ds4chk_template_preset("nope"));
+    /* The DSpark presets pass the matrix's threshold. */
+    static const char *const dspark[] = {"ds4-dspark", "ds4ref-dspark"};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(ds4chk_template_check(ds4chk_template_preset(dspark[i]), &uses, &err), 0);
+        assert_true(uses & 1u << DS4_CF_CONF);
+    }
 }
 
 /* ---- the matrix ---- */
@@ -445,9 +461,15 @@ static void test_matrix(void **state) {
     assert_int_equal(m.cache.n, 2);
     assert_int_equal(m.cache.v[0], DS4_CF_WARM);
     assert_int_equal(m.cache.v[1], DS4_CF_COLD);
+    assert_int_equal(m.conf.n, 1);    /* no threshold by default */
+    assert_int_equal(m.conf.v[0], 0);
+    assert_int_equal(ds4chk_matrix_parse(&m, "conf=0,50,100,50", &err), 0);
+    assert_int_equal(m.conf.n, 3);
+    assert_int_equal(m.conf.v[2], 100);
     static const char *const bad[] = {"draft=17", "chunk=0", "batch=0", "batch=17", "draft",
                                       "draft=", "depth=1", "draft=1,,2", "draft=whole",
-                                      "chunk=-1", "batch=1x", "cache=hot", "cache=cold,,warm"};
+                                      "chunk=-1", "batch=1x", "cache=hot", "cache=cold,,warm",
+                                      "conf=101", "conf=0.5", "conf=whole"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ds4chk_matrix_default(&m);
         assert_int_not_equal(ds4chk_matrix_parse(&m, bad[i], &err), 0);

@@ -100,7 +100,8 @@ static int prepare_prompts(ds4_cf_ref *ref, const ds4_tokenizer *tok, const ds4_
  * the last chunk listed), one row. */
 static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cell *c) {
     if (c->draft && !(uses & 1u << DS4_CF_DRAFT)) return "the backend template has no {draft}";
-    if (c->draft && !o->mtp_path) return "no MTP model (--mtp)";
+    if (c->draft && !o->mtp_path && !o->own_drafter)
+        return "no MTP model (--mtp), and the model has no DSpark drafter";
     const ds4_cf_dim *ch = &o->matrix.chunk;
     bool has_whole = false;
     for (uint32_t i = 0; i < ch->n; i++) has_whole |= ch->v[i] == DS4_CF_WHOLE;
@@ -111,6 +112,8 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
         return "the backend template has no {batch} or {batch_tokens}";
     if (c->cache == DS4_CF_WARM && !o->server_url && !o->server_cmd)
         return "a warm prefix cache is a server's (--server, --server-cmd)";
+    if (c->conf && !(uses & 1u << DS4_CF_CONF)) return "the backend template has no {conf}";
+    if (c->conf && !c->draft) return "a confidence threshold without drafts";
     return NULL;
 }
 
@@ -122,7 +125,7 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
  * started for each cell would otherwise be started for 48 or 84 of them. */
 static void fit_matrix(ds4_cf_matrix *m, const ds4_cf_opts *o, uint32_t uses) {
     const bool server = o->server_url || o->server_cmd;
-    if (!m->draft.given && (server || !(uses & 1u << DS4_CF_DRAFT) || !o->mtp_path))
+    if (!m->draft.given && (server || !(uses & 1u << DS4_CF_DRAFT) || (!o->mtp_path && !o->own_drafter)))
         m->draft = (ds4_cf_dim){.v = {0}, .n = 1};
     if (!m->chunk.given && (server || !(uses & (1u << DS4_CF_CHUNK | 1u << DS4_CF_CHUNK_TOTAL))))
         m->chunk = (ds4_cf_dim){.v = {DS4_CF_WHOLE}, .n = 1};
@@ -132,7 +135,8 @@ static void fit_matrix(ds4_cf_matrix *m, const ds4_cf_opts *o, uint32_t uses) {
 
 static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
     const ds4_cf_matrix *m = &o->matrix;
-    uint64_t n = (uint64_t)m->draft.n * m->chunk.n * m->batch.n * m->cache.n * res->n_prompts;
+    uint64_t n = (uint64_t)m->draft.n * m->chunk.n * m->batch.n * m->cache.n * m->conf.n *
+                 res->n_prompts;
     if (!n) return ds4_err_set(err, DS4_E_ARG, "the matrix has no cell");
     res->cells = calloc(n, sizeof(ds4_cf_cell));
     if (!res->cells) return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
@@ -140,9 +144,11 @@ static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
         for (uint32_t c = 0; c < m->chunk.n; c++)
             for (uint32_t b = 0; b < m->batch.n; b++)
                 for (uint32_t k = 0; k < m->cache.n; k++)
+                for (uint32_t t = 0; t < m->conf.n; t++)
                 for (uint32_t p = 0; p < res->n_prompts; p++) {
                     ds4_cf_cell *cell = &res->cells[res->n_cells++];
                     cell->cache = m->cache.v[k];
+                    cell->conf = m->conf.v[t];
                     cell->draft = m->draft.v[d];
                     cell->chunk_spec = m->chunk.v[c];
                     cell->batch = m->batch.v[b];
@@ -167,9 +173,11 @@ static int make_cells(const ds4_cf_opts *o, ds4_cf_result *res, ds4err *err) {
 void ds4chk_conform_cell_name(const ds4_cf_result *r, const ds4_cf_cell *c, bool with_prompt, char *out,
                       size_t cap) {
     char ch[16];
-    snprintf(out, cap, "draft=%u chunk=%s batch=%u%s%s%s", c->draft,
+    char conf[24] = "";
+    if (c->conf) snprintf(conf, sizeof(conf), " conf=%u", c->conf);
+    snprintf(out, cap, "draft=%u chunk=%s batch=%u%s%s%s%s", c->draft,
              ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch,
-             c->cache == DS4_CF_WARM ? " cache=warm" : "", with_prompt ? " " : "",
+             c->cache == DS4_CF_WARM ? " cache=warm" : "", conf, with_prompt ? " " : "",
              with_prompt ? r->prompts[c->prompt].name : "");
 }
 
@@ -533,10 +541,11 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
  * the cell's. */
 static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_cell *c,
                        uint32_t index, const char *work, ds4err *err) {
-    char name[64], ch[16];
-    snprintf(name, sizeof(name), "%03u-d%u-c%s-b%u%s-", index, c->draft,
+    char name[80], ch[16], conf[24] = "";
+    if (c->conf) snprintf(conf, sizeof(conf), "-conf%u", c->conf);
+    snprintf(name, sizeof(name), "%03u-d%u-c%s-b%u%s%s-", index, c->draft,
              ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch,
-             c->cache == DS4_CF_WARM ? "-warm" : "");
+             c->cache == DS4_CF_WARM ? "-warm" : "", conf);
     ds4_buf dir = {0};
     ds4_buf_printf(&dir, "%s/%s%s", work, name, res->prompts[c->prompt].name);
     char *tokens = path_in(dir.p, "tokens", -1), *prompt = path_in(dir.p, "prompt", -1),
@@ -556,6 +565,7 @@ static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_ce
                          .model_f32 = o->model_f32, .mtp_f32 = c->draft ? o->mtp_f32 : NULL,
                          .model_sha256 = o->model_sha256,
                          .draft = c->draft, .chunk = c->chunk, .batch = c->batch,
+                         .conf = c->conf / 100.0,
                          .ctx = res->ctx, .top_k = o->top_k, .temp = o->temp, .seed = o->seed};
     }
     ds4_cf_exit x;
@@ -739,10 +749,12 @@ static void mark_not_run(ds4_cf_result *res) {
 
 /* ---- across cells ---- */
 
-/* Is a a better base cell than b: a cold cache, a lower depth, then a smaller batch,
- * then the whole prompt in one chunk, else a larger chunk? */
+/* Is a a better base cell than b: a cold cache, a lower depth, no confidence
+ * threshold, then a smaller batch, then the whole prompt in one chunk, else a
+ * larger chunk? */
 static bool better_base(const ds4_cf_cell *a, const ds4_cf_cell *b) {
     if (a->cache != b->cache) return a->cache == DS4_CF_COLD;
+    if (a->conf != b->conf) return a->conf < b->conf;
     if (a->draft != b->draft) return a->draft < b->draft;
     if (a->batch != b->batch) return a->batch < b->batch;
     if ((a->chunk_spec == DS4_CF_WHOLE) != (b->chunk_spec == DS4_CF_WHOLE))
@@ -789,13 +801,14 @@ static void check_consistency(ds4_cf_result *res, const ds4_cf_opts *o, const ds
 
 /* ---- ties ---- */
 
-enum { DIM_DRAFT, DIM_CHUNK, DIM_BATCH, DIM_CACHE, N_DIMS };
+enum { DIM_DRAFT, DIM_CHUNK, DIM_BATCH, DIM_CACHE, DIM_CONF, N_DIMS };
 
 static uint32_t dim_value(const ds4_cf_cell *c, int d) {
     switch (d) {
     case DIM_DRAFT: return c->draft;
     case DIM_CHUNK: return c->chunk_spec;
     case DIM_BATCH: return c->batch;
+    case DIM_CONF: return c->conf;
     default: return c->cache;
     }
 }
@@ -834,7 +847,7 @@ static bool tie_pattern(const ds4_cf_result *res, int d, uint32_t v, uint32_t b,
         badb += x == b && tie_or_fail(c);
     }
     if (n < 4 || bad < n || !ties || nb < 4 || 4 * badb > nb) return false;
-    static const char *const names[N_DIMS] = {"draft", "chunk", "batch", "cache"};
+    static const char *const names[N_DIMS] = {"draft", "chunk", "batch", "cache", "conf"};
     snprintf(t->dim, sizeof(t->dim), "%s", names[d]);
     if (d == DIM_CHUNK) ds4chk_matrix_chunk_name(v, t->value, sizeof(t->value));
     else if (d == DIM_CACHE)
@@ -1069,6 +1082,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
     res->spread = (ds4_cf_spread){.dlogprob = NAN, .cell = -1, .row = -1};
     ds4_cf_opts run = *o;
     run.limits.greedy = res->greedy;
+    run.own_drafter = e->m->dspark != NULL;
     ds4_cf_ref ref;
     if (ds4chk_reference_init(&ref, e, tok, res->ctx, o->top_k, o->n_tokens, true, o->cache_dir, err))
         return -1;

@@ -36,7 +36,8 @@ typedef void (*ds4_cf_progress_fn)(void *ud, uint32_t done, uint32_t total, cons
 
 typedef struct ds4_cf_opts {
     const char *model_path;    /* given to the backend ({model}); the engine's model */
-    const char *mtp_path;      /* {mtp}; NULL: speculative cells are n/a */
+    const char *mtp_path;      /* {mtp}; NULL: speculative cells are n/a, unless... */
+    bool own_drafter;          /* ...the model drafts by itself (DSpark): set by the run */
     const char *backend;       /* the command template */
     const char *backend_name;  /* how the report names it */
     const char *ds4ref_path;   /* {ds4ref} */
@@ -104,7 +105,7 @@ typedef struct ds4_cf_ties {
     uint32_t cells, by_reference, by_own;
     double median, widest;     /* of the reference's margins at the ties */
     bool pattern;              /* found: the run fails */
-    char dim[8];               /* "draft", "chunk", "batch", "cache" */
+    char dim[8];               /* "draft", "chunk", "batch", "cache", "conf" */
     char value[16];            /* "4", "whole", "warm" */
     uint32_t pattern_cells;    /* the value's cells (all tie or fail) */
     uint32_t base_ties, base_cells;   /* those of the dimension's base value */
@@ -147,6 +148,7 @@ typedef struct ds4_cf_row {
 typedef struct ds4_cf_cell {
     uint32_t draft, chunk_spec, chunk, batch, prompt;   /* chunk: the number given */
     uint32_t cache;            /* DS4_CF_COLD or DS4_CF_WARM (matrix.h) */
+    uint32_t conf;             /* DSpark confidence threshold in hundredths (matrix.h) */
     ds4_cf_status status;
     int32_t row;               /* the row of f, -1 for the cell as a whole */
     ds4_cf_finding f;          /* what decided the status */

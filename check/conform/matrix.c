@@ -18,6 +18,7 @@ void ds4chk_matrix_default(ds4_cf_matrix *m) {
     set(&m->chunk, chunk, 4);
     set(&m->batch, batch, 3);
     set(&m->cache, (const uint32_t[]){DS4_CF_COLD}, 1);
+    set(&m->conf, (const uint32_t[]){0}, 1);
 }
 
 /* "cold,warm" of s[0..len) into d. */
@@ -97,7 +98,7 @@ int ds4chk_matrix_parse(ds4_cf_matrix *out, const char *spec, ds4err *err) {
         const char *eq = memchr(p, '=', len);
         if (!eq || eq + 1 == p + len)
             return ds4_err_set(err, DS4_E_ARG, "--matrix: '%.*s' is not NAME=V,V,... (draft, chunk, "
-                              "batch or cache)", (int)(len > 40 ? 40 : len), p);
+                              "batch, cache or conf)", (int)(len > 40 ? 40 : len), p);
         size_t nlen = (size_t)(eq - p), vlen = len - nlen - 1;
         int rc;
         if (nlen == 5 && !strncmp(p, "draft", 5))
@@ -108,9 +109,11 @@ int ds4chk_matrix_parse(ds4_cf_matrix *out, const char *spec, ds4err *err) {
             rc = parse_list("batch", eq + 1, vlen, 1, DS4_CF_MAX_BATCH, false, &m->batch, err);
         else if (nlen == 5 && !strncmp(p, "cache", 5))
             rc = parse_cache(eq + 1, vlen, &m->cache, err);
+        else if (nlen == 4 && !strncmp(p, "conf", 4))
+            rc = parse_list("conf", eq + 1, vlen, 0, 100, false, &m->conf, err);
         else
             rc = ds4_err_set(err, DS4_E_ARG, "--matrix: unknown dimension '%.*s' (draft, chunk, "
-                            "batch or cache)", (int)(nlen > 20 ? 20 : nlen), p);
+                            "batch, cache or conf)", (int)(nlen > 20 ? 20 : nlen), p);
         if (rc) return -1;
         p += len;
     }

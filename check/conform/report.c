@@ -156,6 +156,7 @@ static void put_header(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_opts *o)
     ds4_buf_printf(b, "ds4ref-conform: backend %s on %s", o->backend_name ? o->backend_name : o->backend,
                    base_name(o->model_path));
     if (o->mtp_path) ds4_buf_printf(b, " (MTP %s)", base_name(o->mtp_path));
+    else if (o->own_drafter) ds4_buf_puts(b, " (its DSpark drafter)");
     ds4_buf_printf(b, ", %u tokens a row, context %u\n", o->n_tokens, r->ctx);
     if ((o->server_url || o->server_cmd) &&
         ds4chk_client_dialect((uint32_t)o->server_dialect)->chat_text)
@@ -222,7 +223,10 @@ static void put_table(ds4_buf *b, const ds4_cf_result *r) {
     int w = 14;
     for (uint32_t p = 0; p < r->n_prompts; p++)
         if ((int)strlen(r->prompts[p].name) + 1 > w) w = (int)strlen(r->prompts[p].name) + 1;
-    ds4_buf_puts(b, "draft chunk batch ");
+    /* A confidence column only when some cell has a threshold. */
+    bool conf = false;
+    for (uint32_t i = 0; i < r->n_cells; i++) conf |= r->cells[i].conf > 0;
+    ds4_buf_puts(b, conf ? "draft chunk batch conf " : "draft chunk batch ");
     for (uint32_t p = 0; p < r->n_prompts; p++) ds4_buf_printf(b, " %-*s", w, r->prompts[p].name);
     ds4_buf_putc(b, '\n');
     for (uint32_t i = 0; i < r->n_cells; i += r->n_prompts) {
@@ -230,6 +234,7 @@ static void put_table(ds4_buf *b, const ds4_cf_result *r) {
         char ch[16];
         ds4_buf_printf(b, "%5u %5s %4u%c ", c->draft, ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)),
                        c->batch, c->cache == DS4_CF_WARM ? 'w' : ' ');
+        if (conf) ds4_buf_printf(b, "%4.2f ", c->conf / 100.0);
         for (uint32_t p = 0; p < r->n_prompts && i + p < r->n_cells; p++) {
             char e[64];
             entry(&r->cells[i + p], e, sizeof(e));
@@ -390,6 +395,7 @@ static void put_cell_json(ds4_buf *b, const ds4_cf_result *r, const ds4_cf_cell 
     put_str(b, "prompt", r->prompts[c->prompt].name);
     put_str(b, "status", ds4chk_verdict_status_name(c->status));
     put_str(b, "cache", c->cache == DS4_CF_WARM ? "warm" : "cold");
+    ds4_buf_printf(b, ",\"conf\":%u", c->conf);
     if (c->f.step >= 0 && c->status != DS4_CF_PASS) ds4_buf_printf(b, ",\"first_step\":%" PRId64, c->f.step);
     else ds4_buf_puts(b, ",\"first_step\":null");
     put_num(b, "gap", c->status == DS4_CF_PASS ? NAN : c->f.gap);

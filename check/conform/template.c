@@ -32,6 +32,7 @@ static const struct {
     {"mtp_f32", "the MTP head's twin; empty in cells without drafts"},
     {"port", "a server template's: the free loopback port the engine listens on"},
     {"model_sha256", "the model file's SHA-256 (sha256sum's), for a backend to check"},
+    {"conf", "a DSpark drafter's confidence threshold, 0 to 1 (0: every block whole)"},
 };
 
 bool ds4chk_template_var_at(uint32_t i, const char **name, const char **about) {
@@ -79,17 +80,27 @@ static const preset presets[] = {
      "antirez/ds4's command line (ds4 on the PATH): one row, --dump-logprobs", NULL, NULL},
     /* ds4 with the DSpark drafter of DeepSeek-V4-Flash-0731: {mtp} is its
      * support GGUF (DeepSeek-V4-Flash-DSpark-support-0731.gguf), given as
-     * ds4 takes it; confidence 0 drafts every block whole, so speculation
-     * is exercised as much as it can be.  The block is the drafter's, so
+     * ds4 takes it; its confidence threshold is the matrix's conf (0 by
+     * default: every block whole, speculation exercised as much as it can
+     * be).  The block is the drafter's, so
      * the cells of every depth are one run; DS4_DSPARK_STATS prints the
      * "DSpark stats ... proposed= accepted_draft=" line (backend.c).
      * Written from ds4's issues and its wrappers, not run here. */
     {"ds4-dspark",
      "DS4_METAL_PREFILL_CHUNK={chunk} DS4_DSPARK_STATS=1 ds4 -m {model} "
-     "{[--mtp {mtp} --dspark --dspark-confidence 0]} --prompt-file {prompt_file} -n {n} -c {ctx} "
+     "{[--mtp {mtp} --dspark --dspark-confidence {conf}]} --prompt-file {prompt_file} -n {n} -c {ctx} "
      "--temp {temp} {[--seed {seed}]} --logprobs-top-k {top_k} --dump-logprobs {out}",
-     "antirez/ds4 drafting with DSpark ({mtp}: its DSpark support GGUF), every block whole: one "
+     "antirez/ds4 drafting with DSpark ({mtp}: its DSpark support GGUF), confidence {conf}: one "
      "row, --dump-logprobs", NULL, NULL},
+    /* ds4ref with the DSpark drafter of its model (DeepSeek-V4-Flash-0731,
+     * tiny-dspark): drafts of {draft} a block at most, cut at confidence
+     * {conf}; no {mtp}, the drafter is in the model's file. */
+    {"ds4ref-dspark",
+     "{ds4ref} -m {model} {[--mtp-draft {draft} --dspark-confidence {conf} --spec-report]} "
+     "--batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} --logprobs-top-k {top_k} "
+     "--golden-out {out}",
+     "this build's ds4ref drafting with its model's DSpark drafter (DeepSeek-V4-Flash-0731), "
+     "confidence {conf}", NULL, NULL},
     {"llama.cpp",
      "{ds4ref}-llama -m {model} --batch-tokens {batch_tokens} -n {n} --chunk {chunk} -c {ctx} "
      "--top-k {top_k} --out {out}",
@@ -138,10 +149,10 @@ static const preset server_presets[] = {
      "llama.cpp's server on the GGUF (/completion, n_probs), depth 0 only", "llama", "ids"},
     /* llama.cpp's server with a DSpark draft model (llama.cpp #25173,
      * #25784: {mtp} the drafter's GGUF, -md), up to {draft} drafts a block,
-     * no confidence cut; the one-slot settings above.  Written from its pull
-     * requests, not run here. */
+     * the matrix's confidence cut (0: none); the one-slot settings above.
+     * Written from its pull requests, not run here. */
     {"llama-server-dspark", "llama-server -m {model} {[-md {mtp} --spec-type draft-dspark "
-     "--spec-draft-n-max {draft} --spec-draft-conf-min 0]} --host 127.0.0.1 --port {port} -c {ctx} "
+     "--spec-draft-n-max {draft} --spec-draft-conf-min {conf}]} --host 127.0.0.1 --port {port} -c {ctx} "
      "-np 1 -b {chunk} -ub 1 -fa off",
      "llama.cpp's server drafting with DSpark ({mtp}: the drafter's GGUF), {draft} drafts a "
      "block", "llama", "ids"},
@@ -350,6 +361,10 @@ static void put_var(ds4_buf *b, const ds4_cf_vars *v, int var, bool *empty) {
     case DS4_CF_TEMP:
         *empty = v->temp == 0;
         put_double(b, v->temp);
+        return;
+    case DS4_CF_CONF:
+        *empty = false;
+        put_double(b, v->conf);
         return;
     case DS4_CF_NVARS: return;
     }

@@ -6,6 +6,8 @@
  *   {prompt_file}            row 0's prompt bytes (the rendered chat text)
  *   {batch_tokens}           every row's ids, one row per line
  *   {n} {draft} {chunk} {batch} {ctx} {top_k} {temp} {seed}
+ *   {conf}                   a DSpark drafter's confidence threshold, 0 to 1
+ *                            (never absent in a group: 0 is a threshold)
  *   {out}                    where the backend writes its result (a ds4
  *                            --dump-logprobs JSON or a ds4ref golden); with
  *                            {batch} > 1, one file per row: {out}.ROW
@@ -36,7 +38,7 @@ enum ds4_cf_var {
     DS4_CF_MODEL, DS4_CF_MTP, DS4_CF_TOKENS_FILE, DS4_CF_PROMPT_FILE, DS4_CF_BATCH_TOKENS,
     DS4_CF_N, DS4_CF_DRAFT, DS4_CF_CHUNK, DS4_CF_BATCH, DS4_CF_CTX, DS4_CF_TOP_K, DS4_CF_TEMP,
     DS4_CF_SEED, DS4_CF_CTX_TOTAL, DS4_CF_CHUNK_TOTAL, DS4_CF_OUT, DS4_CF_DS4REF,
-    DS4_CF_MODEL_F32, DS4_CF_MTP_F32, DS4_CF_PORT, DS4_CF_MODEL_SHA256, DS4_CF_NVARS
+    DS4_CF_MODEL_F32, DS4_CF_MTP_F32, DS4_CF_PORT, DS4_CF_MODEL_SHA256, DS4_CF_CONF, DS4_CF_NVARS
 };
 
 /* One cell's values.  With several rows, chunk and ctx are each row's:
@@ -50,6 +52,7 @@ typedef struct ds4_cf_vars {
     const char *model_sha256;          /* the model file's SHA-256, lowercase hex */
     uint32_t n, draft, chunk, batch, ctx, top_k, port;
     double temp;
+    double conf;           /* 0 .. 1 */
     uint64_t seed;
 } ds4_cf_vars;
 

@@ -119,7 +119,8 @@ class GenerateOptions(ctypes.Structure):
                 ("vec_path", ctypes.c_char_p), ("vec_id", ctypes.c_char_p),
                 ("vec_prompt_path", ctypes.c_char_p),
                 ("prompt_text", ctypes.c_void_p), ("prompt_text_len", ctypes.c_size_t),
-                ("stop", ctypes.c_void_p), ("stats", ctypes.POINTER(SpecStats))]
+                ("stop", ctypes.c_void_p), ("stats", ctypes.POINTER(SpecStats)),
+                ("dspark_confidence", ctypes.c_double)]
 
 
 class Tap(ctypes.Structure):

@@ -63,7 +63,7 @@ static void layout(void) {
     FIELD(ds4ref_generate_options, vec_path); FIELD(ds4ref_generate_options, vec_id);
     FIELD(ds4ref_generate_options, vec_prompt_path); FIELD(ds4ref_generate_options, prompt_text);
     FIELD(ds4ref_generate_options, prompt_text_len); FIELD(ds4ref_generate_options, stop);
-    FIELD(ds4ref_generate_options, stats);
+    FIELD(ds4ref_generate_options, stats); FIELD(ds4ref_generate_options, dspark_confidence);
     SIZE(ds4ref_tap);
     FIELD(ds4ref_tap, name); FIELD(ds4ref_tap, layer); FIELD(ds4ref_tap, pos);
     FIELD(ds4ref_tap, kind); FIELD(ds4ref_tap, data); FIELD(ds4ref_tap, n);

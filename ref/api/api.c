@@ -485,7 +485,8 @@ int ds4ref_generate(ds4ref_session *s, const int32_t *prompt, size_t n_prompt,
     uint32_t np = (uint32_t)n_prompt;
     ds4_session *ss = &s->s;
     ds4_spec_cfg sc;
-    if (ds4_generate_spec_new(&sc, &ss, 1, o->temperature, o->mtp_draft, &e)) return api_fail(err, &e);
+    if (ds4_generate_spec_new(&sc, &ss, 1, o->temperature, o->mtp_draft, o->dspark_confidence, &e))
+        return api_fail(err, &e);
     ds4_gen_run gr = gen_run(s->model, o, &sc);
     step_bridge b = {s->model, fn, NULL, ud, 0};
     ds4_spec_stats st = {0};
@@ -531,7 +532,7 @@ int ds4ref_generate_batch(ds4ref_session *const *rows, const int32_t *const *pro
         lens[i] = (uint32_t)n_prompt[i];
     }
     ds4_spec_cfg sc;
-    int rc = ds4_generate_spec_new(&sc, ss, n, o->temperature, o->mtp_draft, &e);
+    int rc = ds4_generate_spec_new(&sc, ss, n, o->temperature, o->mtp_draft, o->dspark_confidence, &e);
     if (!rc) {
         ds4_gen_run gr = gen_run(m, o, &sc);
         step_bridge b = {m, NULL, fn, ud, 0};

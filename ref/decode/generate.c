@@ -20,7 +20,7 @@ ds4_session_opts ds4_generate_session_opts(const ds4_engine *e, uint32_t ctx, ui
 }
 
 int ds4_generate_spec_new(ds4_spec_cfg *sc, ds4_session *const *rows, uint32_t n_rows, double temp,
-                     uint32_t mtp_draft, ds4err *err) {
+                     uint32_t mtp_draft, double dspark_conf, ds4err *err) {
     memset(sc, 0, sizeof(*sc));
     sc->temp = temp;
     if (!mtp_draft) return 0;
@@ -39,7 +39,7 @@ int ds4_generate_spec_new(ds4_spec_cfg *sc, ds4_session *const *rows, uint32_t n
     }
     sc->n_draft = mtp_draft;
     if (!e->m->mtp)
-        return ds4_dspark_drafter_new(&sc->drafter, e, n_rows, ctx, chunk, mtp_draft, 0, err);
+        return ds4_dspark_drafter_new(&sc->drafter, e, n_rows, ctx, chunk, mtp_draft, dspark_conf, err);
     return ds4_mtp_drafter_new(&sc->drafter, e, n_rows, ctx, chunk, mtp_draft, err);
 }
 

@@ -39,12 +39,13 @@ ds4_session_opts ds4_generate_session_opts(const ds4_engine *e, uint32_t ctx, ui
 
 /* The speculation of a generation over rows[0..n_rows) (sessions of one
  * engine): sampling at temp (0: greedy), and with mtp_draft > 0 drafts of
- * that depth from the model's MTP head, which the model must have loaded
- * (depth at most DS4_SPEC_MAX_DRAFT), by one drafter sized for the largest
- * context and chunk of the rows.  sc->drafter (NULL without MTP) is the
- * caller's to free with ds4_spec_drafter_free. */
+ * that depth from the model's MTP head when one is loaded, else from its
+ * DSpark drafter with confidence threshold dspark_conf (depth at most
+ * DS4_SPEC_MAX_DRAFT), by one drafter sized for the largest context and
+ * chunk of the rows.  sc->drafter (NULL without drafts) is the caller's to
+ * free with ds4_spec_drafter_free. */
 int ds4_generate_spec_new(ds4_spec_cfg *sc, ds4_session *const *rows, uint32_t n_rows, double temp,
-                     uint32_t mtp_draft, ds4err *err);
+                     uint32_t mtp_draft, double dspark_conf, ds4err *err);
 
 /* Why a run ended. */
 typedef enum ds4_gen_end {

@@ -12,8 +12,8 @@
  *              array count and each field of each tensor's info record;
  *   tokenizer  the prompts of vectors/prompts, special-token strings, chat
  *              messages as JSON, scripts, digits, whitespace, bad UTF-8;
- *   parsers    a committed golden and cut-down ones (complete and
- *              interrupted), a dump and an official.vec case written from
+ *   parsers    a committed golden and cut-down ones (complete,
+ *              interrupted, drafted by DSpark), a dump and an official.vec case written from
  *              them, vectors/tiny.vec, JSON edge cases, a server answer
  *              in each dialect ds4ref-conform reads;
  *   safetensors  the format's own test vector, headers with metadata, every
@@ -243,6 +243,12 @@ static void parser_seeds(void) {
     put_cut(&g, 2, DS4_STOP_LENGTH, "golden-2-steps");
     put_cut(&g, 1, DS4_STOP_INTERRUPTED, "golden-interrupted");
     put_cut(&g, 0, DS4_STOP_ERROR, "golden-error");
+    /* A stream drafted by DSpark names its drafter (settings.drafter). */
+    ds4_golden_settings plain = g.h.settings;
+    g.h.settings.mtp_draft = 5;
+    memcpy(g.h.settings.drafter, "dspark", 7);
+    put_cut(&g, 2, DS4_STOP_LENGTH, "golden-dspark");
+    g.h.settings = plain;
     ds4_buf out = {0};
     if (ds4_dump_format(&g, &out, &err)) fail("dump", err.msg);
     put("parsers", "dump", out.p, out.len);
