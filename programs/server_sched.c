@@ -235,12 +235,15 @@ static void *run(void *arg) {
     srv_job **batch = malloc(sizeof(*batch) * s->o.max_rows);
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        admit(s);
-        /* Rows that ended in the last pass leave here. */
+        /* Rows that ended in the last pass leave first, so that the queue
+         * can take their places in this pass: admitting before they left
+         * found every row taken when all of them ended together, and the
+         * queue then waited for an unrelated request to wake the loop. */
         uint32_t w = 0;
         for (uint32_t i = 0; i < s->n_rows; i++)
             if (!s->rows[i]->finish) s->rows[w++] = s->rows[i];
         s->n_rows = w;
+        admit(s);
         pthread_cond_broadcast(&s->progress);
         if (s->stopping && !s->n_rows) break;
         if (!s->n_rows) {

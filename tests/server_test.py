@@ -312,6 +312,29 @@ th.join(timeout=30)
 check("SIGTERM with a request in flight: exit 0", rc == 0 and "stopped" in err_text)
 check("... the request answered 503", res.get("r", (0,))[0] == 503)
 
+# Queued requests go on when every row ends in the same pass: with one row,
+# two overlapping completions both answer; the default server answers a
+# request of 17 prompts, one more than its rows (both waited forever when
+# the rows that ended were still counted as the queue was looked at).
+s = Server("--parallel", "1")
+res = {}
+body = {"prompt": "Hello", "max_tokens": 3, "ignore_eos": True}
+ths = [threading.Thread(target=lambda k=k: res.update({k: s.call("/v1/completions", body, timeout=30)}))
+       for k in range(2)]
+for th in ths:
+    th.start()
+for th in ths:
+    th.join(timeout=40)
+check("--parallel 1: two overlapping completions both answer",
+      all(res.get(k, (0,))[0] == 200 for k in range(2)))
+s.stop()
+s = Server()
+st, out = s.call("/v1/completions", {"prompt": ["Hi"] * 17, "max_tokens": 2, "ignore_eos": True},
+                 timeout=30)
+check(f"a request of 17 prompts on 16 rows answers ({st})",
+      st == 200 and len(json.loads(out)["choices"]) == 17)
+s.stop()
+
 # Limits: the body, the queue.
 s = Server("--max-body", "2048", "--parallel", "1", "--queue", "0")
 st, text = s.call("/v1/completions", raw=json.dumps({"prompt": "x" * 4000}).encode())
