@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,10 @@
 #include "server_sched.h"
 #include "wait_policy.h"
 
+/* Connections MHD accepts beyond --max-connections, to answer them 503
+ * rather than close them unanswered. */
+enum { SERVER_CONN_SLACK = 64 };
+
 typedef struct server {
     ds4ref_model *m;
     srv_sched *sched;
@@ -48,6 +53,9 @@ typedef struct server {
     long long created;
     volatile int stopping;
     int open;                     /* requests begun whose answers are not sent yet */
+    int conns;                    /* connections open, idle and half-sent ones included */
+    volatile int listening;       /* libmicrohttpd's messages are shown from then on */
+    int max_conns;                /* beyond this a request is answered 503 at once */
 } server;
 
 /* ---- responses ---------------------------------------------------------- */
@@ -675,6 +683,7 @@ typedef struct upload {
     char *body;
     size_t len;
     int too_big;
+    int busy;                     /* answered 503 on arrival: the rest is discarded */
 } upload;
 
 static const struct { const char *url; int kind; } posts[] = {
@@ -697,9 +706,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (!u) return MHD_NO;
         *con_cls = u;
         __atomic_add_fetch(&sv->open, 1, __ATOMIC_SEQ_CST);
+        /* Idle and slow clients hold connections, not rows: past the limit
+         * a request is refused at once, so that a client learns why
+         * rather than waiting for a connection that never comes. */
+        const int conns = __atomic_load_n(&sv->conns, __ATOMIC_SEQ_CST);
+        if (conns > sv->max_conns) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "%d connections are open, more than --max-connections %d",
+                     conns, sv->max_conns);
+            u->busy = 1;
+            return fail(c, 503, "unavailable", NULL, msg);
+        }
         return MHD_YES;
     }
     upload *u = *con_cls;
+    if (u->busy) {
+        *data_size = 0;
+        return MHD_YES;
+    }
     if (*data_size) {
         if (u->len + *data_size > sv->max_body) {
             u->too_big = 1;
@@ -734,6 +758,25 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return serve_generate(sv, c, &r);
 }
 
+/* libmicrohttpd's own messages: while the daemon starts, the server's one
+ * line says what failed (a port in use, say) and these would repeat it;
+ * once it listens, they are shown, marked as the library's. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const server *sv = cls;
+    if (!sv->listening) return;
+    fputs("ds4ref-server: libmicrohttpd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+/* Connections counted from accept to close (MHD_OPTION_NOTIFY_CONNECTION). */
+static void connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                       enum MHD_ConnectionNotificationCode toe) {
+    (void)c, (void)socket_context;
+    server *sv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) __atomic_add_fetch(&sv->conns, 1, __ATOMIC_SEQ_CST);
+    else __atomic_sub_fetch(&sv->conns, 1, __ATOMIC_SEQ_CST);
+}
+
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
     (void)c, (void)toe;
@@ -752,6 +795,7 @@ static void usage_text(FILE *f) {
     fprintf(f,
             "usage: ds4ref-server -m MODEL [--mtp FILE] [--host ADDR] [--port N] [--ctx N]\n"
             "                     [-t N] [--parallel N] [--queue N] [--max-body BYTES]\n"
+            "                     [--timeout S] [--max-connections N]\n"
             "                     [--qat on|off] [--chunk N] [--name NAME]\n"
             "                     [--chat-release v4|0731]\n"
             "\n"
@@ -770,6 +814,10 @@ static void usage_text(FILE *f) {
             "  --parallel N       requests decoded together (default 16)\n"
             "  --queue N          requests waiting beyond them before 429 (default 64)\n"
             "  --max-body BYTES   largest request body (default 1048576; else 413)\n"
+            "  --timeout S        a connection idle this many seconds is closed: keep-alive\n"
+            "                     clients, and clients that stop sending (default 60)\n"
+            "  --max-connections N  connections open (idle ones too) beyond which a request\n"
+            "                     is answered 503 at once (default 256)\n"
             "  --qat on|off       the official FP8/FP4 roundings (default on)\n"
             "  --chunk N          prompt tokens of a row a forward pass\n"
             "  --name NAME        the model's id in responses (default: the file's name)\n"
@@ -782,7 +830,7 @@ static void usage_text(FILE *f) {
 }
 
 enum { O_HELP, O_VERSION, O_MODEL, O_MTP, O_HOST, O_PORT, O_CTX, O_THREADS, O_PARALLEL, O_QUEUE,
-       O_BODY, O_QAT, O_CHUNK, O_NAME, O_RELEASE };
+       O_BODY, O_QAT, O_CHUNK, O_NAME, O_RELEASE, O_TIMEOUT, O_MAX_CONNS };
 
 static const ds4ref_option options[] = {
     {"-h", O_HELP, false}, {"--help", O_HELP, false}, {"--version", O_VERSION, false},
@@ -790,6 +838,7 @@ static const ds4ref_option options[] = {
     {"--host", O_HOST, true}, {"--port", O_PORT, true}, {"--ctx", O_CTX, true},
     {"-t", O_THREADS, true}, {"--threads", O_THREADS, true}, {"--parallel", O_PARALLEL, true},
     {"--queue", O_QUEUE, true}, {"--max-body", O_BODY, true}, {"--qat", O_QAT, true},
+    {"--timeout", O_TIMEOUT, true}, {"--max-connections", O_MAX_CONNS, true},
     {"--chunk", O_CHUNK, true}, {"--name", O_NAME, true}, {"--chat-release", O_RELEASE, true},
 };
 
@@ -814,7 +863,7 @@ int main(int argc, char **argv) {
     const char *host = "127.0.0.1", *name = NULL;
     int release = DS4REF_CHAT_V4;
     long long port = 8080, ctx = 4096, threads = 0, parallel = 16, queue = 64, body = 1 << 20,
-              chunk = 0;
+              chunk = 0, timeout = 60, max_conns = 256;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int id = ds4ref_option_next("ds4ref-server", options, sizeof(options) / sizeof(options[0]),
@@ -833,6 +882,8 @@ int main(int argc, char **argv) {
         case O_PARALLEL: bad = number("--parallel", v, 1, 1024, &parallel); break;
         case O_QUEUE: bad = number("--queue", v, 0, 1 << 20, &queue); break;
         case O_BODY: bad = number("--max-body", v, 1024, 1LL << 30, &body); break;
+        case O_TIMEOUT: bad = number("--timeout", v, 1, 86400, &timeout); break;
+        case O_MAX_CONNS: bad = number("--max-connections", v, 1, 4096, &max_conns); break;
         case O_CHUNK: bad = number("--chunk", v, 1, 1 << 20, &chunk); break;
         case O_NAME: name = v; break;
         case O_RELEASE:
@@ -872,7 +923,8 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    server sv = {.max_body = (size_t)body, .created = (long long)time(NULL)};
+    server sv = {.max_body = (size_t)body, .created = (long long)time(NULL),
+                 .max_conns = (int)max_conns};
     ds4ref_error err;
     mo.max_batch = 256;
     if (ds4ref_model_open(&mo, &sv.m, &err)) {
@@ -902,8 +954,12 @@ int main(int argc, char **argv) {
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
             MHD_USE_ERROR_LOG,
         (uint16_t)port, NULL, NULL, handle, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, &sv, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(parallel + queue + 16), MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, &sv,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, &sv, MHD_OPTION_NOTIFY_CONNECTION, connection,
+        &sv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout,
+        /* Past max_conns requests get a 503 from handle(); MHD itself
+         * refuses (closes) only past this slack, kept for those answers. */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_conns + SERVER_CONN_SLACK), MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "ds4ref-server: cannot listen on %s:%lld: %s\n", host, port, strerror(errno));
         srv_sched_stop(sv.sched);
@@ -911,6 +967,7 @@ int main(int argc, char **argv) {
         ds4ref_model_close(sv.m);
         return DS4REF_E_IO;
     }
+    sv.listening = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "ds4ref-server: listening on http://%s:%u (model %s, kernels %s)\n", host,
             di ? di->port : (unsigned)port, sv.name, ds4ref_kernels());

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -334,6 +335,65 @@ st, out = s.call("/v1/completions", {"prompt": ["Hi"] * 17, "max_tokens": 2, "ig
 check(f"a request of 17 prompts on 16 rows answers ({st})",
       st == 200 and len(json.loads(out)["choices"]) == 17)
 s.stop()
+
+# Idle and slow clients: connections that send nothing, or a header a byte at
+# a time, do not lock others out.  Past --max-connections a request gets a
+# 503 at once (never silence); idle ones are closed after --timeout, and a
+# client still sending slowly holds its connection, not the server.
+s = Server("--timeout", "1", "--max-connections", "40")
+host, port = s.url[len("http://"):].split(":")
+idle = [socket.create_connection((host, int(port))) for _ in range(48)]
+t0 = time.time()
+st, _ = s.call("/health", timeout=10)
+check(f"48 idle connections over --max-connections 40: /health answers 503 at once ({st})",
+      st == 503 and time.time() - t0 < 3)
+time.sleep(2.5)
+st, _ = s.call("/health", timeout=10)
+check(f"... after --timeout they are closed, and /health answers 200 ({st})", st == 200)
+closed = 0
+for sk in idle:
+    sk.settimeout(1)
+    try:
+        closed += sk.recv(1) == b""
+    except OSError:
+        closed += 1
+    sk.close()
+check(f"... the idle connections were closed by the server ({closed}/48)", closed == 48)
+s.stop()
+# 100 slow-header clients on the default server (they used to take all of its
+# 96 connections, and /health timed out for as long as they stayed).
+s = Server()
+host, port = s.url[len("http://"):].split(":")
+slow = [socket.create_connection((host, int(port))) for _ in range(100)]
+for sk in slow:
+    sk.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+ok = True
+for k in range(6):   # 3 s, each slow client sending a header line every half second
+    for sk in slow:
+        try:
+            sk.sendall(b"X-Slow: %d\r\n" % k)
+        except OSError:
+            pass
+    time.sleep(0.5)
+    st, _ = s.call("/health", timeout=5)
+    ok &= st == 200
+st, out = s.call("/v1/completions", {"prompt": "Hello", "max_tokens": 2}, timeout=30)
+check(f"100 slow-header clients for 3 s: /health and a completion answer ({ok}, {st})",
+      ok and st == 200)
+for sk in slow:
+    sk.close()
+s.stop()
+
+# A port in use: one line, the server's, and a non-zero status
+# (libmicrohttpd's own bind message used to be printed beside it).
+taken = socket.socket()
+taken.bind(("127.0.0.1", 0))
+taken.listen(1)
+r = subprocess.run([os.path.join(BIN, "ds4ref-server"), "-m", MODEL, "--port",
+                    str(taken.getsockname()[1])], capture_output=True, text=True, timeout=60)
+taken.close()
+check(f"a port in use: one line saying so, status {r.returncode}",
+      r.returncode != 0 and r.stderr.count("\n") == 1 and "Address already in use" in r.stderr)
 
 # Limits: the body, the queue.
 s = Server("--max-body", "2048", "--parallel", "1", "--queue", "0")
