@@ -672,9 +672,20 @@ static enum MHD_Result serve_get(server *sv, struct MHD_Connection *c, const cha
         return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:i, s:i}", "status", "ok", "rows",
                                                   (int)rows, "queued", (int)queued));
     }
+    if (!strcmp(url, "/version"))
+        return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:s}", "version", ds4ref_version(),
+                                                   "kernels", ds4ref_kernels()));
+    const char *id = !strncmp(url, "/v1/models/", 11) ? url + 11 : NULL;
+    if (id && strcmp(id, sv->name)) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "no model '%.200s' here; this server serves '%.200s'", id,
+                 sv->name);
+        return fail(c, 404, "invalid_request_error", "model", msg);
+    }
     json_t *model = json_pack("{s:s, s:s, s:s, s:I, s:s, s:I}", "id", sv->name, "root", sv->root,
                               "object", "model", "created", (json_int_t)sv->created, "owned_by",
                               "ds4ref", "max_model_len", (json_int_t)sv->ctx);
+    if (id) return send_json(c, MHD_HTTP_OK, model);
     return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", model));
 }
 
@@ -696,11 +707,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                               size_t *data_size, void **con_cls) {
     (void)version;
     server *sv = cls;
-    const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    /* HEAD is GET without the body, which libmicrohttpd leaves out. */
+    const int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     int kind = -1;
     for (size_t i = 0; i < sizeof(posts) / sizeof(posts[0]); i++)
         if (!strcmp(url, posts[i].url)) kind = posts[i].kind;
-    const int getter = !strcmp(url, "/health") || !strcmp(url, "/v1/models");
+    const int getter = !strcmp(url, "/health") || !strcmp(url, "/v1/models") ||
+                       !strcmp(url, "/version") || !strncmp(url, "/v1/models/", 11);
     if (!*con_cls) {
         upload *u = calloc(1, sizeof(*u));
         if (!u) return MHD_NO;
@@ -793,7 +806,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static void usage_text(FILE *f) {
     fprintf(f,
-            "usage: ds4ref-server -m MODEL [--mtp FILE] [--host ADDR] [--port N] [--ctx N]\n"
+            "usage: ds4ref-server -m MODEL [--mtp FILE] [--host ADDR] [--port N] [-c N]\n"
             "                     [-t N] [--parallel N] [--queue N] [--max-body BYTES]\n"
             "                     [--timeout S] [--max-connections N]\n"
             "                     [--qat on|off] [--chunk N] [--name NAME]\n"
@@ -808,8 +821,8 @@ static void usage_text(FILE *f) {
             "  --mtp FILE         the MTP head (loaded; the server decodes without drafts)\n"
             "  --host ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N           port (default 8080; 0: any free one)\n"
-            "  --ctx N            positions a request may use, prompt and output\n"
-            "                     (default 4096, at most the model's)\n"
+            "  -c, --ctx N        positions a request may use, prompt and output (default:\n"
+            "                     the model's, at most 32768, as ds4ref's; at most the model's)\n"
             "  -t, --threads N    threads of each forward pass\n"
             "  --parallel N       requests decoded together (default 16)\n"
             "  --queue N          requests waiting beyond them before 429 (default 64)\n"
@@ -836,7 +849,7 @@ static const ds4ref_option options[] = {
     {"-h", O_HELP, false}, {"--help", O_HELP, false}, {"--version", O_VERSION, false},
     {"-m", O_MODEL, true}, {"--model", O_MODEL, true}, {"--mtp", O_MTP, true},
     {"--host", O_HOST, true}, {"--port", O_PORT, true}, {"--ctx", O_CTX, true},
-    {"-t", O_THREADS, true}, {"--threads", O_THREADS, true}, {"--parallel", O_PARALLEL, true},
+    {"-c", O_CTX, true}, {"-t", O_THREADS, true}, {"--threads", O_THREADS, true}, {"--parallel", O_PARALLEL, true},
     {"--queue", O_QUEUE, true}, {"--max-body", O_BODY, true}, {"--qat", O_QAT, true},
     {"--timeout", O_TIMEOUT, true}, {"--max-connections", O_MAX_CONNS, true},
     {"--chunk", O_CHUNK, true}, {"--name", O_NAME, true}, {"--chat-release", O_RELEASE, true},
@@ -862,7 +875,7 @@ int main(int argc, char **argv) {
     ds4ref_model_options_init(&mo);
     const char *host = "127.0.0.1", *name = NULL;
     int release = DS4REF_CHAT_V4;
-    long long port = 8080, ctx = 4096, threads = 0, parallel = 16, queue = 64, body = 1 << 20,
+    long long port = 8080, ctx = 0, threads = 0, parallel = 16, queue = 64, body = 1 << 20,
               chunk = 0, timeout = 60, max_conns = 256;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -937,8 +950,12 @@ int main(int argc, char **argv) {
         ds4ref_model_close(sv.m);
         return DS4REF_E_MODEL;
     }
-    sv.ctx = (uint32_t)ctx;
-    if (sv.info.context_length && sv.ctx > sv.info.context_length) sv.ctx = sv.info.context_length;
+    /* ds4ref's default context (ds4_generate_session_opts): the model's,
+     * capped so that a 1M-token model does not promise what a row's state
+     * would not hold; 4096 when the model declares none. */
+    const uint32_t declared = sv.info.context_length;
+    sv.ctx = ctx ? (uint32_t)ctx : !declared ? 4096 : declared < 32768 ? declared : 32768;
+    if (declared && sv.ctx > declared) sv.ctx = declared;
     const char *base = strrchr(mo.path, '/');
     sv.name = name ? name : base && base[1] ? base + 1 : mo.path;
     sv.release = release;

@@ -128,6 +128,17 @@ st, m = s.json("/v1/models")
 check("/v1/models lists the model", st == 200 and m["data"][0]["id"] == "tiny.gguf")
 check("... with its file's absolute path as root",
       os.path.samefile(m["data"][0]["root"], "models/tiny.gguf") and m["data"][0]["root"].startswith("/"))
+check("... and the CLI's default context (the model's, at most 32768)",
+      m["data"][0]["max_model_len"] == 4096)   # tiny declares 4096
+st, one = s.json("/v1/models/tiny.gguf")
+check("/v1/models/{id}: the model", st == 200 and one["id"] == "tiny.gguf" and one["object"] == "model")
+st, other = s.json("/v1/models/other")
+check("/v1/models/{another id}: 404 naming both", st == 404 and "tiny.gguf" in other["error"]["message"])
+st, v = s.json("/version")
+check("/version: ds4ref's version", st == 200 and v["version"])
+head = urllib.request.Request(s.url + "/health", method="HEAD")
+with urllib.request.urlopen(head, timeout=30) as r:
+    check("HEAD /health: 200, no body", r.status == 200 and r.read() == b"")
 st, t = s.json("/tokenize", {"prompt": "Hello there"})
 check("/tokenize gives the ids", st == 200 and t["count"] == len(t["tokens"]) > 0)
 st, d = s.json("/detokenize", {"tokens": t["tokens"]})
