@@ -14,8 +14,8 @@ static void scratch_free(ds4_fwd_scratch *s) {
     if (!s) return;
     void *ptrs[] = {s->tok, s->x, s->x2, s->y, s->a, s->post, s->comb, s->out, s->qr, s->q,
                     s->kvrow, s->rope_cs, s->low, s->ckv, s->csc, s->iq, s->iw, s->isel, s->nsel,
-                    s->rlog, s->sel, s->selw, s->epos, s->ex, s->eg, s->eu, s->eo, s->elist,
-                    s->sh, s->head_y, s->attn_p};
+                    s->nrows, s->rlog, s->sel, s->selw, s->epos, s->ex, s->eg, s->eu, s->eo,
+                    s->elist, s->sh, s->head_y, s->attn_p};
     for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++) free(ptrs[i]);
     free(s);
 }
