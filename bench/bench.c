@@ -567,7 +567,7 @@ static int run_model(const bench_cfg *cfg, FILE *out, ds4err *err) {
     ds4_model m;
     /* A checkpoint under the official numerics: with --qat on its FP8/FP4
      * linears take FP8 inputs and write BF16, as ds4ref's own do. */
-    if (ds4_modelopen(&m, cfg->model, NULL, 0, cfg->qat != 0, err)) return -1;
+    if (ds4_modelopen(&m, cfg->model, NULL, NULL, 0, cfg->qat != 0, err)) return -1;
     const ds4_config *c = &m.cfg;
     if (cfg->warm && touch_pages(&m) == UINT64_MAX) fprintf(stderr, " ");
     uint32_t last = cfg->frontiers[cfg->n_frontiers - 1];

@@ -128,6 +128,10 @@ typedef struct ds4ref_model_options {
      * names are DS4REF_E_ARG.  Goldens record it (settings.numerics).  A
      * checkpoint runs "official" only. */
     const char *numerics;
+    /* llama.cpp's DSpark drafter GGUF (general.architecture "dflash", the
+     * file of its -md --spec-type draft-dspark), or NULL: the drafter of a
+     * DeepSeek-V4-Flash-0731 GGUF whose own file has none (docs/FORMATS.md). */
+    const char *dspark_path;
 } ds4ref_model_options;
 
 void ds4ref_model_options_init(ds4ref_model_options *o);
@@ -503,6 +507,16 @@ int ds4ref_gguf_describe(const char *path, FILE *out, ds4ref_error *err);
  * bytes of `ds4ref-gguf dequant`; memory stays bounded whatever the size.
  * Errors: DS4REF_E_IO, DS4REF_E_FORMAT, DS4REF_E_ARG (no such tensor). */
 int ds4ref_gguf_dequant(const char *path, const char *tensor, FILE *out, ds4ref_error *err);
+
+/* Split a GGUF whose model has a DSpark drafter (DeepSeek-V4-Flash-0731,
+ * tiny-dspark) as llama.cpp ships it: the trunk alone to trunk_path, the
+ * drafter to draft_path as llama.cpp's drafter file (general.architecture
+ * "dflash"), which ds4ref_model_options.dspark_path reads back
+ * (`ds4ref-gguf dspark-split`; docs/FORMATS.md).  Tensors keep their bytes.
+ * Errors: DS4REF_E_IO, DS4REF_E_FORMAT, DS4REF_E_MODEL, DS4REF_E_ARG (no
+ * drafter). */
+int ds4ref_gguf_dspark_split(const char *path, const char *trunk_path, const char *draft_path,
+                             ds4ref_error *err);
 
 /* Write the unquantized twin of the GGUF at path to out_path (atomically):
  * the same metadata and tensors, every float tensor stored as F32 holding

@@ -24,7 +24,7 @@
 #include "wait_policy.h"
 
 typedef struct cli {
-    const char *model, *mtp;
+    const char *model, *mtp, *dspark;
     const char *prompt, *prompt_file, *tokens_file;
     const char *system;           /* NULL: ds4's default system prompt */
     bool nothink, think_max;
@@ -65,6 +65,8 @@ static void usage(FILE *f) {
             "  -m, --model FILE        GGUF model (default ./ds4flash.gguf, else the\n"
             "                          synthetic default model built by make)\n"
             "  --mtp FILE              MTP draft head GGUF: speculative decoding\n"
+            "  --dspark FILE           llama.cpp's DSpark drafter GGUF (architecture\n"
+            "                          dflash) for a 0731 model whose file has none\n"
             "  --mtp-draft N           drafts per cycle with --mtp, or with the DSpark\n"
             "                          drafter of a model that has one (0731; a block\n"
             "                          drafts at most its size) (1..16, default 1 with\n"
@@ -127,7 +129,7 @@ enum opt_id {
     O_SPEC_REPORT, O_MODEL, O_MTP, O_MTP_DRAFT, O_PROMPT, O_PROMPT_FILE, O_TOKENS_FILE,
     O_SYSTEM, O_LOGITS_OUT, O_GOLDEN_OUT, O_DUMP_LOGPROBS, O_VEC_OUT, O_VEC_ID,
     O_TOKENIZE_FILE, O_BATCH_PROMPTS, O_BATCH_TOKENS, O_SEED, O_TOKENS, O_CTX, O_CHUNK, O_THREADS, O_TOP_K,
-    O_TEMP, O_QAT, O_NUMERICS, O_EFFORT, O_RELEASE, O_DSPARK_CONF
+    O_TEMP, O_QAT, O_NUMERICS, O_EFFORT, O_RELEASE, O_DSPARK_CONF, O_DSPARK
 };
 
 static const ds4ref_option options[] = {
@@ -136,7 +138,8 @@ static const ds4ref_option options[] = {
     {"--think-max", O_THINK_MAX, false}, {"--dump-tokens", O_DUMP_TOKENS, false},
     {"--ignore-eos", O_IGNORE_EOS, false}, {"--spec-report", O_SPEC_REPORT, false},
     {"-m", O_MODEL, true}, {"--model", O_MODEL, true}, {"--mtp", O_MTP, true},
-    {"--mtp-draft", O_MTP_DRAFT, true}, {"--dspark-confidence", O_DSPARK_CONF, true}, {"-p", O_PROMPT, true}, {"--prompt", O_PROMPT, true},
+    {"--mtp-draft", O_MTP_DRAFT, true}, {"--dspark-confidence", O_DSPARK_CONF, true},
+    {"--dspark", O_DSPARK, true}, {"-p", O_PROMPT, true}, {"--prompt", O_PROMPT, true},
     {"--prompt-file", O_PROMPT_FILE, true}, {"--tokens-file", O_TOKENS_FILE, true},
     {"-sys", O_SYSTEM, true}, {"--system", O_SYSTEM, true},
     {"--logits-out", O_LOGITS_OUT, true}, {"--golden-out", O_GOLDEN_OUT, true},
@@ -228,6 +231,7 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_SPEC_REPORT: c->spec_report = true; return 0;
     case O_MODEL: c->model = v; return 0;
     case O_MTP: c->mtp = v; return 0;
+    case O_DSPARK: c->dspark = v; return 0;
     case O_MTP_DRAFT: return parse_u32(a, v, 1, 16, &c->mtp_draft);
     case O_PROMPT: c->prompt = v; return 0;
     case O_PROMPT_FILE: c->prompt_file = v; return 0;
@@ -755,6 +759,7 @@ static int run(const cli *c, ds4ref_error *err) {
     ds4ref_model_options_init(&mo);
     if ((rc = pick_model(c, model_buf, sizeof(model_buf), &mo.path, err))) goto done;
     mo.mtp_path = c->mtp;
+    mo.dspark_path = c->dspark;
     mo.qat = c->qat;
     mo.numerics = c->numerics;
     mo.max_batch = c->chunk * rows;   /* the rows of a batch share every pass */

@@ -4,9 +4,11 @@
  *   ds4ref-gguf dequant FILE TENSOR   the tensor as little-endian f32 on stdout
  *   ds4ref-gguf twin FILE OUT         the unquantized twin
  *   ds4ref-gguf checkpoint FILE [MTP] DIR   the model in the official layout
+ *   ds4ref-gguf dspark-split FILE TRUNK DRAFT   llama.cpp's two files of a DSpark model
  *
  * A thin front end over the public API (ds4ref_gguf_describe,
- * ds4ref_gguf_dequant, ds4ref_gguf_twin, ds4ref_gguf_to_checkpoint in
+ * ds4ref_gguf_dequant, ds4ref_gguf_twin, ds4ref_gguf_to_checkpoint,
+ * ds4ref_gguf_dspark_split in
  * ds4ref.h).  Errors are one line on stderr; the exit
  * status is the DS4REF_E_* code (2 for usage errors, DS4REF_EXIT_SIGBUS when
  * the file shrinks while it is read). */
@@ -21,6 +23,7 @@ static const char usage[] =
     "       ds4ref-gguf dequant FILE TENSOR > out.f32\n"
     "       ds4ref-gguf twin FILE OUT.gguf\n"
     "       ds4ref-gguf checkpoint FILE [MTP.gguf] DIR\n"
+    "       ds4ref-gguf dspark-split FILE TRUNK.gguf DRAFT.gguf\n"
     "\n"
     "info     prints the header (version, alignment, data offset, counts), every\n"
     "         metadata key with its type and value (arrays: element type, length,\n"
@@ -38,6 +41,10 @@ static const char usage[] =
     "         has BF16), so a checkpoint of ds4's 2-bit experts is not their\n"
     "         values; from an all-F32 GGUF it is what ds4ref-mkmodel --format hf\n"
     "         writes.  For synthetic models of any size (the fulldepth benchmark).\n"
+    "dspark-split  writes a model with a DSpark drafter (DeepSeek-V4-Flash-0731)\n"
+    "         as llama.cpp ships it: the trunk alone, and the drafter as\n"
+    "         llama.cpp's drafter file (architecture dflash: -md, --spec-type\n"
+    "         draft-dspark), which ds4ref --dspark reads back.\n"
     "\n"
     "  -h, --help, --version\n";
 
@@ -74,9 +81,11 @@ int main(int argc, char **argv) {
         rc = ds4ref_gguf_twin(argv[2], argv[3], &err);
     } else if (rc == 0 && (argc == 4 || argc == 5) && !strcmp(argv[1], "checkpoint")) {
         rc = ds4ref_gguf_to_checkpoint(argv[2], argc == 5 ? argv[3] : NULL, argv[argc - 1], 0, &err);
+    } else if (rc == 0 && argc == 5 && !strcmp(argv[1], "dspark-split")) {
+        rc = ds4ref_gguf_dspark_split(argv[2], argv[3], argv[4], &err);
     } else if (rc == 0) {
-        fputs("ds4ref-gguf: expected 'info FILE', 'dequant FILE TENSOR', 'twin FILE OUT' or "
-              "'checkpoint FILE [MTP] DIR' "
+        fputs("ds4ref-gguf: expected 'info FILE', 'dequant FILE TENSOR', 'twin FILE OUT', "
+              "'checkpoint FILE [MTP] DIR' or 'dspark-split FILE TRUNK DRAFT' "
               "(see --help)\n", stderr);
         return DS4REF_E_ARG;
     }

@@ -420,6 +420,32 @@ check "... its F32 GGUF as a checkpoint: the files mkmodel --format hf writes" s
 check "... QAT off: the checkpoint and its twin give the same 8 steps" bash -c \
     'cmp <(tail -n +2 "$1") <(tail -n +2 "$2") && test "$(wc -l < "$1")" -ge 9' _ "$tmp/0731h.jsonl" "$tmp/0731hf.jsonl"
 
+# The DSpark drafter: tiny-dspark drafts with it (--mtp-draft without
+# --mtp), and split as llama.cpp ships it (ds4ref-gguf dspark-split: the
+# trunk, and the drafter as an architecture-dflash file, read back with
+# --dspark) it drafts the same, the same stream as plain decoding.
+quiet ./ds4ref-mkmodel --config tiny-dspark --no-mtp -o "$tmp/dspark.gguf"
+check "ds4ref-gguf dspark-split: the trunk and llama.cpp's drafter file" quiet ./ds4ref-gguf dspark-split \
+    "$tmp/dspark.gguf" "$tmp/dspark-trunk.gguf" "$tmp/dspark-draft.gguf"
+check "... the drafter file: architecture dflash, its target layers' inputs" bash -c \
+    './ds4ref-gguf info "$1" > "$2" && grep -q "general.architecture = str \"dflash\"" "$2" &&
+     grep -q "dflash.target_layers = arr\[u32; 3\] \[2, 3, 4\]" "$2" && grep -q "^  conf_proj.weight " "$2"' \
+    _ "$tmp/dspark-draft.gguf" "$tmp/dspark-draft.txt"
+./ds4ref -m "$tmp/dspark.gguf" "${ck[@]}" -n 24 --golden-out "$tmp/dspark-plain.jsonl" > /dev/null 2>&1
+./ds4ref -m "$tmp/dspark.gguf" "${ck[@]}" -n 24 --mtp-draft 5 --spec-report --golden-out "$tmp/dspark-one.jsonl" \
+    > /dev/null 2> "$tmp/dspark-one.txt"
+./ds4ref -m "$tmp/dspark-trunk.gguf" --dspark "$tmp/dspark-draft.gguf" "${ck[@]}" -n 24 --mtp-draft 5 \
+    --spec-report --golden-out "$tmp/dspark-two.jsonl" > /dev/null 2> "$tmp/dspark-two.txt"
+check "... one file or two: the same drafts accepted" bash -c \
+    'grep "^mtp accept:" "$1" > /dev/null && cmp <(grep accept "$1") <(grep accept "$2")' _ \
+    "$tmp/dspark-one.txt" "$tmp/dspark-two.txt"
+check "... and the stream of plain decoding" bash -c \
+    'cmp <(tail -n +2 "$1") <(tail -n +2 "$2") && cmp <(tail -n +2 "$1") <(tail -n +2 "$3")' _ \
+    "$tmp/dspark-plain.jsonl" "$tmp/dspark-one.jsonl" "$tmp/dspark-two.jsonl"
+check "... its golden names the drafter" grep -q '"mtp_draft":5,"drafter":"dspark"' "$tmp/dspark-one.jsonl"
+check "--dspark on a model with a drafter of its own -> 2" status_is 2 ./ds4ref -m "$tmp/dspark.gguf" \
+    --dspark "$tmp/dspark-draft.gguf" "${ck[@]}"
+
 # DeepSeek-V4-Pro's shape (tiny-pro: hash-routed layers at ratio 128, 4
 # output groups, route scale 2.5) from GGUF and from a checkpoint.
 quiet ./ds4ref-mkmodel --config tiny-pro -o "$tmp/pro.gguf"

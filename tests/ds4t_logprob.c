@@ -147,7 +147,7 @@ static int run(void) {
         return DS4T_FAIL;
     }
     ds4_model m;
-    if (ds4_modelopen(&m, model, NULL, ds4t_numerics(), true, &err)) {
+    if (ds4_modelopen(&m, model, NULL, NULL, ds4t_numerics(), true, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
         ds4_lpvec_free(&f);
         return DS4T_FAIL;

@@ -71,7 +71,7 @@ static int open_real(fixture *f, const char *model) {
     ds4err err = {0};
     const char *mtp = ds4t_env("DS4_TEST_MTP", NULL);
     f->n_steps = (uint32_t)atoi(ds4t_env("DS4_TEST_MTP_STEPS", "8"));
-    if (ds4_modelopen(&f->m, model, mtp, ds4t_numerics(), true, &err)) {
+    if (ds4_modelopen(&f->m, model, mtp, NULL, ds4t_numerics(), true, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
         return DS4T_FAIL;
     }
@@ -102,7 +102,7 @@ static int open_synthetic(fixture *f, const char *model, bool dspark) {
     ds4_synth_opts so = {.config = config, .seed = 1};
     const char *mtp = dspark ? NULL : f->mtp_path;
     if (ds4_synth_write(&so, f->path, mtp, &err) ||
-        ds4_modelopen(&f->m, f->path, mtp, ds4t_numerics(), true, &err)) {
+        ds4_modelopen(&f->m, f->path, mtp, NULL, ds4t_numerics(), true, &err)) {
         DS4T_CHECK(0, "%s", err.msg);
         return DS4T_FAIL;
     }

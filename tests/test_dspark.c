@@ -32,6 +32,9 @@
 #include "ref/decode/session.h"
 #include "ref/decode/speculative.h"
 #include "ref/forward/head.h"
+#include "quant/gguf.h"
+#include "quant/gguf_write.h"
+#include "ref/model/dflash_write.h"
 #include "ref/model/model.h"
 #include "testutil.h"
 
@@ -348,6 +351,106 @@ static void test_block_attention(void **state) {
     ds4_kv_free(&b);
     ds4_kv_free(&w);
     ds4_engine_free(&e);
+}
+
+/* ---- llama.cpp's drafter file ---- */
+
+/* The drafter file src written again to dst with dflash.target_layers[0]
+ * set to target0 (when >= 0) and one more F32 tensor `extra` [1] (when
+ * not NULL). */
+static void rewrite_draft(const char *src, const char *dst, int64_t target0, const char *extra) {
+    ds4err err = {0};
+    ds4_gguf_file g;
+    if (ds4_gguf_open(&g, src, &err)) fail_msg("%s", err.msg);
+    ds4_gguf_writer *w = ds4_gguf_writer_new((uint32_t)g.alignment);
+    for (uint64_t i = 0; i < g.n_kv; i++) {
+        const ds4_gguf_kv *kv = &g.kv[i];
+        if (target0 >= 0 && !strcmp(kv->key, "dflash.target_layers")) {
+            uint32_t t[DS4_MAX_DSPARK_TARGET];
+            assert_int_equal(ds4_gguf_get_arr_u32(&g, kv->key, t, kv->arr_n, &err), 0);
+            t[0] = (uint32_t)target0;
+            assert_int_equal(ds4_gguf_write_arr_u32(w, kv->key, t, kv->arr_n), 0);
+            continue;
+        }
+        uint64_t end;
+        assert_int_equal(ds4_gguf_skip_value(&g, kv->type, kv->value_off, &end, &err), 0);
+        assert_int_equal(ds4_gguf_write_raw(w, kv->key, kv->type, g.map + kv->value_off,
+                                            end - kv->value_off), 0);
+    }
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const ds4_gguf_tensor *t = &g.tensors[i];
+        assert_int_equal(ds4_gguf_write_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
+                                               t->nbytes), 0);
+    }
+    const float one = 1;
+    const uint64_t ne[1] = {1};
+    if (extra) assert_int_equal(ds4_gguf_write_tensor(w, extra, DS4_TYPE_F32, 1, ne, &one, 4), 0);
+    if (ds4_gguf_writer_save(w, dst, &err)) fail_msg("%s", err.msg);
+    ds4_gguf_writer_free(w);
+    ds4_gguf_close(&g);
+}
+
+/* Loading draft into the trunk fails with a message holding `what`, and
+ * leaves the model as it was. */
+static void refused(const char *trunk, const char *draft, const char *what) {
+    ds4err err = {0};
+    ds4_model m;
+    if (ds4_model_open(&m, trunk, &err)) fail_msg("%s", err.msg);
+    ds4_dspark *had = m.dspark;
+    assert_int_not_equal(ds4_model_load_dspark(&m, draft, &err), 0);
+    if (!strstr(err.msg, what)) fail_msg("expected '%s' in: %s", what, err.msg);
+    assert_ptr_equal(m.dspark, had);
+    ds4_model_close(&m);
+}
+
+/* The model split as llama.cpp ships it (ds4_dflash_write_split) reads back
+ * as the same drafter: the configuration, and the same bits in a block;
+ * what the file has that ds4ref does not implement, or a file that is not a
+ * drafter, is refused by name. */
+static void test_dflash_file(void **state) {
+    fixture *f = *state;
+    const ds4_model *m = &f->m;
+    char *dir = tu_tmpdir(), *trunk = tu_path(dir, "trunk.gguf"), *draft = tu_path(dir, "draft.gguf");
+    char *bad = tu_path(dir, "bad.gguf");
+    ds4err err = {0};
+    if (ds4_dflash_write_split(f->path, trunk, draft, &err)) fail_msg("%s", err.msg);
+    ds4_model t;
+    if (ds4_model_open(&t, trunk, &err)) fail_msg("%s", err.msg);
+    assert_null(t.dspark);
+    if (ds4_model_load_dspark(&t, draft, &err)) fail_msg("%s", err.msg);
+    const ds4_config *a = &m->cfg, *b = &t.cfg;
+    assert_int_equal(b->dspark_stages, a->dspark_stages);
+    assert_int_equal(b->dspark_block, a->dspark_block);
+    assert_int_equal(b->dspark_noise, a->dspark_noise);
+    assert_int_equal(b->dspark_rank, a->dspark_rank);
+    assert_int_equal(b->n_dspark_target, a->n_dspark_target);
+    assert_memory_equal(b->dspark_target, a->dspark_target, sizeof(uint32_t) * a->n_dspark_target);
+    assert_true(t.dspark->stage[0].clamp_exp == m->dspark->stage[0].clamp_exp);
+    ds4_engine e1, e2;
+    engine_new(m, true, 64, &e1);
+    engine_new(&t, true, 64, &e2);
+    ds4_kv k1, k2;
+    random_ctx(&e1, &k1, 21, 4);
+    random_ctx(&e2, &k2, 21, 4);
+    float *l1 = block(&e1, &k1, 17), *l2 = block(&e2, &k2, 17);
+    assert_true(rows_equal(l1, l2, m->cfg.dspark_block * m->cfg.n_vocab));
+    free(l1), free(l2);
+    ds4_kv_free(&k1), ds4_kv_free(&k2);
+    ds4_engine_free(&e1), ds4_engine_free(&e2);
+    ds4_model_close(&t);
+    refused(f->path, draft, "has a DSpark drafter of its own");
+    refused(trunk, trunk, "expected 'dflash'");
+    rewrite_draft(draft, bad, -1, "conf_proj.bias");
+    refused(trunk, bad, "conf_proj.bias");
+    rewrite_draft(draft, bad, -1, "fc.scale");
+    refused(trunk, bad, "fc.scale");
+    rewrite_draft(draft, bad, 0, NULL);
+    refused(trunk, bad, "target_layers[0] = 0");
+    rewrite_draft(draft, bad, m->cfg.n_layer + 1, NULL);
+    refused(trunk, bad, "expected a layer's input");
+    remove(trunk), remove(draft), remove(bad);
+    free(trunk), free(draft), free(bad);
+    tu_rmdir(dir);
 }
 
 /* ---- the drafter ---- */
@@ -721,6 +824,7 @@ int main(void) {
         cmocka_unit_test(test_markov_confidence),
         cmocka_unit_test(test_ctx_rows),
         cmocka_unit_test(test_block_attention),
+        cmocka_unit_test(test_dflash_file),
         cmocka_unit_test(test_drafter_state),
         cmocka_unit_test(test_drafter_misuse),
         cmocka_unit_test(test_spec_exact),

@@ -65,7 +65,7 @@ class ErrorStruct(ctypes.Structure):
 class ModelOptions(ctypes.Structure):
     _fields_ = [("path", ctypes.c_char_p), ("mtp_path", ctypes.c_char_p),
                 ("qat", ctypes.c_int), ("max_batch", ctypes.c_uint32),
-                ("numerics", ctypes.c_char_p)]
+                ("numerics", ctypes.c_char_p), ("dspark_path", ctypes.c_char_p)]
 
 
 class ModelInfoStruct(ctypes.Structure):

@@ -27,7 +27,7 @@ static void layout(void) {
     SIZE(ds4ref_model_options);
     FIELD(ds4ref_model_options, path); FIELD(ds4ref_model_options, mtp_path);
     FIELD(ds4ref_model_options, qat); FIELD(ds4ref_model_options, max_batch);
-    FIELD(ds4ref_model_options, numerics);
+    FIELD(ds4ref_model_options, numerics); FIELD(ds4ref_model_options, dspark_path);
     SIZE(ds4ref_model_info);
     FIELD(ds4ref_model_info, n_layer); FIELD(ds4ref_model_info, n_embd);
     FIELD(ds4ref_model_info, n_vocab); FIELD(ds4ref_model_info, n_head);

@@ -94,7 +94,7 @@ int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_
     ds4err e = {0};
     ds4_fwd_opts fo = {.qat = o->qat != 0};
     if (ds4_numerics_parse(o->numerics, &fo.numerics, &e) || ds4_dot_check(&e) ||
-        ds4_modelopen(&m->m, o->path, o->mtp_path, fo.numerics, fo.qat, &e)) {
+        ds4_modelopen(&m->m, o->path, o->mtp_path, o->dspark_path, fo.numerics, fo.qat, &e)) {
         free(m);
         return api_fail(err, &e);
     }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "ref/api/apierr.h"
+#include "ref/model/dflash_write.h"
 #include "ref/model/hfwrite.h"
 #include "ref/model/model.h"
 #include "quant/gguf_inspect.h"
@@ -31,6 +32,14 @@ int ds4ref_gguf_twin(const char *path, const char *out_path, ds4ref_error *err) 
     if (!path || !out_path) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_gguf_twin: no file or no output");
     ds4err e = {0};
     return api_result(err, ds4_gguf_twin_write(path, out_path, &e), &e);
+}
+
+int ds4ref_gguf_dspark_split(const char *path, const char *trunk_path, const char *draft_path,
+                             ds4ref_error *err) {
+    if (!path || !trunk_path || !draft_path)
+        return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_gguf_dspark_split: no file or no output");
+    ds4err e = {0};
+    return api_result(err, ds4_dflash_write_split(path, trunk_path, draft_path, &e), &e);
 }
 
 int ds4ref_gguf_to_checkpoint(const char *path, const char *mtp_path, const char *dir,

@@ -37,21 +37,21 @@ static int bind_layer(const ds4_bind_format *f, const ds4_config *c, ds4_layer *
     return 0;
 }
 
-/* The DSpark drafter: stage 0's adapter, every stage (a window-only,
- * score-routed layer whose router bias is required, clamped as the MTP
- * layer of config.json's one swiglu_limit), the last stage's heads. */
-static int bind_dspark(const ds4_bind_format *f, const ds4_config *c, ds4_dspark *d,
-                       ds4err *err) {
+int ds4_bind_dspark(const ds4_bind_format *f, const ds4_config *c, ds4_dspark *d,
+                    const char *stem, bool bare_heads, ds4err *err) {
     char prefix[32];
-    if (bind_specs(f, c, ds4_layout_dspark_in, ds4_layout_n_dspark_in, "mtp.0.", d, err))
+    snprintf(prefix, sizeof(prefix), "%s0.", stem);
+    if (bind_specs(f, c, ds4_layout_dspark_in, ds4_layout_n_dspark_in, bare_heads ? "" : prefix,
+                   d, err))
         return -1;
     for (uint32_t s = 0; s < c->dspark_stages; s++) {
-        snprintf(prefix, sizeof(prefix), "mtp.%u.", s);
+        snprintf(prefix, sizeof(prefix), "%s%u.", stem, s);
         d->stage[s].clamp_exp = c->clamp_exp[c->n_layer];
         d->stage[s].clamp_shexp = c->clamp_shexp[c->n_layer];
         if (bind_layer(f, c, &d->stage[s], 0, false, prefix, true, err)) return -1;
     }
-    return bind_specs(f, c, ds4_layout_dspark_out, ds4_layout_n_dspark_out, prefix, d, err);
+    return bind_specs(f, c, ds4_layout_dspark_out, ds4_layout_n_dspark_out,
+                      bare_heads ? "" : prefix, d, err);
 }
 
 int ds4_bind_model(const ds4_bind_format *f, ds4_model *m, ds4err *err) {
@@ -70,7 +70,7 @@ int ds4_bind_model(const ds4_bind_format *f, ds4_model *m, ds4err *err) {
     if (!c->dspark_stages) return 0;
     if (!(m->dspark = calloc(1, sizeof(*m->dspark))))
         return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
-    return bind_dspark(f, c, m->dspark, err);
+    return ds4_bind_dspark(f, c, m->dspark, "mtp.", false, err);
 }
 
 int ds4_bind_mtp(const ds4_bind_format *f, const ds4_config *c, ds4_mtp *mtp, ds4err *err) {
@@ -104,11 +104,16 @@ static void free_layer(ds4_layer *L) {
     L->gate_exps.parts = L->up_exps.parts = L->down_exps.parts = NULL;
 }
 
+void ds4_bind_free_dspark(ds4_dspark *d) {
+    free_copies(ds4_layout_dspark_in, ds4_layout_n_dspark_in, d);
+    free_copies(ds4_layout_dspark_out, ds4_layout_n_dspark_out, d);
+    for (uint32_t s = 0; s < DS4_MAX_DSPARK_STAGE; s++) free_layer(&d->stage[s]);
+}
+
 void ds4_bind_free_model(ds4_model *m) {
-    if (m->dspark) {
-        free_copies(ds4_layout_dspark_in, ds4_layout_n_dspark_in, m->dspark);
-        free_copies(ds4_layout_dspark_out, ds4_layout_n_dspark_out, m->dspark);
-        for (uint32_t s = 0; s < DS4_MAX_DSPARK_STAGE; s++) free_layer(&m->dspark->stage[s]);
+    /* A drafter of its own file (ds4_model_load_dspark) is model.c's to free. */
+    if (m->dspark && !m->dspark->file.map) {
+        ds4_bind_free_dspark(m->dspark);
         free(m->dspark);
         m->dspark = NULL;
     }

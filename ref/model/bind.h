@@ -11,6 +11,7 @@
 #ifndef DS4_BIND_H
 #define DS4_BIND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,17 @@ int ds4_bind_model(const ds4_bind_format *f, ds4_model *m, ds4err *err);
  * layer whose router bias is required, for configuration c.  On failure,
  * what was bound stays for ds4_bind_free_mtp. */
 int ds4_bind_mtp(const ds4_bind_format *f, const ds4_config *c, ds4_mtp *mtp, ds4err *err);
+
+/* A DSpark drafter d for configuration c: stage s's tensors under STEM
+ * "s." (a model's own "mtp.", llama.cpp's drafter file "blk."), stage 0's
+ * adapter and the last stage's heads under its stage's prefix, or with
+ * bare_heads under none (llama.cpp's names: the specs' alt).  On failure,
+ * what was bound stays for ds4_bind_free_dspark. */
+int ds4_bind_dspark(const ds4_bind_format *f, const ds4_config *c, ds4_dspark *d,
+                    const char *stem, bool bare_heads, ds4err *err);
+
+/* What ds4_bind_dspark copied or allocated (not the struct or its file). */
+void ds4_bind_free_dspark(ds4_dspark *d);
 
 /* What ds4_bind_model copied or allocated, m->layers included. */
 void ds4_bind_free_model(ds4_model *m);

@@ -81,22 +81,24 @@ const uint32_t ds4_layout_n_mtp = sizeof(ds4_layout_mtp) / sizeof(ds4_layout_mtp
 
 #define D(field) F(ds4_dspark, field)
 const ds4_tensor_spec ds4_layout_dspark_in[] = {
-    {"main_proj.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_IN, DS4_D_EMBD}, DS4_TYPE_Q8_0, DS4_I_MAT, false, D(main_proj)},
-    {"main_norm.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_EMBD}, DS4_TYPE_F32, DS4_I_NORM, false, D(main_norm)},
+    {"main_proj.weight", "fc.weight", 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_IN, DS4_D_EMBD}, DS4_TYPE_Q8_0, DS4_I_MAT, false, D(main_proj)},
+    {"main_norm.weight", "enc.output_norm.weight", 0, DS4_TC_VEC, 1, {DS4_D_EMBD}, DS4_TYPE_F32, DS4_I_NORM, false, D(main_norm)},
 };
 const uint32_t ds4_layout_n_dspark_in = sizeof(ds4_layout_dspark_in) / sizeof(ds4_layout_dspark_in[0]);
 
 const ds4_tensor_spec ds4_layout_dspark_out[] = {
-    {"norm.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_EMBD}, DS4_TYPE_F32, DS4_I_NORM, false, D(norm)},
-    {"hc_head_fn.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_HC_DIM, DS4_D_HC}, DS4_TYPE_F16, DS4_I_HC_FN, false, D(hc_head_fn)},
-    {"hc_head_base.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_HC}, DS4_TYPE_F32, DS4_I_OUT_HC_BASE, false, D(hc_head_base)},
-    {"hc_head_scale.weight", NULL, 0, DS4_TC_VEC, 1, {DS4_D_1}, DS4_TYPE_F32, DS4_I_OUT_HC_SCALE, false, D(hc_head_scale)},
+    {"norm.weight", "output_norm.weight", 0, DS4_TC_VEC, 1, {DS4_D_EMBD}, DS4_TYPE_F32, DS4_I_NORM, false, D(norm)},
+    {"hc_head_fn.weight", "output_hc_fn.weight", 0, DS4_TC_MAT, 2, {DS4_D_HC_DIM, DS4_D_HC}, DS4_TYPE_F16, DS4_I_HC_FN, false, D(hc_head_fn)},
+    {"hc_head_base.weight", "output_hc_base.weight", 0, DS4_TC_VEC, 1, {DS4_D_HC}, DS4_TYPE_F32, DS4_I_OUT_HC_BASE, false, D(hc_head_base)},
+    {"hc_head_scale.weight", "output_hc_scale.weight", 0, DS4_TC_VEC, 1, {DS4_D_1}, DS4_TYPE_F32, DS4_I_OUT_HC_SCALE, false, D(hc_head_scale)},
     /* The Markov head: w1's rows are embeddings (by the previous token),
      * w2 a head of the rank's width.  Named as ds4's DSpark support GGUF
-     * names them (ds4 #468), which are the checkpoint's. */
-    {"markov_head.markov_w1.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_EMBD, false, D(markov_w1)},
-    {"markov_head.markov_w2.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_MAT, false, D(markov_w2)},
-    {"confidence_head.proj.weight", NULL, 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_CONF, DS4_D_1}, DS4_TYPE_F32, DS4_I_MAT, false, D(conf_proj)},
+     * names them (ds4 #468), which are the checkpoint's.  The second names
+     * (here and above) are llama.cpp's drafter file's (src/models/dflash.cpp):
+     * its heads carry no stage prefix. */
+    {"markov_head.markov_w1.weight", "markov_w1.weight", 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_EMBD, false, D(markov_w1)},
+    {"markov_head.markov_w2.weight", "markov_w2.weight", 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_RANK, DS4_D_VOCAB}, DS4_TYPE_F16, DS4_I_MAT, false, D(markov_w2)},
+    {"confidence_head.proj.weight", "conf_proj.weight", 0, DS4_TC_MAT, 2, {DS4_D_DSPARK_CONF, DS4_D_1}, DS4_TYPE_F32, DS4_I_MAT, false, D(conf_proj)},
 };
 const uint32_t ds4_layout_n_dspark_out = sizeof(ds4_layout_dspark_out) / sizeof(ds4_layout_dspark_out[0]);
 

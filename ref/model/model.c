@@ -545,7 +545,163 @@ fail:
     return -1;
 }
 
+/* llama.cpp's drafter keys (src/models/dflash.cpp), under "dflash.". */
+#define DFLASH(k) "dflash." k
+
+/* A u32 key of the drafter that must equal the model's value. */
+static int dflash_same(const ds4_gguf_file *g, const char *key, uint32_t want, const char *what,
+                       ds4err *err) {
+    uint32_t v;
+    if (ds4_gguf_get_u32(g, key, &v, err)) return -1;
+    if (v != want)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u, but the model's %s is %u", g->path, key,
+                           v, what, want);
+    return 0;
+}
+
+/* What ds4ref does not implement, refused by name rather than guessed. */
+static int dflash_refuse(const ds4_gguf_file *g, ds4err *err) {
+    static const char *const tensors[][2] = {
+        {"fc.scale", "a scale of the main projection"},
+        {"markov_w2.scale", "a scale of the Markov head"},
+        {"conf_proj.bias", "a bias of the confidence head (the official head has none)"},
+        {"token_embd.weight", "an embedding of its own (the drafter borrows the model's)"},
+        {"output.weight", "an LM head of its own (the drafter borrows the model's)"},
+        {"d2t", "a draft vocabulary"},
+    };
+    for (size_t i = 0; i < sizeof(tensors) / sizeof(tensors[0]); i++)
+        if (ds4_gguf_find_tensor(g, tensors[i][0]))
+            return ds4_err_set(err, DS4_E_MODEL, "%s: tensor %s (%s) is not supported", g->path,
+                               tensors[i][0], tensors[i][1]);
+    const ds4_gguf_kv *kv = ds4_gguf_find_kv(g, DFLASH("attention.causal"));
+    bool causal = false;
+    if (kv && ds4_gguf_get_bool(g, DFLASH("attention.causal"), &causal, err)) return -1;
+    if (causal)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: %s is true: DSpark's block attends both ways",
+                           g->path, DFLASH("attention.causal"));
+    bool anchor = true;
+    if (ds4_gguf_find_kv(g, DFLASH("sample_from_anchor")) &&
+        ds4_gguf_get_bool(g, DFLASH("sample_from_anchor"), &anchor, err))
+        return -1;
+    if (!anchor)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: %s is false: DSpark drafts from the anchor's "
+                           "slot on", g->path, DFLASH("sample_from_anchor"));
+    return 0;
+}
+
+/* The drafter's configuration into c (a copy of the model's). */
+static int dflash_config(ds4_config *c, const ds4_gguf_file *g, ds4err *err) {
+    ds4_gguf_str arch;
+    if (ds4_gguf_get_str(g, "general.architecture", &arch, err)) return -1;
+    if (arch.len != 6 || memcmp(arch.ptr, "dflash", 6))
+        return ds4_err_set(err, DS4_E_MODEL, "%s: general.architecture is '%.*s', expected "
+                           "'dflash' (llama.cpp's DSpark drafter file)", g->path,
+                           (int)(arch.len > 40 ? 40 : arch.len), arch.ptr);
+    if (dflash_same(g, DFLASH("hyper_connection.count"), c->n_hc, "hyper-connection count", err) ||
+        dflash_same(g, DFLASH("embedding_length"), c->n_embd, "embedding length", err) ||
+        dflash_same(g, DFLASH("attention.sliding_window"), c->swa, "sliding window", err) ||
+        dflash_same(g, DFLASH("expert_count"), c->n_expert, "expert count", err) ||
+        dflash_same(g, DFLASH("expert_used_count"), c->n_expert_used, "experts used", err) ||
+        get_u32(g, DFLASH("block_count"), &c->dspark_stages, err) ||
+        get_u32(g, DFLASH("block_size"), &c->dspark_block, err) ||
+        get_u32(g, "tokenizer.ggml.mask_token_id", &c->dspark_noise, err))
+        return -1;
+    if (c->dspark_stages < 1 || c->dspark_stages > DS4_MAX_DSPARK_STAGE)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: %s = %u: expected 1 to %d stages", g->path,
+                           DFLASH("block_count"), c->dspark_stages, DS4_MAX_DSPARK_STAGE);
+    const ds4_gguf_kv *t = ds4_gguf_find_kv(g, DFLASH("target_layers"));
+    if (!t || t->type != GGUF_ARR || t->arr_n < 1 || t->arr_n > DS4_MAX_DSPARK_TARGET)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: %s must be an array of 1 to %d layer numbers",
+                           g->path, DFLASH("target_layers"), DS4_MAX_DSPARK_TARGET);
+    c->n_dspark_target = (uint32_t)t->arr_n;
+    if (ds4_gguf_get_arr_u32(g, DFLASH("target_layers"), c->dspark_target, t->arr_n, err))
+        return -1;
+    /* llama.cpp taps layer t's input, the output of layer t - 1 (t = the
+     * layer count: the last layer's output). */
+    for (uint32_t i = 0; i < c->n_dspark_target; i++) {
+        if (c->dspark_target[i] < 1 || c->dspark_target[i] > c->n_layer)
+            return ds4_err_set(err, DS4_E_MODEL, "%s: %s[%u] = %u: expected a layer's input in "
+                               "[1, %u]", g->path, DFLASH("target_layers"), i, c->dspark_target[i],
+                               c->n_layer);
+        c->dspark_target[i]--;
+    }
+    const ds4_gguf_tensor *w1 = ds4_gguf_find_tensor(g, "markov_w1.weight");
+    if (!w1 || w1->n_dims != 2)
+        return ds4_err_set(err, DS4_E_MODEL, "%s: required tensor is missing: markov_w1.weight "
+                           "(its rank is the Markov head's)", g->path);
+    c->dspark_rank = w1->ne[0] > UINT32_MAX ? UINT32_MAX : (uint32_t)w1->ne[0];
+    return ds4_model_config_validate(c, g->path, err);
+}
+
+/* The stages' SwiGLU limits: dflash.swiglu_clamp_exp / _shexp, one number
+ * or one per stage; without them the model's MTP-layer entry stays. */
+static int dflash_clamps(const ds4_gguf_file *g, const ds4_config *c, ds4_dspark *d, bool shared,
+                         ds4err *err) {
+    const char *key = shared && ds4_gguf_find_kv(g, DFLASH("swiglu_clamp_shexp"))
+                          ? DFLASH("swiglu_clamp_shexp") : DFLASH("swiglu_clamp_exp");
+    const ds4_gguf_kv *kv = ds4_gguf_find_kv(g, key);
+    if (!kv) return 0;
+    float v[DS4_MAX_DSPARK_STAGE];
+    if (kv->type == GGUF_ARR) {
+        if (ds4_gguf_get_arr_f32(g, key, v, c->dspark_stages, err)) return -1;
+    } else {
+        if (ds4_gguf_get_f32(g, key, &v[0], err)) return -1;
+        for (uint32_t s = 1; s < c->dspark_stages; s++) v[s] = v[0];
+    }
+    for (uint32_t s = 0; s < c->dspark_stages; s++) {
+        if (shared) d->stage[s].clamp_shexp = v[s];
+        else d->stage[s].clamp_exp = v[s];
+    }
+    return 0;
+}
+
+static void dspark_file_free(ds4_dspark *d) {
+    ds4_bind_free_dspark(d);
+    ds4_reslimit_sigbus_unwatch(d->file.map);
+    ds4_gguf_close(&d->file);
+    free(d);
+}
+
+int ds4_model_load_dspark(ds4_model *m, const char *path, ds4err *err) {
+    ds4_gguf_file g;
+    if (ds4_gguf_open(&g, path, err)) return -1;
+    return ds4_model_load_dspark_gguf(m, &g, err);
+}
+
+int ds4_model_load_dspark_gguf(ds4_model *m, const ds4_gguf_file *file, ds4err *err) {
+    ds4_dspark *d = calloc(1, sizeof(*d));
+    if (!d) {
+        ds4_gguf_file g = *file;
+        ds4_gguf_close(&g);
+        return ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+    }
+    d->file = *file;
+    const ds4_gguf_file *g = &d->file;
+    if (g->mapped) ds4_reslimit_sigbus_watch(g->map, g->size, g->path);
+    if (m->dspark) {
+        ds4_err_set(err, DS4_E_ARG, "%s: the model has a DSpark drafter of its own; a second one "
+                    "is not loaded", g->path);
+        dspark_file_free(d);
+        return -1;
+    }
+    ds4_config c = m->cfg;
+    ds4_bind_format f = gguf_format(g);
+    if (dflash_config(&c, g, err) || dflash_refuse(g, err) ||
+        ds4_bind_dspark(&f, &c, d, "blk.", true, err) || dflash_clamps(g, &c, d, false, err) ||
+        dflash_clamps(g, &c, d, true, err)) {
+        dspark_file_free(d);
+        return -1;
+    }
+    m->cfg = c;
+    m->dspark = d;
+    return 0;
+}
+
 void ds4_model_close(ds4_model *m) {
+    if (m->dspark && m->dspark->file.map) {
+        dspark_file_free(m->dspark);
+        m->dspark = NULL;
+    }
     if (m->mtp) {
         ds4_bind_free_mtp(m->mtp);
         ds4_reslimit_sigbus_unwatch(m->mtp->file.map);

@@ -158,6 +158,7 @@ typedef struct ds4_mtp {
  * its stages and the tensors of stage 0 and of the last stage; the token
  * embedding and the LM head are the trunk's. */
 typedef struct ds4_dspark {
+    ds4_gguf_file file;                     /* its own file (ds4_model_load_dspark), or unmapped */
     ds4_mat main_proj;                      /* [n_target*n_embd, n_embd] */
     ds4_vec main_norm;                      /* [n_embd] */
     ds4_vec norm;                           /* [n_embd] */
@@ -212,6 +213,22 @@ int ds4_model_from_gguf(ds4_model *m, const ds4_gguf_file *g, ds4err *err);
 
 /* The model's tokenizer, or an error saying the file has none. */
 int ds4_model_tokenizer(const ds4_model *m, const ds4_tokenizer **out, ds4err *err);
+
+/* Open and bind llama.cpp's DSpark drafter GGUF (general.architecture
+ * "dflash", the file llama.cpp takes with -md --spec-type draft-dspark;
+ * src/models/dflash.cpp) against an open base model that has no drafter of
+ * its own: its stages blk.N.*, fc / enc.output_norm (main_proj, main_norm),
+ * output_norm / output_hc_* (the last stage's head), markov_w1/w2 and
+ * conf_proj.  dflash.target_layers name the layers whose INPUT llama.cpp
+ * taps, so DSpark's target layer is each minus one; the noise token is the
+ * file's tokenizer.ggml.mask_token_id.  What the file has that ds4ref would
+ * have to guess at (fc.scale, markov_w2.scale, conf_proj.bias, an embedding
+ * or head of its own, a causal block) is refused, naming it. */
+int ds4_model_load_dspark(ds4_model *m, const char *path, ds4err *err);
+
+/* The same from a GGUF already opened or parsed (the fuzzer); the model
+ * takes *g over, as ds4_model_from_gguf does. */
+int ds4_model_load_dspark_gguf(ds4_model *m, const ds4_gguf_file *g, ds4err *err);
 
 /* Open and bind an MTP file (tensors mtp.0.*) against an open base model. */
 int ds4_model_load_mtp(ds4_model *m, const char *path, ds4err *err);

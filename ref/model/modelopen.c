@@ -31,15 +31,19 @@ static int checkpoint_rules(ds4_model *m, const char *path, const char *mtp_path
     return qat ? ds4_numerics_check_official(m, path, err) : 0;
 }
 
-int ds4_modelopen(ds4_model *m, const char *path, const char *mtp_path, uint32_t numerics,
-                  bool qat, ds4err *err) {
+int ds4_modelopen(ds4_model *m, const char *path, const char *mtp_path, const char *dspark_path,
+                  uint32_t numerics, bool qat, ds4err *err) {
     int rc;
     if (is_checkpoint(path)) {
         if (ds4_hfbind_open(m, path, err)) return -1;
         rc = checkpoint_rules(m, path, mtp_path, numerics, qat, err);
+        if (!rc && dspark_path)
+            rc = ds4_err_set(err, DS4_E_ARG, "%s is a checkpoint, which holds its DSpark stages: "
+                             "no drafter file (%s) goes with it", path, dspark_path);
     } else {
         if (ds4_model_open(m, path, err)) return -1;
         rc = mtp_path ? ds4_model_load_mtp(m, mtp_path, err) : 0;
+        if (!rc && dspark_path) rc = ds4_model_load_dspark(m, dspark_path, err);
     }
     if (rc) {
         ds4_model_close(m);

@@ -32,4 +32,20 @@ void fz_check(bool ok, const char *what);
 /* Little-endian reads for interpreting fuzz input as structured edits. */
 uint32_t fz_le32(const uint8_t *p);
 
+/* The tiny-dspark model split as llama.cpp ships it (ds4_dflash_write_split):
+ * the trunk's bytes and the drafter file's.  Exits on failure. */
+void fz_dspark_split(uint8_t **trunk, size_t *trunk_len, uint8_t **draft, size_t *draft_len);
+
+/* A list of edits applied to a copy of base (base_len bytes, the first
+ * header_len of them metadata and tensor directory) in work; returns the
+ * edited length.
+ *   record = u32 w, then operands;  kind = w >> 30, off = w & 0x3fffffff
+ *     kind 0: n = next byte % 16; overwrite n bytes at off % header size
+ *     kind 1: the same anywhere in the file
+ *     kind 2: write the next byte's pick of interesting u64 values
+ *             (0, 1, -1, 2^31, 2^32, 2^63, ...) little-endian at off % header
+ *     kind 3: truncate the file to off % (size + 1) */
+size_t fz_edit(const uint8_t *base, size_t base_len, uint64_t header_len, uint8_t *work,
+               const uint8_t *ed, size_t n);
+
 #endif

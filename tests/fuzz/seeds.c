@@ -10,6 +10,7 @@
  *   model      edit lists for fuzz_model: none (the model itself), and one
  *              interesting value written over each metadata value, each
  *              array count and each field of each tensor's info record;
+ *   dflash     the same for fuzz_dflash, of tiny-dspark's drafter file;
  *   tokenizer  the prompts of vectors/prompts, special-token strings, chat
  *              messages as JSON, scripts, digits, whitespace, bad UTF-8;
  *   parsers    a committed golden and cut-down ones (complete,
@@ -114,35 +115,34 @@ static void gguf_seeds(void) {
 
 /* ---------------------------------------------------------------- model */
 
-/* One fuzz_model record: kind 2 writes interesting[pick] at off. */
-static void put_edit(const char *name, uint64_t off, uint8_t pick) {
+/* One fz_edit record for TARGET: kind 2 writes interesting[pick] at off. */
+static void put_edit(const char *target, const char *name, uint64_t off, uint8_t pick) {
     uint8_t rec[5];
     uint32_t w = (2u << 30) | (uint32_t)(off & 0x3fffffff);
     for (int b = 0; b < 4; b++) rec[b] = (uint8_t)(w >> 8 * b);
     rec[4] = pick;
-    put("model", name, rec, sizeof(rec));
+    put(target, name, rec, sizeof(rec));
 }
 
-static void model_seeds(void) {
-    uint8_t *buf;
-    size_t len;
-    fz_tiny_model(false, &buf, &len);
+/* Edit lists of a GGUF (buf, len) for TARGET: none, and one interesting
+ * value over each metadata value, array count and tensor info field. */
+static void edit_seeds(const char *target, uint8_t *buf, size_t len) {
     ds4_gguf_file g;
     ds4err err = {0};
-    if (ds4_gguf_parse(&g, buf, len, "tiny.gguf", &err)) fail("tiny model", err.msg);
-    put("model", "unedited", "", 0);
+    if (ds4_gguf_parse(&g, buf, len, target, &err)) fail(target, err.msg);
+    put(target, "unedited", "", 0);
     char name[64];
     /* Picks index fuzz_model's table: 0 -> 0, 2 -> 2, 22 -> UINT32_MAX,
      * 26 -> UINT64_MAX, 29 -> NaN. */
     for (uint64_t i = 0; i < g.n_kv; i++) {
         const ds4_gguf_kv *kv = &g.kv[i];
         snprintf(name, sizeof(name), "kv%llu-zero", (unsigned long long)i);
-        put_edit(name, kv->value_off, 0);
+        put_edit(target, name, kv->value_off, 0);
         snprintf(name, sizeof(name), "kv%llu-nan", (unsigned long long)i);
-        put_edit(name, kv->value_off, 29);
+        put_edit(target, name, kv->value_off, 29);
         if (kv->type == GGUF_ARR) {   /* u32 element type, then the u64 count */
             snprintf(name, sizeof(name), "kv%llu-count", (unsigned long long)i);
-            put_edit(name, kv->value_off + 4, 22);
+            put_edit(target, name, kv->value_off + 4, 22);
         }
     }
     for (uint64_t i = 0; i < g.n_tensors; i++) {
@@ -154,15 +154,28 @@ static void model_seeds(void) {
         const uint8_t pick[4] = {0, 2, 0, 26};
         for (int f = 0; f < 4; f++) {
             snprintf(name, sizeof(name), "t%llu-%s", (unsigned long long)i, what[f]);
-            put_edit(name, fields[f], pick[f]);
+            put_edit(target, name, fields[f], pick[f]);
         }
     }
     uint8_t trunc[4];
     uint32_t w = (3u << 30) | (uint32_t)g.data_off;
     for (int b = 0; b < 4; b++) trunc[b] = (uint8_t)(w >> 8 * b);
-    put("model", "truncate-at-data", trunc, sizeof(trunc));
+    put(target, "truncate-at-data", trunc, sizeof(trunc));
     ds4_gguf_close(&g);
+}
+
+static void model_seeds(void) {
+    uint8_t *buf;
+    size_t len;
+    fz_tiny_model(false, &buf, &len);
+    edit_seeds("model", buf, len);
     free(buf);
+    uint8_t *trunk, *draft;
+    size_t trunk_len, draft_len;
+    fz_dspark_split(&trunk, &trunk_len, &draft, &draft_len);
+    edit_seeds("dflash", draft, draft_len);
+    free(trunk);
+    free(draft);
 }
 
 /* ---------------------------------------------------------------- tokenizer */
