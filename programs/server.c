@@ -54,7 +54,8 @@ typedef struct server {
     volatile int stopping;
     int open;                     /* requests begun whose answers are not sent yet */
     int conns;                    /* connections open, idle and half-sent ones included */
-    volatile int listening;       /* libmicrohttpd's messages are shown from then on */
+    int listening;                /* libmicrohttpd's messages are shown from then on */
+    char start_msg[256];          /* its last message before that (a failed start's reason) */
     int max_conns;                /* beyond this a request is answered 503 at once */
 } server;
 
@@ -623,6 +624,12 @@ static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_
         jobs[i]->stop_len = st->r.stop_len;
     }
     st->n = n;
+    /* A stream waits for its tokens inside the content reader, which
+     * libmicrohttpd does not count as activity: --timeout, meant for idle
+     * clients, would cut a stream whose next token is slow to come (a queued
+     * request, a long prompt).  A client that leaves is seen by
+     * client_gone. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)0);
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
@@ -775,10 +782,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
  * line says what failed (a port in use, say) and these would repeat it;
  * once it listens, they are shown, marked as the library's. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    const server *sv = cls;
-    if (!sv->listening) return;
-    fputs("ds4ref-server: libmicrohttpd: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    server *sv = cls;
+    if (!__atomic_load_n(&sv->listening, __ATOMIC_SEQ_CST)) {
+        vsnprintf(sv->start_msg, sizeof(sv->start_msg), fmt, ap);
+        return;
+    }
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    /* One write a message, so that threads' lines do not interleave. */
+    fprintf(stderr, "ds4ref-server: libmicrohttpd: %s%s", line,
+            line[0] && line[strlen(line) - 1] == '\n' ? "" : "\n");
 }
 
 /* Connections counted from accept to close (MHD_OPTION_NOTIFY_CONNECTION). */
@@ -830,7 +843,7 @@ static void usage_text(FILE *f) {
             "  --timeout S        a connection idle this many seconds is closed: keep-alive\n"
             "                     clients, and clients that stop sending (default 60)\n"
             "  --max-connections N  connections open (idle ones too) beyond which a request\n"
-            "                     is answered 503 at once (default 256)\n"
+            "                     is answered 503 at once (default 256, at most 900)\n"
             "  --qat on|off       the official FP8/FP4 roundings (default on)\n"
             "  --chunk N          prompt tokens of a row a forward pass\n"
             "  --name NAME        the model's id in responses (default: the file's name)\n"
@@ -896,7 +909,9 @@ int main(int argc, char **argv) {
         case O_QUEUE: bad = number("--queue", v, 0, 1 << 20, &queue); break;
         case O_BODY: bad = number("--max-body", v, 1024, 1LL << 30, &body); break;
         case O_TIMEOUT: bad = number("--timeout", v, 1, 86400, &timeout); break;
-        case O_MAX_CONNS: bad = number("--max-connections", v, 1, 4096, &max_conns); break;
+        /* libmicrohttpd's select() takes descriptors below FD_SETSIZE (1024)
+         * only: the slack and the server's own files stay under it. */
+        case O_MAX_CONNS: bad = number("--max-connections", v, 1, 900, &max_conns); break;
         case O_CHUNK: bad = number("--chunk", v, 1, 1 << 20, &chunk); break;
         case O_NAME: name = v; break;
         case O_RELEASE:
@@ -978,13 +993,19 @@ int main(int argc, char **argv) {
          * refuses (closes) only past this slack, kept for those answers. */
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_conns + SERVER_CONN_SLACK), MHD_OPTION_END);
     if (!d) {
-        fprintf(stderr, "ds4ref-server: cannot listen on %s:%lld: %s\n", host, port, strerror(errno));
+        /* errno is the bind's when that failed; otherwise libmicrohttpd's
+         * own last message says why. */
+        const int why = errno;
+        size_t k = strlen(sv.start_msg);
+        while (k && sv.start_msg[k - 1] == '\n') sv.start_msg[--k] = '\0';
+        fprintf(stderr, "ds4ref-server: cannot listen on %s:%lld: %s\n", host, port,
+                why ? strerror(why) : sv.start_msg[0] ? sv.start_msg : "libmicrohttpd did not start");
         srv_sched_stop(sv.sched);
         srv_sched_free(sv.sched);
         ds4ref_model_close(sv.m);
         return DS4REF_E_IO;
     }
-    sv.listening = 1;
+    __atomic_store_n(&sv.listening, 1, __ATOMIC_SEQ_CST);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "ds4ref-server: listening on http://%s:%u (model %s, kernels %s)\n", host,
             di ? di->port : (unsigned)port, sv.name, ds4ref_kernels());

@@ -443,6 +443,10 @@ check "... and the stream of plain decoding" bash -c \
     'cmp <(tail -n +2 "$1") <(tail -n +2 "$2") && cmp <(tail -n +2 "$1") <(tail -n +2 "$3")' _ \
     "$tmp/dspark-plain.jsonl" "$tmp/dspark-one.jsonl" "$tmp/dspark-two.jsonl"
 check "... its golden names the drafter" grep -q '"mtp_draft":5,"drafter":"dspark"' "$tmp/dspark-one.jsonl"
+check "... with --chunk 1 (the engine holds a block all the same): the same stream" bash -c \
+    './ds4ref -m "$1" -p "The capital of Italy is" --ignore-eos -n 24 --chunk 1 --mtp-draft 3 \
+         --golden-out "$3" > /dev/null 2>&1 && cmp <(tail -n +2 "$2") <(tail -n +2 "$3")' _ \
+    "$tmp/dspark.gguf" "$tmp/dspark-plain.jsonl" "$tmp/dspark-c1.jsonl"
 check "--dspark on a model with a drafter of its own -> 2" status_is 2 ./ds4ref -m "$tmp/dspark.gguf" \
     --dspark "$tmp/dspark-draft.gguf" "${ck[@]}"
 

@@ -395,6 +395,24 @@ for sk in slow:
     sk.close()
 s.stop()
 
+# --timeout is for idle clients, not slow tokens: a stream queued behind a
+# long request for longer than the timeout still streams to its end.
+s = Server("--timeout", "1", "--parallel", "1")
+hold = threading.Thread(target=lambda: s.call("/v1/completions", {
+    "prompt": "Hello", "max_tokens": 3000, "ignore_eos": True}, timeout=120))
+hold.start()
+for _ in range(50):
+    if s.json("/health")[1]["rows"] == 1:
+        break
+    time.sleep(0.05)
+t0 = time.time()
+st, out = s.call("/v1/completions", {"prompt": "Hi", "max_tokens": 4, "stream": True}, timeout=120)
+waited = time.time() - t0
+hold.join()
+check(f"a stream queued {waited:.1f} s behind a long request, with --timeout 1, streams to its end",
+      st == 200 and out.rstrip().endswith(b"data: [DONE]") and waited > 1.5)
+s.stop()
+
 # A port in use: one line, the server's, and a non-zero status
 # (libmicrohttpd's own bind message used to be printed beside it).
 taken = socket.socket()

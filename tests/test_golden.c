@@ -487,6 +487,19 @@ static void test_drafter_setting(void **state) {
     ds4_golden_write_header_line(&b, &g);
     assert_memory_equal(b.p, example_golden, b.len);
     ds4_buf_free(&b);
+    /* The writer refuses what the reader would: another name, or one
+     * without drafts. */
+    char *dir = tu_tmpdir(), *path = tu_path(dir, "g.jsonl");
+    ds4_golden_writer *w;
+    memcpy(g.h.settings.drafter, "script", 7);
+    g.h.settings.mtp_draft = 3;
+    assert_int_not_equal(ds4_golden_writer_open(&w, path, &g.h, &err), 0);
+    assert_non_null(strstr(err.msg, "drafter"));
+    memcpy(g.h.settings.drafter, "dspark", 7);
+    g.h.settings.mtp_draft = 0;
+    assert_int_not_equal(ds4_golden_writer_open(&w, path, &g.h, &err), 0);
+    free(path);
+    tu_rmdir(dir);
     ds4_golden_free(&g);
 }
 

@@ -99,9 +99,14 @@ static int prepare_prompts(ds4_cf_ref *ref, const ds4_tokenizer *tok, const ds4_
  * placeholder a dimension keeps one value: depth 0, the whole prompt (or
  * the last chunk listed), one row. */
 static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cell *c) {
+    if (c->conf && !(uses & 1u << DS4_CF_CONF)) return "the backend template has no {conf}";
+    if (c->conf && !c->draft) return "a confidence threshold without drafts";
     if (c->draft && !(uses & 1u << DS4_CF_DRAFT)) return "the backend template has no {draft}";
-    if (c->draft && !o->mtp_path && !o->own_drafter)
-        return "no MTP model (--mtp), and the model has no DSpark drafter";
+    /* A template that drafts with {mtp} drops its drafting without one. */
+    if (c->draft && !o->mtp_path && (!o->own_drafter || uses & 1u << DS4_CF_MTP))
+        return o->own_drafter ? "no MTP model (--mtp): the model's own DSpark drafter is for a "
+                                "template without {mtp}"
+                              : "no MTP model (--mtp), and the model has no DSpark drafter";
     const ds4_cf_dim *ch = &o->matrix.chunk;
     bool has_whole = false;
     for (uint32_t i = 0; i < ch->n; i++) has_whole |= ch->v[i] == DS4_CF_WHOLE;
@@ -112,8 +117,6 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
         return "the backend template has no {batch} or {batch_tokens}";
     if (c->cache == DS4_CF_WARM && !o->server_url && !o->server_cmd)
         return "a warm prefix cache is a server's (--server, --server-cmd)";
-    if (c->conf && !(uses & 1u << DS4_CF_CONF)) return "the backend template has no {conf}";
-    if (c->conf && !c->draft) return "a confidence threshold without drafts";
     return NULL;
 }
 
@@ -125,7 +128,8 @@ static const char *cell_na(const ds4_cf_opts *o, uint32_t uses, const ds4_cf_cel
  * started for each cell would otherwise be started for 48 or 84 of them. */
 static void fit_matrix(ds4_cf_matrix *m, const ds4_cf_opts *o, uint32_t uses) {
     const bool server = o->server_url || o->server_cmd;
-    if (!m->draft.given && (server || !(uses & 1u << DS4_CF_DRAFT) || (!o->mtp_path && !o->own_drafter)))
+    const bool drafts = o->mtp_path || (o->own_drafter && !(uses & 1u << DS4_CF_MTP));
+    if (!m->draft.given && (server || !(uses & 1u << DS4_CF_DRAFT) || !drafts))
         m->draft = (ds4_cf_dim){.v = {0}, .n = 1};
     if (!m->chunk.given && (server || !(uses & (1u << DS4_CF_CHUNK | 1u << DS4_CF_CHUNK_TOTAL))))
         m->chunk = (ds4_cf_dim){.v = {DS4_CF_WHOLE}, .n = 1};

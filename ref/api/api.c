@@ -98,7 +98,11 @@ int ds4ref_model_open(const ds4ref_model_options *o, ds4ref_model **out, ds4ref_
         free(m);
         return api_fail(err, &e);
     }
-    int rc = ds4_engine_init(&m->e, &m->m, &fo, o->max_batch ? o->max_batch : 256, &e);
+    /* A DSpark block is one pass: the engine holds one at least, whatever
+     * the chunk the caller sized it for (the chunk never changes a value). */
+    uint32_t cap = o->max_batch ? o->max_batch : 256;
+    if (m->m.dspark && cap < m->m.cfg.dspark_block) cap = m->m.cfg.dspark_block;
+    int rc = ds4_engine_init(&m->e, &m->m, &fo, cap, &e);
     if (rc) {
         ds4_model_close(&m->m);
         free(m);

@@ -127,6 +127,12 @@ int ds4_golden_set_header(ds4_golden *g, const ds4_golden_header *h, ds4err *err
     if (h->settings.top_k > DS4_GOLDEN_MAX_TOP)
         return ds4_err_set(err, DS4_E_ARG, "golden header: top_k %u exceeds the limit %d",
                           h->settings.top_k, DS4_GOLDEN_MAX_TOP);
+    /* What the reader takes back (FORMATS.md 1.2): the DSpark drafter,
+     * named only with drafts; the MTP head is named by no key. */
+    const char *dr = h->settings.drafter;
+    if (dr[0] && (strcmp(dr, "dspark") || !h->settings.mtp_draft))
+        return ds4_err_set(err, DS4_E_ARG, "golden header: drafter '%.8s' with mtp_draft %u: only "
+                           "\"dspark\", with drafts, is recorded", dr, h->settings.mtp_draft);
     if (h->n_prompt && !h->prompt)
         return ds4_err_set(err, DS4_E_ARG, "golden header: %u prompt tokens but no token list",
                           h->n_prompt);

@@ -91,7 +91,7 @@ void ds4_golden_write_header_line(ds4_buf *b, const ds4_golden *g) {
     put_u64(b, s->max_steps);
     ds4_buf_puts(b, ",\"mtp_draft\":");
     put_u64(b, s->mtp_draft);
-    if (s->drafter[0] && strcmp(s->drafter, "mtp")) {
+    if (s->drafter[0]) {
         ds4_buf_puts(b, ",\"drafter\":");
         ds4_json_put_str(b, s->drafter, strlen(s->drafter));
     }

@@ -103,7 +103,9 @@ int ds4_dflash_write_split(const char *path, const char *trunk_path, const char 
         rc = name[0] ? copy_tensor(dw, t, name, err) : copy_tensor(tw, t, t->name, err);
     }
     if (rc == 0) rc = ds4_gguf_writer_save(tw, trunk_path, err);
-    if (rc == 0) rc = ds4_gguf_writer_save(dw, draft_path, err);
+    /* Both files or neither: a trunk without its drafter is not what was
+     * asked for. */
+    if (rc == 0 && (rc = ds4_gguf_writer_save(dw, draft_path, err))) remove(trunk_path);
     ds4_gguf_writer_free(tw);
     ds4_gguf_writer_free(dw);
     ds4_model_close(&m);

@@ -730,7 +730,8 @@ void ds4_model_close(ds4_model *m) {
 }
 
 uint64_t ds4_model_file_bytes(const ds4_model *m) {
-    uint64_t n = m->file.size + (m->mtp ? m->mtp->file.size : 0);
+    uint64_t n = m->file.size + (m->mtp ? m->mtp->file.size : 0) +
+                 (m->dspark && m->dspark->file.map ? m->dspark->file.size : 0);
     for (size_t s = 0; m->ckpt && s < m->ckpt->n_shards; s++) n += m->ckpt->shards[s].size;
     return n;
 }

@@ -275,8 +275,7 @@ static int row_open(ds4_session *s, const ds4_tokenizer *tok, const int32_t *pro
     fill_header(s, prompt, n_prompt, o, ids->model, ids->has_mtp ? &ids->mtp : NULL, &h);
     const ds4_drafter *d = first->spec ? first->spec->drafter : NULL;
     h.settings.mtp_draft = d ? first->spec->n_draft : 0;
-    if (d && strcmp(d->name, "mtp"))
-        snprintf(h.settings.drafter, sizeof(h.settings.drafter), "%s", d->name);
+    if (d && !strcmp(d->name, "dspark")) memcpy(h.settings.drafter, "dspark", 7);
     int rc = ds4_golden_writer_open(&r->w, o->golden_path, &h, err);
     if (rc) extras_abort(x);
     *r = (run_ctx){tok, o, r->w, err, false};
