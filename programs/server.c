@@ -773,6 +773,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         srv_request_free(&r);
         return send_error(c, &e);
     }
+    /* A request for another model is not answered by this one (OpenAI:
+     * 404 model_not_found), so that a client pointed at the wrong server
+     * learns it. */
+    if (r.model && strcmp(r.model, sv->name)) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "no model '%.200s' here; this server serves '%.200s'", r.model,
+                 sv->name);
+        srv_request_free(&r);
+        return fail(c, 404, "invalid_request_error", "model", msg);
+    }
     if (kind == SRV_TOKENIZE) return serve_tokenize(sv, c, &r);
     if (kind == SRV_DETOKENIZE) return serve_detokenize(sv, c, &r);
     return serve_generate(sv, c, &r);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,49 @@ static int refuse_unsupported(json_t *o, srv_error *e) {
     return 0;
 }
 
+/* "model", which every endpoint takes: the server checks it names its model. */
+static int get_model(json_t *o, srv_request *r, srv_error *e) {
+    json_t *m = json_object_get(o, "model");
+    if (m && !json_is_null(m) && !json_is_string(m))
+        return bad(e, "model", "'model' must be a string, not %s", type_name(m));
+    r->model = m && json_is_string(m) ? json_string_value(m) : NULL;
+    return 0;
+}
+
+/* The fields each endpoint reads (lists end with NULL): the generation
+ * endpoints' shared ones, then each one's own. */
+static const char *const generation_fields[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop", "stream",
+    "ignore_eos", "return_tokens_as_token_ids", "n", "top_p", "frequency_penalty",
+    "presence_penalty", "repetition_penalty", "min_p", "top_k", "logit_bias", "user", NULL};
+static const char *const completion_fields[] = {"prompt", "logprobs", "echo", NULL};
+static const char *const chat_fields[] = {"messages", "logprobs", "top_logprobs", "thinking",
+                                          "chat_template_kwargs", "reasoning_effort", NULL};
+static const char *const tokenize_fields[] = {"model", "prompt", "messages", "special", NULL};
+static const char *const detokenize_fields[] = {"model", "tokens", NULL};
+
+static bool listed(const char *const *list, const char *key) {
+    for (size_t i = 0; list && list[i]; i++)
+        if (!strcmp(list[i], key)) return true;
+    return false;
+}
+
+/* Every field of the body is one the endpoint reads (in own, or in shared
+ * when not NULL): what it does not implement is refused by name (OpenAI's
+ * best_of, suffix, tools, response_format, stream_options, vLLM's
+ * prompt_logprobs, ...), never ignored. */
+static int only_known(json_t *o, const char *const *own, const char *const *shared,
+                      srv_error *e) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        if (!listed(own, key) && !listed(shared, key))
+            return bad(e, key, "'%.100s' is not supported by ds4ref-server (docs/SERVER.md lists "
+                       "the fields each endpoint takes)", key);
+    }
+    return 0;
+}
+
 /* The fields completions and chat share. */
 static int get_generation(json_t *o, srv_request *r, srv_error *e) {
     long long seed;
@@ -253,10 +297,7 @@ static int get_generation(json_t *o, srv_request *r, srv_error *e) {
         get_bool(o, "return_tokens_as_token_ids", 0, &r->token_ids, e))
         return -1;
     r->seed = (uint64_t)seed;
-    json_t *m = json_object_get(o, "model");
-    if (m && !json_is_null(m) && !json_is_string(m))
-        return bad(e, "model", "'model' must be a string, not %s", type_name(m));
-    return 0;
+    return get_model(o, r, e);
 }
 
 static int parse_completions(json_t *o, uint32_t n_vocab, srv_request *r, srv_error *e) {
@@ -333,10 +374,18 @@ int srv_request_parse(int kind, const char *body, size_t len, uint32_t n_vocab, 
                    je.column);
     if (!json_is_object(r->root)) return bad(e, "", "the body must be a JSON object");
     switch (kind) {
-    case SRV_COMPLETIONS: return parse_completions(r->root, n_vocab, r, e);
-    case SRV_CHAT: return parse_chat(r->root, r, e);
-    case SRV_TOKENIZE: return parse_tokenize(r->root, r, e);
-    default: return parse_detokenize(r->root, n_vocab, r, e);
+    case SRV_COMPLETIONS:
+        if (only_known(r->root, completion_fields, generation_fields, e)) return -1;
+        return parse_completions(r->root, n_vocab, r, e);
+    case SRV_CHAT:
+        if (only_known(r->root, chat_fields, generation_fields, e)) return -1;
+        return parse_chat(r->root, r, e);
+    case SRV_TOKENIZE:
+        if (only_known(r->root, tokenize_fields, NULL, e) || get_model(r->root, r, e)) return -1;
+        return parse_tokenize(r->root, r, e);
+    default:
+        if (only_known(r->root, detokenize_fields, NULL, e) || get_model(r->root, r, e)) return -1;
+        return parse_detokenize(r->root, n_vocab, r, e);
     }
 }
 

@@ -47,6 +47,7 @@ typedef struct srv_request {
     int logprobs;                 /* alternatives a token: -1 none, 0..SRV_MAX_TOP */
     int echo, stream, ignore_eos, token_ids, thinking, special;
     const char *effort;           /* "reasoning_effort": low, high or max; NULL: not given */
+    const char *model;            /* "model", or NULL: the server checks it is its own */
 } srv_request;
 
 typedef struct srv_error {

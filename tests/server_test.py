@@ -286,6 +286,21 @@ bad = [
      {"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "medium"}, None, 400, "reasoning_effort"),
     ("reasoning_effort low, which only 0731's encoder knows", "/v1/chat/completions",
      {"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}, None, 400, "messages"),
+    # What the server does not implement is refused by name, never ignored.
+    ("best_of", "/v1/completions", {"prompt": "x", "best_of": 2}, None, 400, "best_of"),
+    ("suffix", "/v1/completions", {"prompt": "x", "suffix": "y"}, None, 400, "suffix"),
+    ("prompt_logprobs", "/v1/completions", {"prompt": "x", "prompt_logprobs": 1}, None, 400,
+     "prompt_logprobs"),
+    ("stream_options", "/v1/completions", {"prompt": "x", "stream": True,
+                                           "stream_options": {"include_usage": True}}, None, 400,
+     "stream_options"),
+    ("tools", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                       "tools": []}, None, 400, "tools"),
+    ("response_format", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                 "response_format": {"type": "json_object"}},
+     None, 400, "response_format"),
+    ("another model", "/v1/completions", {"prompt": "x", "model": "gpt-4"}, None, 404, "model"),
+    ("another model, tokenizing", "/tokenize", {"prompt": "x", "model": "gpt-4"}, None, 404, "model"),
     ("an unknown endpoint", "/v1/nothing", {}, None, 404, None),
     ("GET on a POST endpoint", "/v1/completions", None, None, 405, None),
 ]
@@ -297,6 +312,8 @@ for what, path, body, raw, status, param in bad:
         err = None
     check(f"{what} -> {status} with an error object" + (f" naming {param}" if param else ""),
           st == status and err is not None and err["message"] and (param is None or err["param"] == param))
+st, r = s.json("/v1/completions", {"prompt": "x", "max_tokens": 2, "model": "tiny.gguf", "user": "u"})
+check("the server's own model, and OpenAI's user field: 200", st == 200)
 st, r = s.json("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "ignore_eos": True})
 check("... and the server still answers as before", st == 200 and r["choices"] == whole["choices"])
 
