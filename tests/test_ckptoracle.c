@@ -106,6 +106,19 @@ static void check_same_checkpoint(const char *out, const char *list) {
 }
 
 /* `count` whitespace-separated integers of the file `name`. */
+/* The checkpoint of config written again, required to be the one the
+ * official code read (list), opened with its numerics: the folder, which
+ * remove_checkpoint removes. */
+static char *open_checkpoint(const char *config, bool mtp, const char *list, bool qat, ds4_model *m) {
+    char *out = write_checkpoint(config, mtp);
+    check_same_checkpoint(out, list);
+    ds4err err = {0};
+    if (ds4_hfbind_open(m, out, &err)) fail_msg("%s", err.msg);
+    if (qat && ds4_numerics_check_official(m, out, &err)) fail_msg("%s", err.msg);
+    ds4_numerics_apply(m, 0, qat);
+    return out;
+}
+
 static int32_t *read_ints(const char *name, uint32_t count) {
     char *p = off_path(name);
     FILE *f = fopen(p, "r");
@@ -195,13 +208,8 @@ static double *reference(const char *name, size_t count, bool f32) {
 }
 
 static void against_official(bool qat) {
-    char *out = write_checkpoint("tiny-ckpt", true);
-    check_same_checkpoint(out, "ckpt/checkpoint.sha256");
-    ds4err err = {0};
     ds4_model m;
-    if (ds4_hfbind_open(&m, out, &err)) fail_msg("%s", err.msg);
-    if (qat && ds4_numerics_check_official(&m, out, &err)) fail_msg("%s", err.msg);
-    ds4_numerics_apply(&m, 0, qat);
+    char *out = open_checkpoint("tiny-ckpt", true, "ckpt/checkpoint.sha256", qat, &m);
     assert_non_null(m.mtp);
     const uint32_t V = m.cfg.n_vocab;
     /* Under valgrind the first 40 positions (the window, the first
@@ -267,13 +275,8 @@ static void dspark_block(const ds4_model *m, bool qat, const int32_t *tok, uint3
 }
 
 static void dspark_against_official(bool qat) {
-    char *out = write_checkpoint("tiny-dspark", false);
-    check_same_checkpoint(out, "dspark/checkpoint.sha256");
-    ds4err err = {0};
     ds4_model m;
-    if (ds4_hfbind_open(&m, out, &err)) fail_msg("%s", err.msg);
-    if (qat && ds4_numerics_check_official(&m, out, &err)) fail_msg("%s", err.msg);
-    ds4_numerics_apply(&m, 0, qat);
+    char *out = open_checkpoint("tiny-dspark", false, "dspark/checkpoint.sha256", qat, &m);
     assert_non_null(m.dspark);
     const ds4_config *c = &m.cfg;
     const uint32_t V = c->n_vocab, B = c->dspark_block, n = c->n_embd;

@@ -122,15 +122,21 @@ static int run_block(ds4_engine *e, const ds4_layer *L, uint32_t il, uint32_t ta
 /* ================================================================= trunk */
 
 /* Checks that keep a bad request from touching any state. */
-static int check_seq(const ds4_engine *e, const ds4_fwd_seq *q, uint32_t i, ds4err *err) {
-    const ds4_config *c = &e->m->cfg;
-    if (q->n > q->kv->chunk)
+/* n more positions of state kv (sequence i) fit one pass and its context. */
+static int check_room(const ds4_kv *kv, uint32_t n, uint32_t i, ds4err *err) {
+    if (n > kv->chunk)
         return ds4_err_set(err, DS4_E_ARG, "sequence %u: %u tokens in one pass exceed its chunk size %u",
-                          i, q->n, q->kv->chunk);
-    if ((uint64_t)q->kv->pos + q->n > q->kv->ctx)
+                          i, n, kv->chunk);
+    if ((uint64_t)kv->pos + n > kv->ctx)
         return ds4_err_set(err, DS4_E_RANGE,
                           "sequence %u: positions %u..%u exceed the context of %u tokens",
-                          i, q->kv->pos, q->kv->pos + q->n - 1, q->kv->ctx);
+                          i, kv->pos, kv->pos + n - 1, kv->ctx);
+    return 0;
+}
+
+static int check_seq(const ds4_engine *e, const ds4_fwd_seq *q, uint32_t i, ds4err *err) {
+    const ds4_config *c = &e->m->cfg;
+    if (check_room(q->kv, q->n, i, err)) return -1;
     for (uint32_t j = 0; j < q->n; j++)
         if (q->tokens[j] < 0 || (uint32_t)q->tokens[j] >= c->n_vocab)
             return ds4_err_set(err, DS4_E_RANGE, "token id %d at index %u is outside the vocabulary [0, %u)",
@@ -363,13 +369,7 @@ static int dspark_ctx_pass(ds4_engine *e, ds4_dspark_ctx *seqs, uint32_t n_seqs,
     uint32_t T = 0, n = c->n_embd;
     for (uint32_t i = 0; i < n_seqs; i++) {
         const ds4_dspark_ctx *q = &seqs[i];
-        if (dspark_check_state(e, q->kv, i, err)) return -1;
-        if (q->n > q->kv->chunk)
-            return ds4_err_set(err, DS4_E_ARG, "sequence %u: %u context rows in one pass exceed its chunk size %u",
-                              i, q->n, q->kv->chunk);
-        if ((uint64_t)q->kv->pos + q->n > q->kv->ctx)
-            return ds4_err_set(err, DS4_E_RANGE, "sequence %u: positions %u..%u exceed the context of %u tokens",
-                              i, q->kv->pos, q->kv->pos + q->n - 1, q->kv->ctx);
+        if (dspark_check_state(e, q->kv, i, err) || check_room(q->kv, q->n, i, err)) return -1;
         for (uint32_t j = 0; j < i; j++)
             if (seqs[j].kv == q->kv)
                 return ds4_err_set(err, DS4_E_ARG, "sequences %u and %u share one state", j, i);
