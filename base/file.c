@@ -170,7 +170,7 @@ void ds4_file_remove_tree(const char *path) {
     rmdir(path);
 }
 
-int ds4_file_sha256(const char *path, char hex[65], ds4err *err) {
+int ds4_file_sha256(const char *path, char hex[65], const volatile int *cancel, ds4err *err) {
     int fd;
     do {
         fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -181,11 +181,14 @@ int ds4_file_sha256(const char *path, char hex[65], ds4err *err) {
     ds4_sha256 s;
     ds4_sha256_init(&s);
     ssize_t r = buf ? 0 : -1;
-    while (buf && (r = read_some(fd, buf, PIECE)) > 0) ds4_sha256_update(&s, buf, (size_t)r);
+    int stopped = 0;
+    while (buf && !(stopped = cancel && *cancel) && (r = read_some(fd, buf, PIECE)) > 0)
+        ds4_sha256_update(&s, buf, (size_t)r);
     const int saved = errno;
     close(fd);
     free(buf);
     if (!buf) return ds4_err_set(err, DS4_E_NOMEM, "%s: out of memory", path);
+    if (stopped) return ds4_err_set(err, DS4_E_INTERRUPTED, "%s: digest cancelled", path);
     if (r < 0) return ds4_err_set(err, DS4_E_IO, "%s: cannot read: %s", path, strerror(saved));
     uint8_t d[32];
     ds4_sha256_final(&s, d);

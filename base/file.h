@@ -38,8 +38,10 @@ void ds4_file_remove_tree(const char *path);
 
 /* The SHA-256 of a whole file as 64 lowercase hex digits, what sha256sum
  * prints: read in pieces, so a model of any size takes its own time and
- * no more memory.  DS4_E_IO naming the file when it cannot be read. */
-int ds4_file_sha256(const char *path, char hex[65], ds4err *err);
+ * no more memory.  DS4_E_IO naming the file when it cannot be read;
+ * DS4_E_INTERRUPTED when *cancel (NULL: never) became non-zero between two
+ * pieces. */
+int ds4_file_sha256(const char *path, char hex[65], const volatile int *cancel, ds4err *err);
 
 /* A whole regular file mapped read-only (mmap, MAP_PRIVATE): the model
  * files, whose tensors are used in place.  An empty file cannot be mapped;

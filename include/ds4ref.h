@@ -549,6 +549,14 @@ int ds4ref_gguf_to_checkpoint(const char *path, const char *mtp_path, const char
  * than 1 GiB, or out of memory). */
 int ds4ref_read_file(const char *path, char **data, size_t *len, ds4ref_error *err);
 
+/* The SHA-256 of a whole file as 64 lowercase hex digits and a NUL, what
+ * sha256sum prints (a model's identity: ds4ref-conform compares it with its
+ * reference's file).  Read in pieces; cancel (NULL: never) is looked at
+ * between them, for a caller that stops a digest of a large file early
+ * (DS4REF_E_INTERRUPTED).  Errors: DS4REF_E_IO naming the file. */
+int ds4ref_file_sha256(const char *path, char hex[65], const volatile int *cancel,
+                       ds4ref_error *err);
+
 /* The logits file (ds4ref --logits-out; README, "Output formats"): rows of
  * n_vocab f32, little-endian, row-major, no header.
  *

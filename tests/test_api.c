@@ -1043,7 +1043,7 @@ static void test_threads_grow(void **state) {
 
 /* ds4ref_read_file and the logits file: a round trip whose bytes are the
  * values' little-endian encodings written out by hand, an aborted write that
- * leaves the old file, and errors that name the path. */
+ * leaves the old file, and errors that name the path; a file's SHA-256. */
 static void test_files(void **state) {
     fixture *f = *state;
     char *path = tu_path(f->dir, "out.bin"), *missing = tu_path(f->dir, "no/such/dir/out.bin");
@@ -1079,6 +1079,26 @@ static void test_files(void **state) {
     assert_non_null(strstr(e.message, missing));
     assert_int_equal(ds4ref_logits_open(path, 0, &o, &e), DS4REF_E_ARG);
     assert_int_equal(ds4ref_read_file(missing, &data, &len, &e), DS4REF_E_IO);
+    assert_non_null(strstr(e.message, missing));
+
+    /* ds4ref_file_sha256: FIPS 180-2's vectors ("abc"; a million 'a'), a
+     * cancelled digest, a missing file named. */
+    char hex[65];
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    fputs("abc", fp);
+    fclose(fp);
+    assert_int_equal(ds4ref_file_sha256(path, hex, NULL, &e), 0);
+    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    for (int i = 0; i < 1000000; i++) fputc('a', fp);
+    fclose(fp);
+    assert_int_equal(ds4ref_file_sha256(path, hex, NULL, &e), 0);
+    assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    const volatile int stop = 1;
+    assert_int_equal(ds4ref_file_sha256(path, hex, &stop, &e), DS4REF_E_INTERRUPTED);
+    assert_int_equal(ds4ref_file_sha256(missing, hex, NULL, &e), DS4REF_E_IO);
     assert_non_null(strstr(e.message, missing));
     remove(path);
     free(path);

@@ -33,7 +33,7 @@ static int digest(const char *path, char hex[65], ds4err *err) {
         return ds4_err_set(err, DS4_E_ARG, "%s is not a file (a checkpoint's folder?): a model's "
                            "identity by SHA-256 ({model_sha256}, a dump's model_sha256) needs "
                            "one file", path);
-    return ds4_file_sha256(path, hex, err);
+    return ds4_file_sha256(path, hex, NULL, err);
 }
 
 int ds4chk_identity_model_sha256(ds4_cf_identity *id, const char **hex, ds4err *err) {
@@ -63,7 +63,7 @@ static int other_digest(ds4_cf_identity *id, const char *path, const struct stat
         id->seen.size == a->st_size && id->seen.mtime == a->st_mtime)
         return 0;
     id->seen.sha[0] = '\0';
-    if (ds4_file_sha256(path, id->seen.sha, err)) return -1;
+    if (ds4_file_sha256(path, id->seen.sha, NULL, err)) return -1;
     id->seen.dev = a->st_dev;
     id->seen.ino = a->st_ino;
     id->seen.size = a->st_size;
@@ -129,7 +129,10 @@ static int check_entry(ds4_cf_identity *id, const ds4_cf_named *e, bool local, c
             if (digest(id->twin, id->twin_sha, err)) return -1;
             same = !strcmp(e->sha, id->twin_sha);
         }
-        if (!same) snprintf(other, cap, "model_sha256 %.16s...", e->sha);
+        /* The path too when the entry gives one: it says which file. */
+        if (!same)
+            snprintf(other, cap, "%s%smodel_sha256 %.16s...", e->root, e->root[0] ? ", " : "",
+                     e->sha);
         return same ? 1 : 2;
     }
     const char *paths[2] = {e->root, e->id};

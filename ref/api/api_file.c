@@ -21,6 +21,13 @@ int ds4ref_read_file(const char *path, char **data, size_t *len, ds4ref_error *e
     return api_result(err, ds4_file_read(path, READ_LIMIT, data, len, &e), &e);
 }
 
+int ds4ref_file_sha256(const char *path, char hex[65], const volatile int *cancel,
+                       ds4ref_error *err) {
+    ds4err e = {0};
+    if (!path) return api_fail_msg(err, DS4REF_E_ARG, "ds4ref_file_sha256: no path");
+    return api_result(err, ds4_file_sha256(path, hex, cancel, &e), &e);
+}
+
 int ds4ref_logits_open(const char *path, uint32_t n_vocab, ds4ref_logits_file **out,
                        ds4ref_error *err) {
     *out = NULL;
