@@ -118,7 +118,8 @@ $(BINDIR)/ds4ref-mkmodel $(BINDIR)/ds4ref-gguf: $(BINDIR)/ds4ref-%: $(BUILD)/pro
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 $(CHECK_PROGRAMS): $(BINDIR)/ds4ref-%: $(BUILD)/programs/%.o $(LIBS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CHECK_LDLIBS) $(LDLIBS)
-SERVER_OBJ = $(addprefix $(BUILD)/programs/,server.o server_request.o server_sched.o)
+SERVER_OBJ = $(addprefix $(BUILD)/programs/,server.o server_request.o server_sched.o \
+             server_metrics.o)
 $(BINDIR)/ds4ref-server: $(SERVER_OBJ) $(BUILD)/libds4ref.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lmicrohttpd -ljansson -lpthread $(LDLIBS)
 $(BINDIR)/ds4ref-llama: $(BUILD)/programs/llama.o

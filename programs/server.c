@@ -6,9 +6,10 @@
  *
  * Requests are parsed and checked in server_request.c; every request in
  * flight is a row that server_sched.c decodes with all the others, one
- * shared forward pass at a time.  This file is the HTTP side: routing,
- * prompts into tokens, jobs into OpenAI responses (whole or as server-sent
- * events), clients that leave, and shutdown.  docs/SERVER.md says what
+ * shared forward pass at a time; server_metrics.c counts what /metrics
+ * says.  This file is the HTTP side: routing, prompts into tokens, jobs
+ * into OpenAI responses (whole or as server-sent events), clients that
+ * leave or half-close, and shutdown.  docs/SERVER.md says what
  * each endpoint takes and returns. */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +34,7 @@
 #include "ds4ref.h"
 
 #include "options.h"
+#include "server_metrics.h"
 #include "server_request.h"
 #include "server_sched.h"
 #include "wait_policy.h"
@@ -57,7 +60,17 @@ typedef struct server {
     int listening;                /* libmicrohttpd's messages are shown from then on */
     char start_msg[256];          /* its last message before that (a failed start's reason) */
     int max_conns;                /* beyond this a request is answered 503 at once */
+    srv_metrics metrics;
+    char info_labels[1024];       /* ds4ref_info's labels */
+    pthread_t digest_thread;
+    char model_sha256[65];        /* the model file's, once computed ("" until then) */
+    volatile int digest_cancel;
 } server;
+
+/* The status of the response this thread queued in its current call from
+ * libmicrohttpd (0: none yet), for /metrics: with a thread per connection,
+ * a request's handler runs on its connection's thread. */
+static _Thread_local unsigned answered;
 
 /* ---- responses ---------------------------------------------------------- */
 
@@ -70,6 +83,7 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
     MHD_add_response_header(r, "Content-Type", "application/json");
     enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
+    answered = status;
     return ok;
 }
 
@@ -144,16 +158,6 @@ static json_t *token_name(const server *sv, int32_t id, int as_id) {
     return v;
 }
 
-static json_t *byte_list(const server *sv, int32_t id) {
-    char *b = NULL;
-    size_t n = 0;
-    ds4ref_error e;
-    json_t *a = json_array();
-    if (ds4ref_detokenize(sv->m, &id, 1, &b, &n, &e) == 0)
-        for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((uint8_t)b[i]));
-    ds4ref_free(b);
-    return a;
-}
 
 /* ---- jobs ---------------------------------------------------------------- */
 
@@ -175,8 +179,10 @@ static int prompt_ids(const server *sv, const srv_prompt *p, int32_t **ids, size
 }
 
 /* A job for prompt ids (taken over), its limits checked against the
- * context: the prompt must fit, and max_tokens is cut to the room left
- * (the last token is never evaluated). */
+ * context: the prompt and what is generated together fit it (usage's
+ * total_tokens is at most the context), max_tokens cut to the room left,
+ * as vLLM does; a prompt that leaves no room is refused unless it is only
+ * scored (max_tokens 0). */
 static srv_job *new_job(const server *sv, const srv_request *r, int32_t *ids, size_t n,
                         srv_error *e) {
     if (n == 0) {
@@ -184,10 +190,12 @@ static srv_job *new_job(const server *sv, const srv_request *r, int32_t *ids, si
         srv_error_set(e, 400, "invalid_request_error", "prompt", "the prompt has no tokens");
         return NULL;
     }
-    if (n > sv->ctx) {
+    if (n > sv->ctx || (n == sv->ctx && r->max_tokens != 0)) {
         free(ids);
         srv_error_set(e, 400, "invalid_request_error", r->kind == SRV_CHAT ? "messages" : "prompt",
-                      "the prompt has %zu tokens, more than the context of %u (--ctx)", n, sv->ctx);
+                      "the prompt has %zu tokens, %s the context of %u (--ctx)%s", n,
+                      n > sv->ctx ? "more than" : "all of", sv->ctx,
+                      n > sv->ctx ? "" : ": no room to generate");
         return NULL;
     }
     srv_job *j = calloc(1, sizeof(*j));
@@ -196,15 +204,18 @@ static srv_job *new_job(const server *sv, const srv_request *r, int32_t *ids, si
         srv_error_set(e, 500, "server_error", NULL, "out of memory");
         return NULL;
     }
-    const uint64_t room = sv->ctx - n + 1;
-    const uint64_t want = r->max_tokens > 0 ? (uint64_t)r->max_tokens : room;
+    const uint64_t room = sv->ctx - n;
+    const uint64_t want = r->max_tokens >= 0 ? (uint64_t)r->max_tokens : room;
     j->prompt = ids;
     j->n_prompt = n;
     j->max_tokens = (uint32_t)(want < room ? want : room);
     j->temperature = r->temperature;
     j->seed = r->seed;
     j->top = r->logprobs > 0 ? (uint32_t)r->logprobs : 0;
-    j->prompt_logprobs = r->echo && r->logprobs >= 0;
+    const int echo_lp = r->echo && r->logprobs >= 0;
+    j->prompt_logprobs = echo_lp || r->prompt_logprobs >= 0;
+    const int want_top = echo_lp ? r->logprobs : 0;
+    j->prompt_top = (uint32_t)(r->prompt_logprobs > want_top ? r->prompt_logprobs : want_top);
     j->stop_at_eos = !r->ignore_eos;
     j->stop = r->stop;
     j->stop_len = r->stop_len;
@@ -236,55 +247,167 @@ static int make_jobs(const server *sv, const srv_request *r, srv_job **jobs, siz
     return 0;
 }
 
-/* Is the client gone?  The socket reads end of file (or fails) while the
- * request is being served. */
-static int client_gone(struct MHD_Connection *c) {
+enum { PEER_HERE, PEER_GONE, PEER_FIN };
+
+/* What the socket says of the client: here; gone (reset, or an error); or
+ * a FIN, which alone does not say: a client that closed and one that only
+ * shut its sending side after its request (and still reads) both sent one. */
+static int peer_state(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 0;
+    if (!ci) return PEER_HERE;
     struct pollfd p = {ci->connect_fd, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0) return 0;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
+    if (poll(&p, 1, 0) <= 0) return PEER_HERE;
+    if (p.revents & (POLLHUP | POLLERR)) return PEER_GONE;
+    if (p.revents & POLLRDHUP) return PEER_FIN;
     char b;
-    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    const ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return PEER_FIN;
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK ? PEER_GONE : PEER_HERE;
+}
+
+/* Is the client of a request still waiting for its answer gone?  After a
+ * FIN the connection is probed once: an interim "100 Continue" response,
+ * which HTTP/1.1 clients skip before the final one (RFC 9110, 15.2).  A
+ * client that closed answers it with a reset, seen at the next look; one
+ * that half-closed reads it and waits on.  HTTP/1.0 has no interim
+ * responses, so there a FIN is taken as gone. */
+static int client_gone(struct MHD_Connection *c, int http11, int *probed) {
+    const int state = peer_state(c);
+    if (state != PEER_FIN) return state == PEER_GONE;
+    if (*probed) return 0;
+    if (!http11) return 1;
+    *probed = 1;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    return !ci || send(ci->connect_fd, probe, strlen(probe), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+                      (ssize_t)strlen(probe);
 }
 
 /* ---- completions and chat, whole -------------------------------------- */
 
-/* The logprobs object of a completion choice: the prompt's tokens first
- * when echoed, then the generated ones. */
-static json_t *completion_logprobs(const server *sv, const srv_request *r, const srv_job *j) {
-    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t off = 0;
-    const size_t np = j->prompt_logprobs ? j->n_prompt : 0;
-    for (size_t i = 0; i < np + j->n_steps; i++) {
-        const srv_step *st = i < np ? &j->prompt_steps[i] : &j->steps[i - np];
-        json_t *name = token_name(sv, st->id, r->token_ids);
-        json_array_append_new(offs, json_integer((json_int_t)off));
-        char *b = NULL;
-        size_t nb = 0;
-        ds4ref_error e;
-        if (!ds4ref_detokenize(sv->m, &st->id, 1, &b, &nb, &e)) off += nb;
-        ds4ref_free(b);
-        json_array_append_new(toks, name);
-        json_array_append_new(lps, i == 0 && np ? json_null() : json_real(st->logprob));
-        if (i == 0 && np) {
-            json_array_append_new(tops, json_null());
+/* A token's bytes (empty when they cannot be had). */
+static char *token_bytes(const server *sv, int32_t id, size_t *n) {
+    char *b = NULL;
+    ds4ref_error e;
+    *n = 0;
+    if (ds4ref_detokenize(sv->m, &id, 1, &b, n, &e)) return NULL;
+    return b;
+}
+
+/* The characters of a token's bytes decoded alone: a well-formed character
+ * is one, and so is each byte that begins none (U+FFFD in text).  A
+ * completion's text_offset sums them, token by token, as vLLM sums its
+ * tokens' lengths: a stream can say it as each token comes. */
+static size_t token_chars(const server *sv, int32_t id) {
+    size_t n, chars = 0;
+    char *b = token_bytes(sv, id, &n);
+    for (size_t i = 0; i < n; chars++) {
+        const size_t k = ds4ref_utf8_char((const uint8_t *)b + i, n - i);
+        i += k ? k : 1;
+    }
+    ds4ref_free(b);
+    return chars;
+}
+
+/* A completion's logprobs object, built step by step (the prompt's first
+ * when echoed, then the generated ones). */
+typedef struct comp_lp {
+    json_t *tokens, *logprobs, *tops, *offsets;
+} comp_lp;
+
+static void comp_lp_init(comp_lp *c) {
+    c->tokens = json_array();
+    c->logprobs = json_array();
+    c->tops = json_array();
+    c->offsets = json_array();
+}
+
+static json_t *comp_lp_json(comp_lp *c) {
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", c->tokens, "token_logprobs", c->logprobs,
+                     "top_logprobs", c->tops, "text_offset", c->offsets);
+}
+
+/* Add n steps; *off is the text offset of the first, and is moved past
+ * them.  first_of_prompt: steps[0] is the prompt's first token, which has
+ * no logprob and no alternatives (null).  Each entry of top_logprobs holds
+ * the token itself, then its `logprobs` most likely alternatives: OpenAI
+ * gives "up to logprobs + 1" (with logprobs 0, the token alone), and vLLM
+ * puts the token first. */
+static void comp_lp_add(comp_lp *c, const server *sv, const srv_request *r, const srv_step *steps,
+                        size_t n, int first_of_prompt, size_t *off) {
+    for (size_t i = 0; i < n; i++) {
+        const srv_step *st = &steps[i];
+        json_array_append_new(c->tokens, token_name(sv, st->id, r->token_ids));
+        json_array_append_new(c->offsets, json_integer((json_int_t)*off));
+        *off += token_chars(sv, st->id);
+        if (i == 0 && first_of_prompt) {
+            json_array_append_new(c->logprobs, json_null());
+            json_array_append_new(c->tops, json_null());
             continue;
         }
+        json_array_append_new(c->logprobs, json_real(st->logprob));
         json_t *d = json_object();
-        for (uint32_t k = 0; k < st->n_top; k++) {
-            json_t *kn = token_name(sv, st->top[k].id, r->token_ids);
-            /* Keys by text can collide (two ids, one string): the first,
-             * most likely, is kept, as an object holds one. */
+        const uint32_t want = (uint32_t)r->logprobs;
+        const uint32_t k_max = want < st->n_top ? want : st->n_top;
+        for (uint32_t k = 0; k <= k_max; k++) {
+            const int32_t id = k ? st->top[k - 1].id : st->id;
+            json_t *kn = token_name(sv, id, r->token_ids);
+            /* Keys by text can collide (two ids, one string): the first
+             * (the token, then the most likely) is kept, as an object holds
+             * one. */
             if (!json_object_get(d, json_string_value(kn)))
-                json_object_set_new(d, json_string_value(kn), json_real(st->top[k].logprob));
+                json_object_set_new(d, json_string_value(kn),
+                                    json_real(k ? st->top[k - 1].logprob : st->logprob));
             json_decref(kn);
         }
-        json_array_append_new(tops, d);
+        json_array_append_new(c->tops, d);
     }
-    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps,
-                     "top_logprobs", tops, "text_offset", offs);
+}
+
+/* The logprobs object of a whole completion choice. */
+static json_t *completion_logprobs(const server *sv, const srv_request *r, const srv_job *j) {
+    comp_lp c;
+    comp_lp_init(&c);
+    size_t off = 0;
+    if (r->echo) comp_lp_add(&c, sv, r, j->prompt_steps, j->n_prompt, 1, &off);
+    comp_lp_add(&c, sv, r, j->steps, j->n_steps, 0, &off);
+    return comp_lp_json(&c);
+}
+
+/* vLLM's prompt_logprobs: null for the first prompt token, then for each
+ * one an object keyed by token id (a string) holding the token, then its
+ * `prompt_logprobs` most likely alternatives, each with its logprob, rank
+ * and decoded_token.  An alternative's rank is its place among them (from
+ * 1); the token's, when it is none of them, vLLM's: the tokens whose
+ * logprob is at least its own. */
+static json_t *prompt_logprobs(const server *sv, const srv_request *r, const srv_job *j) {
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (size_t i = 1; i < j->n_prompt; i++) {
+        const srv_step *st = &j->prompt_steps[i];
+        json_t *d = json_object();
+        const uint32_t k_max =
+            (uint32_t)r->prompt_logprobs < st->n_top ? (uint32_t)r->prompt_logprobs : st->n_top;
+        for (uint32_t k = 0; k <= k_max; k++) {
+            const int32_t id = k ? st->top[k - 1].id : st->id;
+            char key[16];
+            snprintf(key, sizeof(key), "%" PRId32, id);
+            json_t *old = json_object_get(d, key);
+            if (old) {
+                json_object_set_new(old, "rank", json_integer((json_int_t)k));
+                continue;
+            }
+            json_object_set_new(d, key, json_pack("{s:f, s:I, s:o}", "logprob",
+                                                  k ? st->top[k - 1].logprob : st->logprob,
+                                                  "rank", (json_int_t)(k ? k : st->rank),
+                                                  "decoded_token",
+                                                  token_name(sv, id, r->token_ids)));
+        }
+        json_array_append_new(a, d);
+    }
+    return a;
 }
 
 /* The prompt's bytes (echo). */
@@ -310,19 +433,24 @@ static json_t *usage(size_t prompt, size_t completion) {
                      (json_int_t)completion, "total_tokens", (json_int_t)(prompt + completion));
 }
 
-/* Chat: thinking text (before </think>) apart from the answer. */
-static void split_thinking(const srv_job *j, int thinking, size_t *think_len, size_t *answer_at) {
-    *think_len = 0;
-    *answer_at = 0;
-    if (!thinking) return;
-    const char *end = j->text ? strstr(j->text, "</think>") : NULL;
-    if (!end) {
-        *think_len = j->text_len;
-        *answer_at = j->text_len;
-        return;
-    }
-    *think_len = (size_t)(end - j->text);
-    *answer_at = *think_len + strlen("</think>");
+#define THINK_END "</think>"
+
+/* Chat with thinking: the reasoning is the text before </think>, the
+ * answer the text after it (memmem: the text may hold a NUL byte).  Until
+ * </think> comes, both positions are len: all of it is reasoning. */
+static void split_thinking(const char *text, size_t len, size_t *think_len, size_t *answer_at) {
+    const char *end = text ? memmem(text, len, THINK_END, strlen(THINK_END)) : NULL;
+    *think_len = end ? (size_t)(end - text) : len;
+    *answer_at = end ? *think_len + strlen(THINK_END) : len;
+}
+
+static json_t *byte_list(const server *sv, int32_t id) {
+    size_t n;
+    char *b = token_bytes(sv, id, &n);
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((uint8_t)b[i]));
+    ds4ref_free(b);
+    return a;
 }
 
 static json_t *chat_logprobs(const server *sv, const srv_job *j) {
@@ -344,8 +472,8 @@ static json_t *chat_logprobs(const server *sv, const srv_job *j) {
 }
 
 static json_t *chat_choice(const server *sv, const srv_request *r, const srv_job *j) {
-    size_t tl, at;
-    split_thinking(j, r->thinking, &tl, &at);
+    size_t tl = 0, at = 0;
+    if (r->thinking) split_thinking(j->text, j->text_len, &tl, &at);
     json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
                             utf8_text(j->text ? j->text + at : "", j->text_len - at));
     if (r->thinking)
@@ -356,6 +484,14 @@ static json_t *chat_choice(const server *sv, const srv_request *r, const srv_job
                      j->finish);
 }
 
+/* A response's id: unique in the server's life, the same in every chunk
+ * of a stream (OpenAI's). */
+static json_t *response_id(const srv_request *r) {
+    static uint64_t counter;
+    const uint64_t id = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    return json_sprintf("%s-%" PRIu64, r->kind == SRV_CHAT ? "chatcmpl" : "cmpl", id);
+}
+
 static json_t *whole_response(const server *sv, const srv_request *r, srv_job *const *jobs,
                               size_t n) {
     json_t *choices = json_array();
@@ -364,33 +500,61 @@ static json_t *whole_response(const server *sv, const srv_request *r, srv_job *c
         const srv_job *j = jobs[i];
         np += j->n_prompt;
         nc += j->n_steps;
+        json_t *choice;
         if (r->kind == SRV_CHAT) {
-            json_array_append_new(choices, chat_choice(sv, r, j));
-            continue;
+            choice = chat_choice(sv, r, j);
+        } else {
+            json_t *text = r->echo ? prompt_text(sv, j, j->text ? j->text : "", j->text_len)
+                                   : utf8_text(j->text ? j->text : "", j->text_len);
+            choice = json_pack("{s:I, s:o, s:o, s:s}", "index", (json_int_t)i, "text", text,
+                               "logprobs",
+                               r->logprobs >= 0 ? completion_logprobs(sv, r, j) : json_null(),
+                               "finish_reason", j->finish);
         }
-        json_t *text = r->echo ? prompt_text(sv, j, j->text ? j->text : "", j->text_len)
-                               : utf8_text(j->text ? j->text : "", j->text_len);
-        json_array_append_new(choices, json_pack("{s:I, s:o, s:o, s:s}", "index", (json_int_t)i,
-                                                 "text", text, "logprobs",
-                                                 r->logprobs >= 0 ? completion_logprobs(sv, r, j)
-                                                                  : json_null(),
-                                                 "finish_reason", j->finish));
+        /* vLLM: a completion choice's own; chat's at the top (below). */
+        if (r->prompt_logprobs >= 0 && r->kind != SRV_CHAT)
+            json_object_set_new(choice, "prompt_logprobs", prompt_logprobs(sv, r, j));
+        json_array_append_new(choices, choice);
     }
-    static uint64_t counter;
-    const uint64_t id = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
-    return json_pack("{s:o, s:s, s:I, s:s, s:o, s:o}", "id",
-                     json_sprintf("%s-%" PRIu64, r->kind == SRV_CHAT ? "chatcmpl" : "cmpl", id),
-                     "object", r->kind == SRV_CHAT ? "chat.completion" : "text_completion",
-                     "created", (json_int_t)time(NULL), "model", sv->name, "choices", choices,
-                     "usage", usage(np, nc));
+    json_t *resp = json_pack("{s:o, s:s, s:I, s:s, s:o, s:o}", "id", response_id(r), "object",
+                             r->kind == SRV_CHAT ? "chat.completion" : "text_completion",
+                             "created", (json_int_t)time(NULL), "model", sv->name, "choices",
+                             choices, "usage", usage(np, nc));
+    if (r->prompt_logprobs >= 0 && r->kind == SRV_CHAT)
+        json_object_set_new(resp, "prompt_logprobs", prompt_logprobs(sv, r, jobs[0]));
+    return resp;
+}
+
+static double seconds_since(const struct timespec *t0, const struct timespec *t) {
+    return (double)(t->tv_sec - t0->tv_sec) + 1e-9 * (double)(t->tv_nsec - t0->tv_nsec);
+}
+
+/* A generation request that completed, into /metrics: its tokens, its
+ * latency, and the time to the first token any of its jobs gave. */
+static void count_generation(server *sv, srv_job *const *jobs, size_t n,
+                             const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t np = 0, ng = 0;
+    double ttft = -1;
+    for (size_t i = 0; i < n; i++) {
+        np += jobs[i]->n_prompt;
+        ng += jobs[i]->n_steps;
+        const struct timespec *f = &jobs[i]->first_at;
+        if ((f->tv_sec || f->tv_nsec) && (ttft < 0 || seconds_since(t0, f) < ttft))
+            ttft = seconds_since(t0, f);
+    }
+    srv_metrics_generation(&sv->metrics, np, ng, seconds_since(t0, &now), ttft);
 }
 
 /* Wait for every job, the client watched; then answer. */
 static enum MHD_Result serve_whole(server *sv, struct MHD_Connection *c, const srv_request *r,
-                                   srv_job **jobs, size_t n) {
+                                   srv_job **jobs, size_t n, const struct timespec *t0,
+                                   int http11) {
+    int probed = 0;
     for (size_t i = 0; i < n; i++)
         while (!srv_sched_wait(sv->sched, jobs[i], UINT32_MAX, 100, NULL, NULL))
-            if (client_gone(c)) {
+            if (client_gone(c, http11, &probed)) {
                 for (size_t k = 0; k < n; k++) srv_sched_cancel(sv->sched, jobs[k]);
                 for (size_t k = 0; k < n; k++) srv_job_free(sv->sched, jobs[k]);
                 return MHD_NO;
@@ -402,8 +566,10 @@ static enum MHD_Result serve_whole(server *sv, struct MHD_Connection *c, const s
     if (bad < n)
         rc = fail(c, jobs[bad]->error[0] ? 500 : 503, jobs[bad]->error[0] ? "server_error" : "unavailable",
                   NULL, jobs[bad]->error[0] ? jobs[bad]->error : "the server is shutting down");
-    else
+    else {
+        count_generation(sv, jobs, n, t0);
         rc = send_json(c, MHD_HTTP_OK, whole_response(sv, r, jobs, n));
+    }
     for (size_t i = 0; i < n; i++) srv_job_free(sv->sched, jobs[i]);
     return rc;
 }
@@ -414,16 +580,30 @@ typedef struct stream {
     server *sv;
     struct MHD_Connection *c;
     srv_request r;
+    json_t *id;                           /* the response's id, the same in every chunk */
+    struct timespec t0;                   /* its arrival (/metrics) */
+    int failed;                           /* a job failed or was cancelled */
+    int probed;                           /* the client's FIN was answered by a probe */
+    size_t think_at, think_from;          /* chat: where </think> is (SIZE_MAX: not seen
+                                           * yet), where to look for it next */
     srv_job *jobs[SRV_MAX_PROMPTS];
     size_t n;
     uint32_t seen[SRV_MAX_PROMPTS];       /* steps sent */
-    size_t sent_text[SRV_MAX_PROMPTS];    /* bytes of text sent */
+    size_t sent_text[SRV_MAX_PROMPTS];    /* bytes of text sent, an echoed prompt's included */
+    size_t offset[SRV_MAX_PROMPTS];       /* text_offset of the next token */
+    char *pre[SRV_MAX_PROMPTS];           /* echo: the prompt's bytes, which begin the text */
+    size_t pre_len[SRV_MAX_PROMPTS];
+    int prompt_sent[SRV_MAX_PROMPTS];     /* echo: the prompt's chunk is out */
     int ended[SRV_MAX_PROMPTS], role_sent, done;
+    size_t prompt_tokens, completion_tokens;   /* of the choices that ended (usage) */
     char *out;                            /* formatted, not yet handed over */
     size_t out_len, out_off;
-    /* a copy of a job's progress, taken under the scheduler's lock */
+    /* A copy of job cur's progress, taken under the scheduler's lock; its
+     * text is pre[cur], then the job's. */
+    size_t cur;
     srv_step *steps;
     uint32_t n_steps, cap;
+    const srv_step *prompt_steps;         /* set once, freed with the job */
     char *text;
     size_t text_len, text_cap;
     const char *finish;
@@ -440,28 +620,42 @@ static void copy_progress(void *ud, const srv_job *j) {
     }
     if (j->n_steps) memcpy(st->steps, j->steps, sizeof(*st->steps) * j->n_steps);
     st->n_steps = j->n_steps;
-    if (j->text_len + 1 > st->text_cap) {
-        char *p = realloc(st->text, j->text_len + 1);
+    st->prompt_steps = j->prompt_steps;
+    const size_t pre = st->pre_len[st->cur], len = pre + j->text_len;
+    if (len + 1 > st->text_cap) {
+        char *p = realloc(st->text, len + 1);
         if (!p) return;
         st->text = p;
-        st->text_cap = j->text_len + 1;
+        st->text_cap = len + 1;
     }
-    memcpy(st->text, j->text ? j->text : "", j->text_len);
-    st->text_len = j->text_len;
+    if (pre) memcpy(st->text, st->pre[st->cur], pre);
+    if (j->text_len) memcpy(st->text + pre, j->text, j->text_len);
+    st->text_len = len;
     st->finish = j->finish;
     snprintf(st->error, sizeof(st->error), "%s", j->error);
 }
 
-static void emit(stream *st, json_t *chunk) {
-    char *text = chunk ? json_dumps(chunk, JSON_COMPACT) : NULL;
-    if (chunk) json_decref(chunk);
-    const char *body = text ? text : "[DONE]";
+/* A chunk for the stream: OpenAI's chunk object around choice, with
+ * "usage": null when the last chunk will carry it (include_usage). */
+/* One server-sent event: "data: BODY" and a blank line. */
+static void emit_raw(stream *st, const char *body) {
     const size_t add = strlen(body) + 8;
     char *p = realloc(st->out, st->out_len + add + 1);
-    if (p) {
-        st->out = p;
-        st->out_len += (size_t)sprintf(st->out + st->out_len, "data: %s\n\n", body);
-    }
+    if (!p) return;
+    st->out = p;
+    st->out_len += (size_t)sprintf(st->out + st->out_len, "data: %s\n\n", body);
+}
+
+static void emit_chunk(stream *st, json_t *choices, json_t *usage_or_null) {
+    const int chat = st->r.kind == SRV_CHAT;
+    json_t *chunk = json_pack("{s:O, s:s, s:I, s:s, s:o}", "id", st->id, "object",
+                              chat ? "chat.completion.chunk" : "text_completion", "created",
+                              (json_int_t)time(NULL), "model", st->sv->name, "choices", choices);
+    if (st->r.include_usage) json_object_set_new(chunk, "usage", usage_or_null);
+    else json_decref(usage_or_null);
+    char *text = json_dumps(chunk, JSON_COMPACT);
+    json_decref(chunk);
+    emit_raw(st, text ? text : "{}");
     free(text);
 }
 
@@ -472,6 +666,13 @@ static size_t holdback(const srv_request *r) {
     for (size_t i = 0; i < r->n_stop; i++)
         if (r->stop_len[i] - 1 > h) h = r->stop_len[i] - 1;
     return h;
+}
+
+/* The bytes at the end of text that may be the start of </think>. */
+static size_t think_holdback(const char *text, size_t len) {
+    for (size_t k = strlen(THINK_END) - 1; k > 0; k--)
+        if (k <= len && !memcmp(text + len - k, THINK_END, k)) return k;
+    return 0;
 }
 
 /* n, less a character cut short at the end (its first bytes came, the
@@ -487,49 +688,139 @@ static size_t whole_chars(const char *p, size_t n) {
     return n;
 }
 
+/* split_thinking for a stream's text, looking only at what came since the
+ * last look (a long stream would search its whole text at every token).  A
+ * stop string can shorten the text's end, so a </think> no longer whole
+ * there is looked for again. */
+static void stream_thinking(stream *st, size_t *tl, size_t *at) {
+    const size_t tag = strlen(THINK_END);
+    if (st->think_at != SIZE_MAX && st->think_at + tag > st->text_len) st->think_at = SIZE_MAX;
+    if (st->think_from > st->text_len) st->think_from = st->text_len;
+    if (st->think_at == SIZE_MAX) {
+        size_t t, a;
+        split_thinking(st->text + st->think_from, st->text_len - st->think_from, &t, &a);
+        if (t != a) st->think_at = st->think_from + t;
+        else st->think_from = st->text_len >= tag ? st->text_len - (tag - 1) : 0;
+    }
+    *tl = st->think_at != SIZE_MAX ? st->think_at : st->text_len;
+    *at = st->think_at != SIZE_MAX ? st->think_at + tag : st->text_len;
+}
+
+/* Choice i's chunk with the text up to cut (from what was sent), its
+ * logprobs (or null) and, when final, its finish_reason.  Chat with
+ * thinking says the text before </think> as delta.reasoning_content and
+ * the text after it as delta.content, as the whole answer splits them. */
+static void send_choice(stream *st, size_t i, size_t cut, json_t *lp, int final) {
+    const srv_request *r = &st->r;
+    const size_t from = st->sent_text[i];
+    json_t *choice;
+    if (r->kind == SRV_CHAT) {
+        size_t tl = 0, at = 0;
+        if (r->thinking) stream_thinking(st, &tl, &at);
+        json_t *delta = json_object();
+        if (!st->role_sent) json_object_set_new(delta, "role", json_string("assistant"));
+        st->role_sent = 1;
+        int said = 0;
+        if (r->thinking && from < tl) {
+            json_object_set_new(delta, "reasoning_content",
+                                utf8_text(st->text + from, (cut < tl ? cut : tl) - from));
+            said = 1;
+        }
+        if (!r->thinking || cut > at) {
+            const size_t a = from > at ? from : at;
+            json_object_set_new(delta, "content", utf8_text(st->text + a, cut - a));
+            said = 1;
+        }
+        /* Nothing new: an empty piece of the part under way. */
+        if (!said)
+            json_object_set_new(delta, r->thinking && tl == st->text_len ? "reasoning_content"
+                                                                         : "content",
+                                json_string(""));
+        choice = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "delta", delta,
+                           "logprobs", lp, "finish_reason",
+                           final ? json_string(st->finish) : json_null());
+    } else {
+        choice = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "text",
+                           utf8_text(st->text + from, cut - from), "logprobs", lp,
+                           "finish_reason", final ? json_string(st->finish) : json_null());
+    }
+    st->sent_text[i] = cut;
+    emit_chunk(st, json_pack("[o]", choice), json_null());
+}
+
 /* The chunks for job i's new steps (one a token) and, when it has ended,
- * its last. */
+ * its last; with echo, the prompt's chunk first. */
 static void job_chunks(stream *st, size_t i) {
     const srv_request *r = &st->r;
     const int chat = r->kind == SRV_CHAT;
     const int ended = st->finish != NULL;
+    if (r->echo && !st->prompt_sent[i]) {
+        /* The prompt's logprobs come with the first step. */
+        if (!st->n_steps && !ended) return;
+        const int final = ended && !st->n_steps;
+        json_t *lp = json_null();
+        if (r->logprobs >= 0) {
+            comp_lp c;
+            comp_lp_init(&c);
+            comp_lp_add(&c, st->sv, r, st->prompt_steps, st->jobs[i]->n_prompt, 1,
+                        &st->offset[i]);
+            lp = comp_lp_json(&c);
+        }
+        st->prompt_sent[i] = 1;
+        send_choice(st, i, final ? st->text_len : whole_chars(st->text, st->pre_len[i]), lp,
+                    final);
+        if (final) {
+            st->ended[i] = 1;
+            st->prompt_tokens += st->jobs[i]->n_prompt;
+            return;
+        }
+    }
     size_t upto = st->text_len;
-    if (!ended) upto = upto > holdback(r) ? upto - holdback(r) : 0;
-    if (!ended && upto > st->sent_text[i])
-        upto = st->sent_text[i] + whole_chars(st->text + st->sent_text[i], upto - st->sent_text[i]);
+    if (!ended) {
+        upto = upto > holdback(r) ? upto - holdback(r) : 0;
+        size_t tl = 0, at = 0;
+        if (chat && r->thinking) stream_thinking(st, &tl, &at);
+        if (chat && r->thinking && tl == st->text_len) {
+            const size_t h = think_holdback(st->text, st->text_len);
+            if (st->text_len - h < upto) upto = st->text_len - h;
+        }
+        if (upto > st->sent_text[i])
+            upto = st->sent_text[i] +
+                   whole_chars(st->text + st->sent_text[i], upto - st->sent_text[i]);
+    }
+    if (chat && r->thinking) {
+        /* </think> itself is in neither part: a chunk stops before it until
+         * all of it can be passed over. */
+        size_t tl, at;
+        stream_thinking(st, &tl, &at);
+        if (upto > tl && upto < at) upto = tl;
+    }
     while (st->seen[i] < st->n_steps || (ended && !st->ended[i])) {
         const int last_step = st->seen[i] + 1 >= st->n_steps;
         size_t cut = last_step ? upto : st->sent_text[i];
         if (cut < st->sent_text[i]) cut = st->sent_text[i];
-        json_t *text = utf8_text(st->text + st->sent_text[i], cut - st->sent_text[i]);
-        st->sent_text[i] = cut;
         json_t *lp = json_null();
         if (r->logprobs >= 0 && st->seen[i] < st->n_steps) {
-            srv_job view = *st->jobs[i];
-            view.steps = st->steps + st->seen[i];
-            view.n_steps = 1;
-            view.prompt_logprobs = 0;
-            lp = chat ? chat_logprobs(st->sv, &view) : completion_logprobs(st->sv, r, &view);
+            if (chat) {
+                srv_job view = *st->jobs[i];
+                view.steps = st->steps + st->seen[i];
+                view.n_steps = 1;
+                lp = chat_logprobs(st->sv, &view);
+            } else {
+                comp_lp c;
+                comp_lp_init(&c);
+                comp_lp_add(&c, st->sv, r, st->steps + st->seen[i], 1, 0, &st->offset[i]);
+                lp = comp_lp_json(&c);
+            }
         }
         if (st->seen[i] < st->n_steps) st->seen[i]++;
         const int final = ended && st->seen[i] >= st->n_steps;
-        json_t *choice;
-        if (chat) {
-            json_t *delta = json_pack("{s:o}", "content", text);
-            if (!st->role_sent) json_object_set_new(delta, "role", json_string("assistant"));
-            st->role_sent = 1;
-            choice = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "delta", delta,
-                               "logprobs", lp, "finish_reason",
-                               final ? json_string(st->finish) : json_null());
-        } else {
-            choice = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)i, "text", text,
-                               "logprobs", lp, "finish_reason",
-                               final ? json_string(st->finish) : json_null());
+        send_choice(st, i, cut, lp, final);
+        if (final) {
+            st->ended[i] = 1;
+            st->prompt_tokens += st->jobs[i]->n_prompt;
+            st->completion_tokens += st->n_steps;
         }
-        emit(st, json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", chat ? "chatcmpl-stream" : "cmpl-stream",
-                           "object", chat ? "chat.completion.chunk" : "text_completion", "created",
-                           (json_int_t)time(NULL), "model", st->sv->name, "choices", choice));
-        if (final) st->ended[i] = 1;
     }
 }
 
@@ -545,22 +836,44 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 open--;
                 continue;
             }
+            st->cur = i;
             srv_sched_wait(st->sv->sched, st->jobs[i], st->seen[i], 50, copy_progress, st);
             if (st->error[0] || (st->finish && !strcmp(st->finish, "cancelled"))) {
                 json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message",
                                       st->error[0] ? st->error : "the server is shutting down",
                                       "type", st->error[0] ? "server_error" : "unavailable");
-                emit(st, e);
+                char *text = json_dumps(e, JSON_COMPACT);
+                json_decref(e);
+                emit_raw(st, text ? text : "{}");
+                free(text);
                 st->ended[i] = 1;
+                st->failed = 1;
                 continue;
             }
             job_chunks(st, i);
         }
         if (open == 0) {
-            emit(st, NULL);
+            if (!st->failed) count_generation(st->sv, st->jobs, st->n, &st->t0);
+            /* include_usage: a last chunk with no choice and the usage. */
+            if (st->r.include_usage)
+                emit_chunk(st, json_array(), usage(st->prompt_tokens, st->completion_tokens));
+            emit_raw(st, "[DONE]");
             st->done = 1;
-        } else if (st->out_len == 0 && client_gone(st->c)) {
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+        } else if (st->out_len == 0) {
+            /* A FIN: the client closed, or half-closed and reads on.  An
+             * SSE comment, which clients skip, makes one that closed
+             * answer with a reset. */
+            const int state = peer_state(st->c);
+            if (state == PEER_GONE) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (state == PEER_FIN && !st->probed) {
+                st->probed = 1;
+                static const char comment[] = ": still here?\n\n";
+                char *p = realloc(st->out, sizeof(comment));
+                if (!p) return MHD_CONTENT_READER_END_WITH_ERROR;
+                st->out = p;
+                memcpy(st->out, comment, sizeof(comment));
+                st->out_len = strlen(comment);
+            }
         }
     }
     const size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
@@ -575,7 +888,9 @@ static void stream_free(void *cls) {
     stream *st = cls;
     for (size_t i = 0; i < st->n; i++) srv_sched_cancel(st->sv->sched, st->jobs[i]);
     for (size_t i = 0; i < st->n; i++) srv_job_free(st->sv->sched, st->jobs[i]);
+    for (size_t i = 0; i < st->n; i++) ds4ref_free(st->pre[i]);
     srv_request_free(&st->r);
+    json_decref(st->id);
     free(st->out);
     free(st->steps);
     free(st->text);
@@ -584,7 +899,8 @@ static void stream_free(void *cls) {
 
 /* ---- routing ----------------------------------------------------------- */
 
-static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_request *r) {
+static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_request *r,
+                                      int http11) {
     srv_job *jobs[SRV_MAX_PROMPTS];
     size_t n = 0;
     srv_error e;
@@ -593,6 +909,8 @@ static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_
         srv_request_free(r);
         return send_error(c, &e);
     }
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (srv_sched_submit(sv->sched, jobs, n)) {
         for (size_t i = 0; i < n; i++) srv_job_free(NULL, jobs[i]);
         srv_request_free(r);
@@ -602,7 +920,7 @@ static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_
                                    "retry later");
     }
     if (!r->stream) {
-        enum MHD_Result rc = serve_whole(sv, c, r, jobs, n);
+        enum MHD_Result rc = serve_whole(sv, c, r, jobs, n, &t0, http11);
         srv_request_free(r);
         return rc;
     }
@@ -616,6 +934,16 @@ static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_
     st->sv = sv;
     st->c = c;
     st->r = *r;   /* the request's strings stay with it */
+    st->id = response_id(r);
+    st->t0 = t0;
+    st->think_at = SIZE_MAX;
+    /* Echo: the prompt's bytes begin each choice's text. */
+    for (size_t i = 0; i < n && r->echo; i++) {
+        ds4ref_error de;
+        if (ds4ref_detokenize(sv->m, jobs[i]->prompt, jobs[i]->n_prompt, &st->pre[i],
+                              &st->pre_len[i], &de))
+            st->pre_len[i] = 0;
+    }
     /* The jobs point at the request's stop strings: point them at the
      * stream's copy, which outlives this call. */
     for (size_t i = 0; i < n; i++) {
@@ -636,6 +964,7 @@ static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
+    answered = MHD_HTTP_OK;
     return rc;
 }
 
@@ -651,10 +980,14 @@ static enum MHD_Result serve_tokenize(server *sv, struct MHD_Connection *c, srv_
         rc = ds4ref_tokenize(sv->m, r->prompts[0].text, r->prompts[0].len,
                              r->special ? DS4REF_TOKENIZE_SPECIAL : 0, &ids, &n, &de);
     }
+    const int bos = r->add_bos;
     srv_request_free(r);
     if (rc) return fail(c, 400, "invalid_request_error", "prompt", de.message);
     json_t *a = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    /* add_special_tokens: BOS first, as DeepSeek's tokenizer adds it. */
+    if (bos) json_array_append_new(a, json_integer(sv->info.bos));
+    n += bos != 0;
+    for (size_t i = 0; i + (bos != 0) < n; i++) json_array_append_new(a, json_integer(ids[i]));
     ds4ref_free(ids);
     return send_json(c, MHD_HTTP_OK, json_pack("{s:o, s:I, s:I}", "tokens", a, "count",
                                               (json_int_t)n, "max_model_len", (json_int_t)sv->ctx));
@@ -672,6 +1005,43 @@ static enum MHD_Result serve_detokenize(server *sv, struct MHD_Connection *c, sr
     return send_json(c, MHD_HTTP_OK, json_pack("{s:o}", "prompt", t));
 }
 
+static enum MHD_Result serve_metrics(server *sv, struct MHD_Connection *c) {
+    uint32_t rows, queued;
+    srv_sched_load(sv->sched, &rows, &queued);
+    char *text = srv_metrics_text(&sv->metrics, rows, queued,
+                                  __atomic_load_n(&sv->conns, __ATOMIC_SEQ_CST), sv->info_labels);
+    if (!text) return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    answered = MHD_HTTP_OK;
+    return ok;
+}
+
+/* A special token's text (JSON null without a tokenizer's id). */
+static json_t *special_text(const server *sv, int32_t id) {
+    if (id < 0) return json_null();
+    size_t n;
+    char *b = token_bytes(sv, id, &n);
+    json_t *v = b ? utf8_text(b, n) : json_null();
+    ds4ref_free(b);
+    return v;
+}
+
+/* vLLM's /tokenizer_info, as lm-evaluation-harness's remote tokenizer reads
+ * it: the tokenizer's class and its special tokens' text (which /tokenize
+ * turns back into their ids).  No chat_template: the model's chat format is
+ * the official encoder's code, not a Jinja template. */
+static enum MHD_Result serve_tokenizer_info(server *sv, struct MHD_Connection *c) {
+    return send_json(c, MHD_HTTP_OK,
+                     json_pack("{s:s, s:o, s:o, s:n, s:b, s:b, s:I}", "tokenizer_class",
+                               "ds4ref", "bos_token", special_text(sv, sv->info.bos), "eos_token",
+                               special_text(sv, sv->info.eos), "pad_token", "add_bos_token", 1,
+                               "add_eos_token", 0, "model_max_length", (json_int_t)sv->ctx));
+}
+
 static enum MHD_Result serve_get(server *sv, struct MHD_Connection *c, const char *url) {
     if (!strcmp(url, "/health")) {
         uint32_t rows, queued;
@@ -682,6 +1052,8 @@ static enum MHD_Result serve_get(server *sv, struct MHD_Connection *c, const cha
     if (!strcmp(url, "/version"))
         return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:s}", "version", ds4ref_version(),
                                                    "kernels", ds4ref_kernels()));
+    if (!strcmp(url, "/metrics")) return serve_metrics(sv, c);
+    if (!strcmp(url, "/tokenizer_info")) return serve_tokenizer_info(sv, c);
     const char *id = !strncmp(url, "/v1/models/", 11) ? url + 11 : NULL;
     if (id && strcmp(id, sv->name)) {
         char msg[512];
@@ -692,6 +1064,10 @@ static enum MHD_Result serve_get(server *sv, struct MHD_Connection *c, const cha
     json_t *model = json_pack("{s:s, s:s, s:s, s:I, s:s, s:I}", "id", sv->name, "root", sv->root,
                               "object", "model", "created", (json_int_t)sv->created, "owned_by",
                               "ds4ref", "max_model_len", (json_int_t)sv->ctx);
+    /* The file's SHA-256, once the digest thread has it: ds4ref-conform
+     * compares it with the reference's file (docs/CONFORM.md). */
+    if (__atomic_load_n(&sv->model_sha256[0], __ATOMIC_ACQUIRE))
+        json_object_set_new(model, "model_sha256", json_string(sv->model_sha256));
     if (id) return send_json(c, MHD_HTTP_OK, model);
     return send_json(c, MHD_HTTP_OK, json_pack("{s:s, s:[o]}", "object", "list", "data", model));
 }
@@ -709,18 +1085,17 @@ static const struct { const char *url; int kind; } posts[] = {
     {"/tokenize", SRV_TOKENIZE}, {"/detokenize", SRV_DETOKENIZE},
 };
 
-static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
-                              const char *method, const char *version, const char *data,
-                              size_t *data_size, void **con_cls) {
-    (void)version;
-    server *sv = cls;
+static enum MHD_Result route(server *sv, struct MHD_Connection *c, const char *url,
+                             const char *method, const char *version, const char *data,
+                             size_t *data_size, void **con_cls) {
     /* HEAD is GET without the body, which libmicrohttpd leaves out. */
     const int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     int kind = -1;
     for (size_t i = 0; i < sizeof(posts) / sizeof(posts[0]); i++)
         if (!strcmp(url, posts[i].url)) kind = posts[i].kind;
     const int getter = !strcmp(url, "/health") || !strcmp(url, "/v1/models") ||
-                       !strcmp(url, "/version") || !strncmp(url, "/v1/models/", 11);
+                       !strcmp(url, "/version") || !strncmp(url, "/v1/models/", 11) ||
+                       !strcmp(url, "/metrics") || !strcmp(url, "/tokenizer_info");
     if (!*con_cls) {
         upload *u = calloc(1, sizeof(*u));
         if (!u) return MHD_NO;
@@ -785,7 +1160,20 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (kind == SRV_TOKENIZE) return serve_tokenize(sv, c, &r);
     if (kind == SRV_DETOKENIZE) return serve_detokenize(sv, c, &r);
-    return serve_generate(sv, c, &r);
+    return serve_generate(sv, c, &r, !strcmp(version, MHD_HTTP_VERSION_1_1));
+}
+
+/* libmicrohttpd calls this for a request's headers, for each piece of its
+ * body, and once more when the body is in; the call that queues the answer
+ * counts the request in /metrics. */
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *data,
+                              size_t *data_size, void **con_cls) {
+    server *sv = cls;
+    answered = 0;
+    const enum MHD_Result rc = route(sv, c, url, method, version, data, data_size, con_cls);
+    if (answered) srv_metrics_request(&sv->metrics, srv_metrics_endpoint(url), answered);
+    return rc;
 }
 
 /* libmicrohttpd's own messages: while the daemon starts, the server's one
@@ -827,6 +1215,20 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- the program -------------------------------------------------------- */
 
+/* The model file's SHA-256, on a thread of its own: a model of 150 GB takes
+ * a minute to read, and the server answers meanwhile (/v1/models gives the
+ * digest once it is known).  A folder (a checkpoint) has none. */
+static void *digest(void *arg) {
+    server *sv = arg;
+    char hex[65];
+    ds4ref_error e;
+    if (ds4ref_file_sha256(sv->root, hex, &sv->digest_cancel, &e) == 0) {
+        memcpy(sv->model_sha256 + 1, hex + 1, 64);
+        __atomic_store_n(&sv->model_sha256[0], hex[0], __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
 static void usage_text(FILE *f) {
     fprintf(f,
             "usage: ds4ref-server -m MODEL [--mtp FILE] [--host ADDR] [--port N] [-c N]\n"
@@ -836,7 +1238,8 @@ static void usage_text(FILE *f) {
             "                     [--chat-release v4|0731]\n"
             "\n"
             "An OpenAI-compatible endpoint over ds4ref: /v1/completions,\n"
-            "/v1/chat/completions, /v1/models, /health, /tokenize, /detokenize.\n"
+            "/v1/chat/completions, /v1/models, /health, /version, /metrics,\n"
+            "/tokenize, /detokenize, /tokenizer_info.\n"
             "Requests in flight are decoded together, and no bit of a response\n"
             "depends on what else is in flight (docs/SERVER.md).\n"
             "\n"
@@ -985,10 +1388,19 @@ int main(int argc, char **argv) {
     sv.name = name ? name : base && base[1] ? base + 1 : mo.path;
     sv.release = release;
     if (!realpath(mo.path, sv.root)) snprintf(sv.root, sizeof(sv.root), "%s", mo.path);
+    srv_metrics_init(&sv.metrics);
+    char version[128], model[256], kernels[128];
+    srv_metrics_label(ds4ref_version(), version, sizeof(version));
+    srv_metrics_label(sv.name, model, sizeof(model));
+    srv_metrics_label(ds4ref_kernels(), kernels, sizeof(kernels));
+    snprintf(sv.info_labels, sizeof(sv.info_labels),
+             "version=\"%s\",model_name=\"%s\",kernels=\"%s\"", version, model, kernels);
+
     srv_sched_options so = {(uint32_t)parallel, (uint32_t)queue, (uint32_t)chunk, (int)threads};
     char msg[256];
     if (srv_sched_start(sv.m, &so, &sv.sched, msg, sizeof(msg))) {
         fprintf(stderr, "ds4ref-server: %s\n", msg);
+        srv_metrics_free(&sv.metrics);
         ds4ref_model_close(sv.m);
         return DS4REF_E_NOMEM;
     }
@@ -1012,10 +1424,14 @@ int main(int argc, char **argv) {
                 why ? strerror(why) : sv.start_msg[0] ? sv.start_msg : "libmicrohttpd did not start");
         srv_sched_stop(sv.sched);
         srv_sched_free(sv.sched);
+        srv_metrics_free(&sv.metrics);
         ds4ref_model_close(sv.m);
         return DS4REF_E_IO;
     }
     __atomic_store_n(&sv.listening, 1, __ATOMIC_SEQ_CST);
+    struct stat sb;
+    const int digesting = stat(sv.root, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                          pthread_create(&sv.digest_thread, NULL, digest, &sv) == 0;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "ds4ref-server: listening on http://%s:%u (model %s, kernels %s)\n", host,
             di ? di->port : (unsigned)port, sv.name, ds4ref_kernels());
@@ -1035,7 +1451,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 1000 && __atomic_load_n(&sv.open, __ATOMIC_SEQ_CST) > 0; i++)
         nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
     MHD_stop_daemon(d);
+    sv.digest_cancel = 1;
+    if (digesting) pthread_join(sv.digest_thread, NULL);
     srv_sched_free(sv.sched);
+    srv_metrics_free(&sv.metrics);
     ds4ref_model_close(sv.m);
     fprintf(stderr, "ds4ref-server: stopped\n");
     return 0;

@@ -45,6 +45,13 @@ static const char *type_name(const json_t *v) {
     }
 }
 
+/* A string used as a name (a role, a model, a level).  Bodies may carry
+ * JSON's \u0000 in text, which keeps its length; a name holding one would
+ * compare equal to its first part, so it is no name. */
+static bool plain_string(const json_t *v) {
+    return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
+}
+
 /* An optional boolean field (absent or null: def). */
 static int get_bool(json_t *o, const char *key, int def, int *out, srv_error *e) {
     json_t *v = json_object_get(o, key);
@@ -179,7 +186,7 @@ static int get_content(json_t *m, size_t i, ds4ref_chat_message *out, srv_error 
     if (json_is_array(c) && json_array_size(c) == 1) {
         json_t *part = json_array_get(c, 0);
         json_t *t = json_object_get(part, "type");
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
+        if (!plain_string(t) || strcmp(json_string_value(t), "text"))
             return bad(e, "messages", "message %zu: only text content is supported", i);
         c = json_object_get(part, "text");
     }
@@ -200,8 +207,9 @@ static int get_messages(json_t *o, srv_request *r, srv_error *e) {
     for (size_t i = 0; i < json_array_size(ms); i++) {
         json_t *m = json_array_get(ms, i);
         json_t *role = json_object_get(m, "role");
-        if (!json_is_object(m) || !json_is_string(role))
-            return bad(e, "messages", "message %zu must be an object with a string 'role'", i);
+        if (!json_is_object(m) || !plain_string(role))
+            return bad(e, "messages", "message %zu must be an object with a string 'role' (no "
+                       "NUL character)", i);
         int k = 0;
         while (k < 3 && strcmp(json_string_value(role), roles[k])) k++;
         if (k == 3)
@@ -246,6 +254,8 @@ static int get_model(json_t *o, srv_request *r, srv_error *e) {
     json_t *m = json_object_get(o, "model");
     if (m && !json_is_null(m) && !json_is_string(m))
         return bad(e, "model", "'model' must be a string, not %s", type_name(m));
+    if (m && json_is_string(m) && !plain_string(m))
+        return bad(e, "model", "'model' must not contain a NUL character");
     r->model = m && json_is_string(m) ? json_string_value(m) : NULL;
     return 0;
 }
@@ -255,11 +265,13 @@ static int get_model(json_t *o, srv_request *r, srv_error *e) {
 static const char *const generation_fields[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop", "stream",
     "ignore_eos", "return_tokens_as_token_ids", "n", "top_p", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "min_p", "top_k", "logit_bias", "user", NULL};
+    "presence_penalty", "repetition_penalty", "min_p", "top_k", "logit_bias", "user",
+    "stream_options", "prompt_logprobs", NULL};
 static const char *const completion_fields[] = {"prompt", "logprobs", "echo", NULL};
 static const char *const chat_fields[] = {"messages", "logprobs", "top_logprobs", "thinking",
                                           "chat_template_kwargs", "reasoning_effort", NULL};
-static const char *const tokenize_fields[] = {"model", "prompt", "messages", "special", NULL};
+static const char *const tokenize_fields[] = {"model", "prompt", "messages", "special",
+                                              "add_special_tokens", NULL};
 static const char *const detokenize_fields[] = {"model", "tokens", NULL};
 
 static bool listed(const char *const *list, const char *key) {
@@ -284,19 +296,49 @@ static int only_known(json_t *o, const char *const *own, const char *const *shar
     return 0;
 }
 
-/* The fields completions and chat share. */
+/* OpenAI's "stream_options", which only a stream takes (OpenAI and vLLM
+ * refuse it otherwise): "include_usage" adds a last chunk with the usage.
+ * vLLM's "continuous_usage_stats" is not implemented, so it is refused. */
+static int get_stream_options(json_t *o, srv_request *r, srv_error *e) {
+    json_t *so = json_object_get(o, "stream_options");
+    if (!so || json_is_null(so)) return 0;
+    if (!r->stream)
+        return bad(e, "stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (!json_is_object(so))
+        return bad(e, "stream_options", "'stream_options' must be an object, not %s",
+                   type_name(so));
+    static const char *const known[] = {"include_usage", NULL};
+    const char *key;
+    json_t *v;
+    json_object_foreach(so, key, v) {
+        if (!listed(known, key))
+            return bad(e, "stream_options", "'stream_options.%.100s' is not supported (only "
+                       "include_usage)", key);
+    }
+    return get_bool(so, "include_usage", 0, &r->include_usage, e);
+}
+
+/* The fields completions and chat share.  max_tokens 0 is prompt scoring
+ * (completions with echo: the prompt's logprobs, nothing generated). */
 static int get_generation(json_t *o, srv_request *r, srv_error *e) {
-    long long seed;
+    long long seed, plp;
     json_t *mt = json_object_get(o, "max_completion_tokens");
     const char *mt_key = mt && !json_is_null(mt) ? "max_completion_tokens" : "max_tokens";
+    const int completions = r->kind == SRV_COMPLETIONS;
     if (refuse_unsupported(o, e) ||
-        get_int(o, mt_key, 1, 1 << 30, r->kind == SRV_COMPLETIONS ? 16 : -1, &r->max_tokens, e) ||
+        get_int(o, mt_key, completions ? 0 : 1, 1 << 30, completions ? 16 : -1, &r->max_tokens,
+                e) ||
         get_num(o, "temperature", 0, 100, 0, &r->temperature, e) ||
         get_int(o, "seed", 0, INT64_MAX, 1, &seed, e) || get_stop(o, r, e) ||
         get_bool(o, "stream", 0, &r->stream, e) || get_bool(o, "ignore_eos", 0, &r->ignore_eos, e) ||
-        get_bool(o, "return_tokens_as_token_ids", 0, &r->token_ids, e))
+        get_bool(o, "return_tokens_as_token_ids", 0, &r->token_ids, e) ||
+        get_stream_options(o, r, e) ||
+        get_int(o, "prompt_logprobs", 0, SRV_MAX_TOP, -1, &plp, e))
         return -1;
     r->seed = (uint64_t)seed;
+    r->prompt_logprobs = (int)plp;
+    if (r->stream && plp >= 0)
+        return bad(e, "prompt_logprobs", "'prompt_logprobs' is not given in streams (as vLLM)");
     return get_model(o, r, e);
 }
 
@@ -306,6 +348,9 @@ static int parse_completions(json_t *o, uint32_t n_vocab, srv_request *r, srv_er
         get_int(o, "logprobs", 0, SRV_MAX_TOP, -1, &lp, e) || get_bool(o, "echo", 0, &r->echo, e))
         return -1;
     r->logprobs = (int)lp;
+    if (r->max_tokens == 0 && !r->echo)
+        return bad(e, "max_tokens", "'max_tokens' 0 generates nothing: it is prompt scoring, "
+                   "which needs 'echo': true");
     return 0;
 }
 
@@ -314,7 +359,7 @@ static int parse_completions(json_t *o, uint32_t n_vocab, srv_request *r, srv_er
 static int get_effort(json_t *o, srv_request *r, srv_error *e) {
     json_t *v = json_object_get(o, "reasoning_effort");
     if (!v || json_is_null(v)) return 0;
-    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    const char *s = plain_string(v) ? json_string_value(v) : "";
     if (strcmp(s, "low") && strcmp(s, "high") && strcmp(s, "max"))
         return bad(e, "reasoning_effort", "'reasoning_effort' must be \"low\", \"high\" or "
                    "\"max\" (the model's levels)");
@@ -346,12 +391,19 @@ static int parse_chat(json_t *o, srv_request *r, srv_error *e) {
 
 static int parse_tokenize(json_t *o, srv_request *r, srv_error *e) {
     json_t *p = json_object_get(o, "prompt");
-    if (json_object_get(o, "messages")) return get_messages(o, r, e);
+    if (json_object_get(o, "messages")) {
+        json_t *add = json_object_get(o, "add_special_tokens");
+        if (add && !json_is_null(add))
+            return bad(e, "add_special_tokens", "'add_special_tokens' is for a 'prompt': rendered "
+                       "messages begin with BOS already");
+        return get_messages(o, r, e);
+    }
     if (!json_is_string(p)) return bad(e, "prompt", "'prompt' (a string) or 'messages' is required");
     r->prompts[0].text = json_string_value(p);
     r->prompts[0].len = json_string_length(p);
     r->n_prompts = 1;
-    return get_bool(o, "special", 1, &r->special, e);
+    return get_bool(o, "special", 1, &r->special, e) ||
+           get_bool(o, "add_special_tokens", 0, &r->add_bos, e);
 }
 
 static int parse_detokenize(json_t *o, uint32_t n_vocab, srv_request *r, srv_error *e) {
@@ -366,9 +418,12 @@ int srv_request_parse(int kind, const char *body, size_t len, uint32_t n_vocab, 
     memset(r, 0, sizeof(*r));
     r->kind = kind;
     r->logprobs = -1;
+    r->prompt_logprobs = -1;
     r->max_tokens = -1;
     json_error_t je;
-    r->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    /* JSON's \u0000 is valid in a string; text keeps its length throughout,
+     * and names are checked by plain_string. */
+    r->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!r->root)
         return bad(e, "", "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
                    je.column);

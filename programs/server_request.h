@@ -38,14 +38,17 @@ typedef struct srv_request {
     size_t n_prompts;
     ds4ref_chat_message msgs[SRV_MAX_MESSAGES];
     size_t n_msgs;
-    long long max_tokens;         /* -1: not given */
+    long long max_tokens;         /* -1: not given; 0 (completions with echo): score only */
     double temperature;           /* 0: greedy */
     uint64_t seed;
     const char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     size_t n_stop;
     int logprobs;                 /* alternatives a token: -1 none, 0..SRV_MAX_TOP */
+    int prompt_logprobs;          /* vLLM's, alternatives a prompt token: -1 none */
     int echo, stream, ignore_eos, token_ids, thinking, special;
+    int include_usage;            /* stream_options.include_usage */
+    int add_bos;                  /* /tokenize's add_special_tokens: BOS first */
     const char *effort;           /* "reasoning_effort": low, high or max; NULL: not given */
     const char *model;            /* "model", or NULL: the server checks it is its own */
 } srv_request;

@@ -106,16 +106,31 @@ static int choose(srv_sched *s, srv_job *j, const float *logits, srv_step *st,
     return 0;
 }
 
-/* Each prompt token's logprob and alternatives under the logits of the
- * tokens before it (echo). */
+/* A token's rank in a logits row as vLLM gives it: the tokens whose logit
+ * is at least its own, itself included (ties take the worst place); NaN
+ * logits rank after every number. */
+static uint32_t token_rank(const float *lg, uint32_t n, int32_t id) {
+    const float x = lg[id];
+    uint32_t rank = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        const float y = lg[k];
+        rank += x != x ? 1 : y >= x;
+    }
+    return rank;
+}
+
+/* Each prompt token's logprob, rank and alternatives under the logits of
+ * the tokens before it (echo, prompt_logprobs). */
 static int prompt_steps(srv_sched *s, srv_job *j, const float *all, ds4ref_error *e) {
     srv_step *ps = calloc(j->n_prompt, sizeof(*ps));
     if (!ps) return -1;
     for (size_t i = 1; i < j->n_prompt; i++) {
         const float *lg = all + (i - 1) * (size_t)s->n_vocab;
         ps[i].id = j->prompt[i];
+        ps[i].rank = token_rank(lg, s->n_vocab, j->prompt[i]);
         if (ds4ref_token_logprob(s->m, lg, j->prompt[i], &ps[i].logprob, e) ||
-            (j->top && ds4ref_top_logprobs(s->m, lg, j->top, ps[i].top, &ps[i].n_top, e))) {
+            (j->prompt_top &&
+             ds4ref_top_logprobs(s->m, lg, j->prompt_top, ps[i].top, &ps[i].n_top, e))) {
             free(ps);
             return -1;
         }
@@ -146,8 +161,9 @@ static void admit(srv_sched *s) {
             j->finish = "cancelled";
             continue;
         }
-        ds4ref_session_options so = {.ctx = (uint32_t)(j->n_prompt + j->max_tokens - 1),
-                                     .chunk = s->o.chunk};
+        /* The last token is never evaluated; scoring evaluates the prompt. */
+        const size_t ctx = j->n_prompt + (j->max_tokens ? j->max_tokens - 1 : 0);
+        ds4ref_session_options so = {.ctx = (uint32_t)ctx, .chunk = s->o.chunk};
         ds4ref_error e;
         if (ds4ref_session_new(s->m, &so, &j->s, &e)) {
             snprintf(j->error, sizeof(j->error), "%s", e.message);
@@ -198,6 +214,13 @@ static void pass(srv_sched *s, srv_job **rows, uint32_t n) {
         if (all[i]) memcpy(last, all[i] + (len[i] - 1) * (size_t)s->n_vocab, sizeof(float) * s->n_vocab);
         else if (len[i] > 1) rc = ds4ref_session_logits(j->s, ds4ref_session_pos(j->s) - 1, last, &e);
         if (!rc && all[i]) rc = prompt_steps(s, j, all[i], &e);
+        if (!rc && j->max_tokens == 0) {
+            pthread_mutex_lock(&s->lock);
+            clock_gettime(CLOCK_MONOTONIC, &j->first_at);
+            end_job(s, j, "length");
+            pthread_mutex_unlock(&s->lock);
+            continue;
+        }
         srv_step st;
         if (!rc) rc = choose(s, j, last, &st, &e);
         char *bytes = NULL;
@@ -207,6 +230,7 @@ static void pass(srv_sched *s, srv_job **rows, uint32_t n) {
         if (rc) break;
         pthread_mutex_lock(&s->lock);
         int oom = push_step(j, &st) != 0;
+        if (j->n_steps == 1) clock_gettime(CLOCK_MONOTONIC, &j->first_at);
         const int stopped = bytes ? push_text(j, bytes, nb, &oom) : 0;
         if (oom) snprintf(j->error, sizeof(j->error), "out of memory");
         if (oom) end_job(s, j, "error");

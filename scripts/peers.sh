@@ -76,9 +76,10 @@ else
 fi
 
 # The openai client against ds4ref-server: skipped, not failed, without it.
-if ! PYTHONPATH=$cache/pylib "$py" -c 'import openai' 2> /dev/null &&
-     ! { echo "peers: pip install openai into $cache/pylib" &&
-         "$py" -m pip install -q --upgrade --target "$cache/pylib" openai > "$tmp/pip-openai.log" 2>&1; }; then
+if ! PYTHONPATH=$cache/pylib "$py" -c 'import openai, prometheus_client' 2> /dev/null &&
+     ! { echo "peers: pip install openai prometheus_client into $cache/pylib" &&
+         "$py" -m pip install -q --upgrade --target "$cache/pylib" openai prometheus_client \
+             > "$tmp/pip-openai.log" 2>&1; }; then
     echo "peers: openai skipped: pip install failed (offline?): $(tail -1 "$tmp/pip-openai.log")"
 else
     check "the openai client $(PYTHONPATH=$cache/pylib "$py" -c 'import openai; print(openai.__version__)') against ds4ref-server" \

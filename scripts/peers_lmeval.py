@@ -10,7 +10,9 @@ MODEL is models/tiny.gguf; its vocabulary goes to lm-eval as a Hugging Face
 tokenizer (the tokenizer.json `ds4ref-mkmodel --format hf` writes for the
 same synthetic model), checked first to split text as ds4ref does.  lm-eval
 sends token ids (tokenized_requests), reads the echoed prompt's logprobs,
-and sums the continuation's.  Exit status 0 when all hold."""
+and sums the continuation's.  The task runs twice: with that tokenizer, and
+with lm-eval's remote tokenizer (tokenizer_backend=remote: the server's
+/tokenizer_info, /tokenize and /detokenize).  Exit status 0 when all hold."""
 import glob
 import json
 import math
@@ -74,19 +76,24 @@ metric_list:
 
 srv = subprocess.Popen([tool("ds4ref-server"), "-m", model, "--port", "0"], stderr=subprocess.PIPE,
                        text=True)
+backends = {"out": f"tokenizer_backend=huggingface,tokenizer={tok_dir}",
+            "out-remote": "tokenizer_backend=remote"}
 try:
     url = re.search(r"http://[0-9.]+:[0-9]+", srv.stderr.readline()).group(0)
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
-    run = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "local-completions",
-                          "--model_args", f"model=tiny.gguf,base_url={url}/v1/completions,"
-                          f"tokenizer_backend=huggingface,tokenizer={tok_dir},tokenized_requests=True",
-                          "--tasks", "ds4ref_tiny", "--include_path", os.path.join(work, "tasks"),
-                          "--output_path", os.path.join(work, "out"), "--log_samples"],
-                         capture_output=True, text=True, env=env, cwd=work)
-    check("lm_eval --model local-completions runs a loglikelihood task against ds4ref-server",
-          run.returncode == 0 and "ds4ref_tiny" in run.stdout)
-    if run.returncode:
-        print(run.stderr[-2000:])
+    for out_dir, backend in backends.items():
+        run = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "local-completions",
+                              "--model_args", f"model=tiny.gguf,base_url={url}/v1/completions,"
+                              f"{backend},tokenized_requests=True",
+                              "--tasks", "ds4ref_tiny", "--include_path",
+                              os.path.join(work, "tasks"), "--output_path",
+                              os.path.join(work, out_dir), "--log_samples"],
+                             capture_output=True, text=True, env=env, cwd=work)
+        check(f"lm_eval --model local-completions ({backend.split(',')[0]}) runs a "
+              "loglikelihood task against ds4ref-server",
+              run.returncode == 0 and "ds4ref_tiny" in run.stdout)
+        if run.returncode:
+            print(run.stderr[-2000:])
 finally:
     srv.terminate()
     srv.wait(timeout=60)
@@ -119,14 +126,16 @@ def loglik(context, continuation):
     return total
 
 
-samples = [json.loads(line) for p in glob.glob(os.path.join(work, "out", "*", "samples_*.jsonl"))
-           for line in open(p)]
-worst = 0.0
-for s in samples:
-    for k, (resp,) in zip(sorted(s["arguments"]), s["resps"]):
-        a = s["arguments"][k]
-        worst = max(worst, abs(float(resp[0]) - loglik(a["arg_0"], a["arg_1"])))
-n = sum(len(s["resps"]) for s in samples)
-check(f"its {n} loglikelihoods are ds4ref's own for the same tokens (max |diff| {worst:.1e} <= 1e-9)",
-      n == 8 and worst <= 1e-9)
+for out_dir in backends:
+    samples = [json.loads(line)
+               for p in glob.glob(os.path.join(work, out_dir, "*", "samples_*.jsonl"))
+               for line in open(p)]
+    worst = 0.0
+    for s in samples:
+        for k, (resp,) in zip(sorted(s["arguments"]), s["resps"]):
+            a = s["arguments"][k]
+            worst = max(worst, abs(float(resp[0]) - loglik(a["arg_0"], a["arg_1"])))
+    n = sum(len(s["resps"]) for s in samples)
+    check(f"{out_dir}: its {n} loglikelihoods are ds4ref's own for the same tokens "
+          f"(max |diff| {worst:.1e} <= 1e-9)", n == 8 and worst <= 1e-9)
 sys.exit(1 if fails else 0)

@@ -11,7 +11,12 @@ openai.OpenAI(base_url=...):
   - chat completions with logprobs and top_logprobs: the bytes and
     logprobs of `ds4ref -p`'s golden (its default system prompt, thinking);
   - a streamed completion: its text is the whole one's;
-  - n=2: the client raises BadRequestError with the server's message.
+  - a streamed chat with thinking and stream_options.include_usage: its
+    reasoning_content and content joined are the whole answer's, its last
+    chunk the usage;
+  - n=2: the client raises BadRequestError with the server's message;
+  - /metrics read by prometheus_client's own parser: the families, the
+    counters the requests above moved.
 Exit status 0 when all hold; each check is one line."""
 import json
 import os
@@ -22,6 +27,7 @@ import tempfile
 import urllib.request
 
 import openai
+from prometheus_client.parser import text_string_to_metric_families
 
 bin_dir, model = sys.argv[1], sys.argv[2]
 fails = 0
@@ -81,11 +87,37 @@ try:
         model=name, prompt="Hello there", max_tokens=12, stream=True, extra_body={"ignore_eos": True}))
     check("a streamed completion's text is the whole one's", text == whole)
 
+    # Seed 8 at temperature 3 writes </think> within 300 tokens on tiny.
+    think = dict(model=name, max_tokens=300, temperature=3, seed=8,
+                 messages=[{"role": "user", "content": "hi"}],
+                 extra_body={"ignore_eos": True, "thinking": True})
+    msg = client.chat.completions.create(**think).choices[0].message
+    chunks = list(client.chat.completions.create(**think, stream=True,
+                                                 stream_options={"include_usage": True}))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    check("a streamed chat with thinking: reasoning_content and content are the whole answer's",
+          msg.content and "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) ==
+          msg.reasoning_content and "".join(d.content or "" for d in deltas) == msg.content)
+    check("... and include_usage's last chunk has the usage",
+          not chunks[-1].choices and chunks[-1].usage.completion_tokens == 300)
+
     try:
         client.completions.create(model=name, prompt="x", n=2)
         check("n=2 raises BadRequestError", False)
     except openai.BadRequestError as e:
         check("n=2 raises BadRequestError with the server's message", "'n' must be 1" in str(e))
+
+    text = urllib.request.urlopen(m.group(0) + "/metrics").read().decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    value = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in fams.values() for s in f.samples}
+    check("prometheus_client parses /metrics: histograms, counters, gauges",
+          fams["ds4ref_e2e_request_latency_seconds"].type == "histogram" and
+          fams["ds4ref_generation_tokens"].type == "counter" and
+          fams["ds4ref_num_requests_running"].type == "gauge")
+    check("... counting the completions and chats above",
+          value[("ds4ref_requests_total", (("code", "200"), ("endpoint", "/v1/chat/completions")))]
+          == 3 and value[("ds4ref_time_to_first_token_seconds_count", ())] >= 6)
 finally:
     srv.terminate()
     check("the server exits 0 on SIGTERM", srv.wait(timeout=60) == 0)

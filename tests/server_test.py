@@ -223,6 +223,167 @@ check("echo: the prompt's tokens first, the first without a logprob",
       st == 200 and [int(x.split(":")[1]) for x in lp["tokens"][:len(prompt)]] == prompt and
       lp["token_logprobs"][0] is None and all(isinstance(x, float) for x in lp["token_logprobs"][1:]))
 
+# Logprobs as OpenAI and vLLM give them.  With logprobs 0 each entry of
+# top_logprobs is the token alone (OpenAI: "up to logprobs + 1").
+st, r = s.json("/v1/completions", {"prompt": prompt, "max_tokens": 6, "ignore_eos": True,
+                                   "logprobs": 0, "temperature": 0.9, "seed": 3})
+lp = r["choices"][0]["logprobs"]
+check("logprobs 0: each top_logprobs entry is the token itself",
+      st == 200 and all(top == {t: p} for t, p, top in
+                        zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])))
+
+
+def units(b):
+    """Characters of bytes decoded alone, as the server counts them: a
+    well-formed character is one, and so is each byte that begins none."""
+    n = i = 0
+    while i < len(b):
+        step = 1
+        for k in (4, 3, 2):
+            try:
+                if len(b[i:i + k]) == k and len(b[i:i + k].decode("utf-8")) == 1:
+                    step = k
+                    break
+            except UnicodeDecodeError:
+                pass
+        i += step
+        n += 1
+    return n
+
+
+# text_offset: characters, each token's decoded alone (as vLLM sums its
+# tokens' lengths), counted from the echoed prompt's start.
+scored = {"prompt": "h\u00e9llo w\u00f6rld \u2713 ok", "max_tokens": 8, "ignore_eos": True,
+          "echo": True, "logprobs": 2}
+st, whole_e = s.json("/v1/completions", scored)
+lp = whole_e["choices"][0]["logprobs"]
+sums = [0]
+for name in lp["tokens"][:-1]:
+    sums.append(sums[-1] + units(token_bytes(name)))
+check("text_offset counts characters, token by token, from the echoed prompt",
+      st == 200 and lp["text_offset"] == sums and sums[-1] < len(
+          b"".join(token_bytes(t) for t in lp["tokens"])))
+
+# A stream of the same request: one id in every chunk (another stream's
+# differs), the prompt's chunk first, the joined chunks equal the whole
+# answer (text, tokens, logprobs, offsets), and with include_usage a last
+# chunk without choices holding the usage (null in the others, as OpenAI).
+def stream_chunks(path, body):
+    st, raw = s.call(path, body)
+    events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    return st, [json.loads(e) for e in events[:-1]], events[-1]
+
+
+st, chunks, last = stream_chunks("/v1/completions", dict(scored, stream=True,
+                                                         stream_options={"include_usage": True}))
+_, other, _ = stream_chunks("/v1/completions", dict(scored, stream=True))
+body_chunks = [c for c in chunks if c["choices"]]
+joined = {k: sum((c["choices"][0]["logprobs"][k] for c in body_chunks), [])
+          for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+check("stream: one id in every chunk, another stream's differs",
+      st == 200 and len({c["id"] for c in chunks}) == 1 and chunks[0]["id"] != other[0]["id"])
+check("stream with echo: the prompt's chunk first, the joined chunks are the whole answer",
+      last == "[DONE]" and "".join(c["choices"][0]["text"] for c in body_chunks) ==
+      whole_e["choices"][0]["text"] and joined == lp and
+      body_chunks[0]["choices"][0]["text"].startswith("h\u00e9llo"))
+check("include_usage: a last chunk with no choices and the whole answer's usage",
+      not chunks[-1]["choices"] and chunks[-1]["usage"] == whole_e["usage"] and
+      all(c["usage"] is None for c in body_chunks) and "usage" not in other[0])
+
+# Prompt scoring: max_tokens 0 with echo gives the prompt's logprobs alone.
+st, r0 = s.json("/v1/completions", dict(scored, max_tokens=0))
+c0 = r0["choices"][0]
+n_prompt = r0["usage"]["prompt_tokens"]
+check("max_tokens 0 with echo: the prompt's logprobs, nothing generated",
+      st == 200 and c0["text"] == scored["prompt"] and r0["usage"]["completion_tokens"] == 0 and
+      c0["finish_reason"] == "length" and
+      c0["logprobs"]["token_logprobs"] == lp["token_logprobs"][:n_prompt])
+
+# vLLM's prompt_logprobs: null first, then the token and its alternatives by
+# id, each with its logprob and rank (vLLM's: the tokens at least as likely),
+# against the prompt's logits from ds4ref --logits-out.
+import array
+import math
+ids = s.json("/tokenize", {"prompt": scored["prompt"]})[1]["tokens"]
+st, rp = s.json("/v1/completions", {"prompt": ids, "max_tokens": 1, "prompt_logprobs": 3})
+plp = rp["choices"][0]["prompt_logprobs"]
+with tempfile.TemporaryDirectory() as d:
+    subprocess.run([os.path.join(BIN, "ds4ref"), "-m", MODEL, "--tokens-file", ids_file(ids),
+                    "-n", "1", "--logits-out", os.path.join(d, "l.f32")], check=True,
+                   capture_output=True)
+    rows = array.array("f")
+    with open(os.path.join(d, "l.f32"), "rb") as f:
+        rows.frombytes(f.read())
+nv = len(rows) // len(ids)
+ok = st == 200 and len(plp) == len(ids) and plp[0] is None
+for i in range(1, len(ids)):
+    row = rows[(i - 1) * nv:i * nv]
+    lse = max(row) + math.log(math.fsum(math.exp(x - max(row)) for x in row))
+    entry = plp[i]
+    tok = entry.get(str(ids[i]))
+    order = sorted(range(nv), key=lambda k: (-row[k], k))[:3]
+    ok &= tok is not None and abs(tok["logprob"] - (row[ids[i]] - lse)) < 1e-9
+    ok &= tok["rank"] == (order.index(ids[i]) + 1 if ids[i] in order else
+                          sum(x >= row[ids[i]] for x in row))
+    ok &= all(entry[str(k)]["rank"] == n + 1 for n, k in enumerate(order))
+    ok &= list(entry)[0] == str(ids[i]) and len(entry) == 3 + (ids[i] not in order)
+check("prompt_logprobs: the token first, its rank and logprob, the 3 most likely ranked 1-3", ok)
+
+# JSON's \u0000 is valid in text: a prompt holding one is scored, and it
+# tokenizes and detokenizes back.
+st, r = s.json("/v1/completions", {"prompt": "a\u0000b", "max_tokens": 0, "echo": True})
+st2, t0 = s.json("/tokenize", {"prompt": "a\u0000b"})
+st3, d0 = s.json("/detokenize", {"tokens": t0.get("tokens", [])})
+check("a prompt with \\u0000: scored, tokenized and detokenized back",
+      st == 200 and r["choices"][0]["text"] == "a\u0000b" and st2 == 200 and
+      d0.get("prompt") == "a\u0000b")
+
+# /tokenizer_info, as lm-evaluation-harness's remote tokenizer reads it: the
+# special tokens' text, which /tokenize turns into their ids.
+st, ti = s.json("/tokenizer_info")
+eos = s.json("/tokenize", {"prompt": ti["eos_token"]})[1]["tokens"]
+bos = s.json("/tokenize", {"prompt": ti["bos_token"]})[1]["tokens"]
+with_bos = s.json("/tokenize", {"prompt": "Hello", "add_special_tokens": True})[1]["tokens"]
+check("/tokenizer_info: the special tokens' text, one id each; add_special_tokens adds BOS",
+      st == 200 and len(eos) == 1 and len(bos) == 1 and eos != bos and
+      with_bos == bos + s.json("/tokenize", {"prompt": "Hello"})[1]["tokens"])
+
+# The model's SHA-256 in /v1/models (computed on a thread after start).
+import hashlib
+want_sha = hashlib.sha256(open(MODEL, "rb").read()).hexdigest()
+got_sha = None
+for _ in range(100):
+    got_sha = s.json("/v1/models")[1]["data"][0].get("model_sha256")
+    if got_sha:
+        break
+    time.sleep(0.05)
+check("/v1/models: model_sha256 is sha256sum's of the file", got_sha == want_sha)
+
+# Chat streamed with thinking: the reasoning (before </think>) as
+# delta.reasoning_content, the answer as delta.content, joined equal to the
+# whole answer's.  Seed 8 at temperature 3 writes </think> within 300 tokens.
+think = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 300, "thinking": True,
+         "temperature": 3, "seed": 8, "ignore_eos": True}
+st, wc = s.json("/v1/chat/completions", think)
+msg = wc["choices"][0]["message"]
+check("(the seed writes </think>: reasoning and an answer)",
+      st == 200 and msg["reasoning_content"] and msg["content"])
+st, chunks, _ = stream_chunks("/v1/chat/completions", dict(think, stream=True))
+check("chat stream with thinking: reasoning_content and content joined = the whole answer's",
+      "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks) ==
+      msg["reasoning_content"] and
+      "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == msg["content"])
+# ... and with a stop string in the answer: the two parts as the whole answer cuts them.
+cut = dict(think, stop=[msg["content"][3:6]])
+st, wc = s.json("/v1/chat/completions", cut)
+st2, chunks, _ = stream_chunks("/v1/chat/completions", dict(cut, stream=True))
+msg = wc["choices"][0]["message"]
+check("... with a stop string in the answer, the same parts as the whole answer's",
+      st == st2 == 200 and wc["choices"][0]["finish_reason"] == "stop" and
+      "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks) ==
+      msg["reasoning_content"] and
+      "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == msg["content"])
+
 # Chat: ds4ref -p's template (its default system prompt, thinking).
 want_c = golden(["-p", "Hello there", "-n", "6", "--ignore-eos"])
 st, r = s.json("/v1/chat/completions", {
@@ -289,11 +450,22 @@ bad = [
     # What the server does not implement is refused by name, never ignored.
     ("best_of", "/v1/completions", {"prompt": "x", "best_of": 2}, None, 400, "best_of"),
     ("suffix", "/v1/completions", {"prompt": "x", "suffix": "y"}, None, 400, "suffix"),
-    ("prompt_logprobs", "/v1/completions", {"prompt": "x", "prompt_logprobs": 1}, None, 400,
-     "prompt_logprobs"),
-    ("stream_options", "/v1/completions", {"prompt": "x", "stream": True,
-                                           "stream_options": {"include_usage": True}}, None, 400,
-     "stream_options"),
+    ("prompt_logprobs in a stream (as vLLM)", "/v1/completions",
+     {"prompt": "x", "prompt_logprobs": 1, "stream": True}, None, 400, "prompt_logprobs"),
+    ("stream_options without a stream (as OpenAI)", "/v1/completions",
+     {"prompt": "x", "stream_options": {"include_usage": True}}, None, 400, "stream_options"),
+    ("vLLM's continuous_usage_stats", "/v1/completions",
+     {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": True}}, None,
+     400, "stream_options"),
+    ("max_tokens 0 in chat", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, None, 400, "max_tokens"),
+    ("a model name with a NUL", "/v1/completions", {"prompt": "x", "model": "tiny.gguf\u0000x"},
+     None, 400, "model"),
+    ("a role with a NUL", "/v1/chat/completions",
+     {"messages": [{"role": "user\u0000x", "content": "x"}]}, None, 400, "messages"),
+    ("add_special_tokens with messages", "/tokenize",
+     {"messages": [{"role": "user", "content": "x"}], "add_special_tokens": True}, None, 400,
+     "add_special_tokens"),
     ("tools", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                        "tools": []}, None, 400, "tools"),
     ("response_format", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
@@ -316,6 +488,69 @@ st, r = s.json("/v1/completions", {"prompt": "x", "max_tokens": 2, "model": "tin
 check("the server's own model, and OpenAI's user field: 200", st == 200)
 st, r = s.json("/v1/completions", {"prompt": "Hello there", "max_tokens": 12, "ignore_eos": True})
 check("... and the server still answers as before", st == 200 and r["choices"] == whole["choices"])
+
+# A client that half-closes (shuts its sending side after the request) and
+# reads on gets its answer, whole or streamed; it used to be taken for gone.
+def half_closed(body):
+    raw = json.dumps(body).encode()
+    host, port = s.url[len("http://"):].split(":")
+    sk = socket.create_connection((host, int(port)), timeout=60)
+    sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(raw) + raw)
+    sk.shutdown(socket.SHUT_WR)
+    data = b""
+    while True:
+        x = sk.recv(65536)
+        if not x:
+            break
+        data += x
+    sk.close()
+    return data
+
+
+got = half_closed({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True})
+check("a half-closed client gets its whole answer (after an interim 100 Continue)",
+      b"HTTP/1.1 200 OK" in got and b'"completion_tokens":200' in got)
+got = half_closed({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True, "stream": True})
+check("... and its stream to [DONE]", b"HTTP/1.1 200 OK" in got and b"data: [DONE]" in got)
+
+# /metrics in Prometheus' text format: every sample of a declared family,
+# histograms cumulative with _count equal to the +Inf bucket, and the
+# counters move by what a request did.
+def metrics():
+    st, text = s.call("/metrics")
+    types, samples = {}, {}
+    for line in text.decode().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
+        elif line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            samples[key] = float(value)
+    return st, types, samples
+
+
+def family(key, types):
+    name = key.split("{")[0]
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and types.get(name[:-len(suffix)]) == "histogram":
+            return name[:-len(suffix)]
+    return name
+
+
+st, types, before = metrics()
+s.json("/v1/completions", {"prompt": "Hello", "max_tokens": 7, "ignore_eos": True})
+st2, _, after = metrics()
+ok = st == 200 and st2 == 200 and all(family(k, types) in types for k in after)
+for h in ("ds4ref_e2e_request_latency_seconds", "ds4ref_time_to_first_token_seconds"):
+    buckets = [v for k, v in after.items() if k.startswith(h + "_bucket")]
+    ok &= buckets == sorted(buckets) and buckets[-1] == after[h + "_count"] > 0
+    ok &= after[h + "_count"] == before[h + "_count"] + 1
+key = 'ds4ref_requests_total{endpoint="/v1/completions",code="200"}'
+ok &= after[key] == before[key] + 1
+ok &= after["ds4ref_generation_tokens_total"] == before["ds4ref_generation_tokens_total"] + 7
+ok &= after["ds4ref_prompt_tokens_total"] > before["ds4ref_prompt_tokens_total"]
+check("/metrics: Prometheus text; a completion moves the counters and histograms by one", ok)
 
 # A client that leaves mid-generation frees its row.
 try:
@@ -440,6 +675,21 @@ r = subprocess.run([os.path.join(BIN, "ds4ref-server"), "-m", MODEL, "--port",
 taken.close()
 check(f"a port in use: one line saying so, status {r.returncode}",
       r.returncode != 0 and r.stderr.count("\n") == 1 and "Address already in use" in r.stderr)
+
+# At a full context usage's total is the context: a prompt and its output
+# fit it (max_tokens cut to the room left, as vLLM); a prompt of the whole
+# context is refused unless it is only scored.
+s = Server("-c", "64")
+long_prompt = list(range(300, 360))
+st, r = s.json("/v1/completions", {"prompt": long_prompt, "max_tokens": 100, "ignore_eos": True})
+check(f"-c 64, a prompt of 60: 4 tokens, total_tokens 64 ({r.get('usage')})",
+      st == 200 and r["usage"]["completion_tokens"] == 4 and r["usage"]["total_tokens"] == 64)
+st, _ = s.json("/v1/completions", {"prompt": list(range(300, 364)), "max_tokens": 1})
+st2, r = s.json("/v1/completions", {"prompt": list(range(300, 364)), "max_tokens": 0,
+                                    "echo": True, "logprobs": 0})
+check(f"... a prompt of 64: refused ({st}), scored with max_tokens 0 ({st2})",
+      st == 400 and st2 == 200 and r["usage"]["total_tokens"] == 64)
+s.stop()
 
 # Limits: the body, the queue.
 s = Server("--max-body", "2048", "--parallel", "1", "--queue", "0")

@@ -6,7 +6,8 @@
  * and what it accepts must keep the parser's promises: token ids inside the
  * vocabulary, at most SRV_MAX_PROMPTS prompts, SRV_MAX_STOP non-empty stop
  * strings, SRV_MAX_MESSAGES messages of a known role, alternatives within
- * SRV_MAX_TOP, max_tokens positive or unset.  Every byte of every string it
+ * SRV_MAX_TOP, max_tokens positive or unset (0 only to score a prompt, with
+ * echo), prompt_logprobs and include_usage only where they apply.  Every byte of every string it
  * hands on is read, so that a wrong pointer is a sanitizer report.
  *
  * Seeds (tests/fuzz/seeds.c): the requests tests/server_test.py sends,
@@ -48,7 +49,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_check(r.n_prompts <= SRV_MAX_PROMPTS && r.n_stop <= SRV_MAX_STOP &&
                  r.n_msgs <= SRV_MAX_MESSAGES && r.logprobs >= -1 && r.logprobs <= SRV_MAX_TOP,
              "counts within their limits");
-    fz_check(r.max_tokens == -1 || r.max_tokens >= 1, "max_tokens positive or unset");
+    fz_check(r.max_tokens == -1 || r.max_tokens >= 1 || (r.max_tokens == 0 && r.echo && kind == 0),
+             "max_tokens positive or unset, or 0 to score a prompt");
+    fz_check(r.prompt_logprobs >= -1 && r.prompt_logprobs <= SRV_MAX_TOP &&
+                 (r.prompt_logprobs == -1 || !r.stream),
+             "prompt_logprobs within its limit, never in a stream");
+    fz_check(!r.include_usage || r.stream, "include_usage only in a stream");
     fz_check(r.temperature >= 0, "temperature not negative");
     for (size_t i = 0; i < r.n_prompts; i++) check_prompt(&r.prompts[i]);
     for (size_t i = 0; i < r.n_stop; i++) {

@@ -435,6 +435,13 @@ static void server_seeds(void) {
         {"tokenize", 2, "{\"prompt\": \"Hello <\\u00e9>\", \"special\": false}"},
         {"detokenize", 3, "{\"tokens\": [1, 2, 300]}"},
         {"not-json", 0, "{bad"},
+        {"scoring", 0, "{\"prompt\": \"a\\u0000b\", \"max_tokens\": 0, \"echo\": true, "
+                      "\"logprobs\": 0, \"prompt_logprobs\": 3}"},
+        {"stream-usage", 0, "{\"prompt\": \"x\", \"stream\": true, "
+                           "\"stream_options\": {\"include_usage\": true}}"},
+        {"model-nul", 1, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                        "\"model\": \"m\\u0000x\"}"},
+        {"tokenize-bos", 2, "{\"prompt\": \"Hello\", \"add_special_tokens\": true}"},
     };
     for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
         char buf[1024];
