@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <poll.h>
@@ -216,6 +217,7 @@ static srv_job *new_job(const server *sv, const srv_request *r, int32_t *ids, si
     j->prompt_logprobs = echo_lp || r->prompt_logprobs >= 0;
     const int want_top = echo_lp ? r->logprobs : 0;
     j->prompt_top = (uint32_t)(r->prompt_logprobs > want_top ? r->prompt_logprobs : want_top);
+    j->prompt_rank = r->prompt_logprobs >= 0;
     j->stop_at_eos = !r->ignore_eos;
     j->stop = r->stop;
     j->stop_len = r->stop_len;
@@ -266,18 +268,31 @@ static int peer_state(struct MHD_Connection *c) {
     return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK ? PEER_GONE : PEER_HERE;
 }
 
+/* A probe of a half-closed client goes again this often: one that reads
+ * the first and leaves later sends nothing more, and only a write shows it
+ * gone. */
+#define PROBE_EVERY 2.0
+
+static double monotonic_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* Is the client of a request still waiting for its answer gone?  After a
- * FIN the connection is probed once: an interim "100 Continue" response,
- * which HTTP/1.1 clients skip before the final one (RFC 9110, 15.2).  A
- * client that closed answers it with a reset, seen at the next look; one
- * that half-closed reads it and waits on.  HTTP/1.0 has no interim
- * responses, so there a FIN is taken as gone. */
-static int client_gone(struct MHD_Connection *c, int http11, int *probed) {
+ * FIN the connection is probed, and again every PROBE_EVERY seconds: an
+ * interim "100 Continue" response, which HTTP/1.1 clients skip before the
+ * final one (RFC 9110, 15.2; there may be several).  A client that closed
+ * answers it with a reset, seen at the next look; one that half-closed
+ * reads it and waits on.  HTTP/1.0 has no interim responses, so there a FIN
+ * is taken as gone.  *probed: when the last probe went (0: none yet). */
+static int client_gone(struct MHD_Connection *c, int http11, double *probed) {
     const int state = peer_state(c);
     if (state != PEER_FIN) return state == PEER_GONE;
-    if (*probed) return 0;
     if (!http11) return 1;
-    *probed = 1;
+    const double now = monotonic_seconds();
+    if (*probed && now - *probed < PROBE_EVERY) return 0;
+    *probed = now;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -286,6 +301,12 @@ static int client_gone(struct MHD_Connection *c, int http11, int *probed) {
 }
 
 /* ---- completions and chat, whole -------------------------------------- */
+
+/* A logprob as JSON: a number, or null where it is none (-inf: a logit of
+ * -inf; NaN), which JSON cannot say and jansson would drop. */
+static json_t *logprob_json(double x) {
+    return isfinite(x) ? json_real(x) : json_null();
+}
 
 /* A token's bytes (empty when they cannot be had). */
 static char *token_bytes(const server *sv, int32_t id, size_t *n) {
@@ -347,7 +368,7 @@ static void comp_lp_add(comp_lp *c, const server *sv, const srv_request *r, cons
             json_array_append_new(c->tops, json_null());
             continue;
         }
-        json_array_append_new(c->logprobs, json_real(st->logprob));
+        json_array_append_new(c->logprobs, logprob_json(st->logprob));
         json_t *d = json_object();
         const uint32_t want = (uint32_t)r->logprobs;
         const uint32_t k_max = want < st->n_top ? want : st->n_top;
@@ -359,7 +380,7 @@ static void comp_lp_add(comp_lp *c, const server *sv, const srv_request *r, cons
              * one. */
             if (!json_object_get(d, json_string_value(kn)))
                 json_object_set_new(d, json_string_value(kn),
-                                    json_real(k ? st->top[k - 1].logprob : st->logprob));
+                                    logprob_json(k ? st->top[k - 1].logprob : st->logprob));
             json_decref(kn);
         }
         json_array_append_new(c->tops, d);
@@ -399,8 +420,9 @@ static json_t *prompt_logprobs(const server *sv, const srv_request *r, const srv
                 json_object_set_new(old, "rank", json_integer((json_int_t)k));
                 continue;
             }
-            json_object_set_new(d, key, json_pack("{s:f, s:I, s:o}", "logprob",
-                                                  k ? st->top[k - 1].logprob : st->logprob,
+            json_object_set_new(d, key, json_pack("{s:o, s:I, s:o}", "logprob",
+                                                  logprob_json(k ? st->top[k - 1].logprob
+                                                                 : st->logprob),
                                                   "rank", (json_int_t)(k ? k : st->rank),
                                                   "decoded_token",
                                                   token_name(sv, id, r->token_ids)));
@@ -551,7 +573,7 @@ static void count_generation(server *sv, srv_job *const *jobs, size_t n,
 static enum MHD_Result serve_whole(server *sv, struct MHD_Connection *c, const srv_request *r,
                                    srv_job **jobs, size_t n, const struct timespec *t0,
                                    int http11) {
-    int probed = 0;
+    double probed = 0;
     for (size_t i = 0; i < n; i++)
         while (!srv_sched_wait(sv->sched, jobs[i], UINT32_MAX, 100, NULL, NULL))
             if (client_gone(c, http11, &probed)) {
@@ -580,10 +602,11 @@ typedef struct stream {
     server *sv;
     struct MHD_Connection *c;
     srv_request r;
-    json_t *id;                           /* the response's id, the same in every chunk */
+    json_t *id;                           /* the response's id and time, the same in every */
+    long long created;                    /* chunk (OpenAI's) */
     struct timespec t0;                   /* its arrival (/metrics) */
     int failed;                           /* a job failed or was cancelled */
-    int probed;                           /* the client's FIN was answered by a probe */
+    double probed;                        /* when a probe last answered the client's FIN */
     size_t think_at, think_from;          /* chat: where </think> is (SIZE_MAX: not seen
                                            * yet), where to look for it next */
     srv_job *jobs[SRV_MAX_PROMPTS];
@@ -635,8 +658,6 @@ static void copy_progress(void *ud, const srv_job *j) {
     snprintf(st->error, sizeof(st->error), "%s", j->error);
 }
 
-/* A chunk for the stream: OpenAI's chunk object around choice, with
- * "usage": null when the last chunk will carry it (include_usage). */
 /* One server-sent event: "data: BODY" and a blank line. */
 static void emit_raw(stream *st, const char *body) {
     const size_t add = strlen(body) + 8;
@@ -646,11 +667,13 @@ static void emit_raw(stream *st, const char *body) {
     st->out_len += (size_t)sprintf(st->out + st->out_len, "data: %s\n\n", body);
 }
 
+/* A chunk for the stream: OpenAI's chunk object around choices, with
+ * "usage": null when the last chunk will carry it (include_usage). */
 static void emit_chunk(stream *st, json_t *choices, json_t *usage_or_null) {
     const int chat = st->r.kind == SRV_CHAT;
     json_t *chunk = json_pack("{s:O, s:s, s:I, s:s, s:o}", "id", st->id, "object",
                               chat ? "chat.completion.chunk" : "text_completion", "created",
-                              (json_int_t)time(NULL), "model", st->sv->name, "choices", choices);
+                              (json_int_t)st->created, "model", st->sv->name, "choices", choices);
     if (st->r.include_usage) json_object_set_new(chunk, "usage", usage_or_null);
     else json_decref(usage_or_null);
     char *text = json_dumps(chunk, JSON_COMPACT);
@@ -862,11 +885,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         } else if (st->out_len == 0) {
             /* A FIN: the client closed, or half-closed and reads on.  An
              * SSE comment, which clients skip, makes one that closed
-             * answer with a reset. */
+             * answer with a reset (again every PROBE_EVERY seconds, for one
+             * that reads on and leaves later). */
             const int state = peer_state(st->c);
             if (state == PEER_GONE) return MHD_CONTENT_READER_END_WITH_ERROR;
-            if (state == PEER_FIN && !st->probed) {
-                st->probed = 1;
+            const double now = monotonic_seconds();
+            if (state == PEER_FIN && now - st->probed >= PROBE_EVERY) {
+                st->probed = now;
                 static const char comment[] = ": still here?\n\n";
                 char *p = realloc(st->out, sizeof(comment));
                 if (!p) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -901,6 +926,9 @@ static void stream_free(void *cls) {
 
 static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_request *r,
                                       int http11) {
+    /* Latencies count from here: tokenizing and rendering are the request's. */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     srv_job *jobs[SRV_MAX_PROMPTS];
     size_t n = 0;
     srv_error e;
@@ -909,8 +937,6 @@ static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_
         srv_request_free(r);
         return send_error(c, &e);
     }
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (srv_sched_submit(sv->sched, jobs, n)) {
         for (size_t i = 0; i < n; i++) srv_job_free(NULL, jobs[i]);
         srv_request_free(r);
@@ -935,6 +961,7 @@ static enum MHD_Result serve_generate(server *sv, struct MHD_Connection *c, srv_
     st->c = c;
     st->r = *r;   /* the request's strings stay with it */
     st->id = response_id(r);
+    st->created = (long long)time(NULL);
     st->t0 = t0;
     st->think_at = SIZE_MAX;
     /* Echo: the prompt's bytes begin each choice's text. */
@@ -982,6 +1009,11 @@ static enum MHD_Result serve_tokenize(server *sv, struct MHD_Connection *c, srv_
     }
     const int bos = r->add_bos;
     srv_request_free(r);
+    if (rc == 0 && bos && sv->info.bos < 0) {
+        ds4ref_free(ids);
+        return fail(c, 400, "invalid_request_error", "add_special_tokens",
+                    "'add_special_tokens': this model's tokenizer has no BOS token");
+    }
     if (rc) return fail(c, 400, "invalid_request_error", "prompt", de.message);
     json_t *a = json_array();
     /* add_special_tokens: BOS first, as DeepSeek's tokenizer adds it. */

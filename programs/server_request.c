@@ -392,10 +392,11 @@ static int parse_chat(json_t *o, srv_request *r, srv_error *e) {
 static int parse_tokenize(json_t *o, srv_request *r, srv_error *e) {
     json_t *p = json_object_get(o, "prompt");
     if (json_object_get(o, "messages")) {
-        json_t *add = json_object_get(o, "add_special_tokens");
-        if (add && !json_is_null(add))
-            return bad(e, "add_special_tokens", "'add_special_tokens' is for a 'prompt': rendered "
-                       "messages begin with BOS already");
+        int add = 0;
+        if (get_bool(o, "add_special_tokens", 0, &add, e)) return -1;
+        if (add)
+            return bad(e, "add_special_tokens", "'add_special_tokens': true is for a 'prompt': "
+                       "rendered messages begin with BOS already");
         return get_messages(o, r, e);
     }
     if (!json_is_string(p)) return bad(e, "prompt", "'prompt' (a string) or 'messages' is required");

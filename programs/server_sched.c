@@ -127,7 +127,8 @@ static int prompt_steps(srv_sched *s, srv_job *j, const float *all, ds4ref_error
     for (size_t i = 1; i < j->n_prompt; i++) {
         const float *lg = all + (i - 1) * (size_t)s->n_vocab;
         ps[i].id = j->prompt[i];
-        ps[i].rank = token_rank(lg, s->n_vocab, j->prompt[i]);
+        /* A pass over the vocabulary a token: only when asked for. */
+        if (j->prompt_rank) ps[i].rank = token_rank(lg, s->n_vocab, j->prompt[i]);
         if (ds4ref_token_logprob(s->m, lg, j->prompt[i], &ps[i].logprob, e) ||
             (j->prompt_top &&
              ds4ref_top_logprobs(s->m, lg, j->prompt_top, ps[i].top, &ps[i].n_top, e))) {
@@ -151,6 +152,21 @@ static void admit(srv_sched *s) {
         else s->rows[w++] = j;
     }
     s->n_rows = w;
+    /* Cancelled jobs leave the queue wherever they wait, so that a client
+     * gone from the queue frees its place (and its connection) at once. */
+    for (srv_job **p = &s->queue, *prev = NULL; *p;) {
+        srv_job *j = *p;
+        if (!j->cancel) {
+            prev = j;
+            p = &j->link;
+            continue;
+        }
+        *p = j->link;
+        if (s->queue_tail == j) s->queue_tail = prev;
+        s->n_queued--;
+        j->link = NULL;
+        j->finish = "cancelled";
+    }
     while (s->queue && s->n_rows < s->o.max_rows && !s->stopping) {
         srv_job *j = s->queue;
         s->queue = j->link;

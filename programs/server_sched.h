@@ -38,6 +38,7 @@ typedef struct srv_job {
     uint32_t top;                 /* alternatives a step (0..SRV_MAX_TOP) */
     int prompt_logprobs;          /* also each prompt token's (echo, prompt_logprobs) */
     uint32_t prompt_top;          /* alternatives a prompt token */
+    int prompt_rank;              /* and each one's rank (vLLM's prompt_logprobs) */
     int stop_at_eos;
     const char *const *stop;      /* the request's strings (alive as long as it is) */
     const size_t *stop_len;

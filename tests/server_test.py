@@ -280,8 +280,9 @@ _, other, _ = stream_chunks("/v1/completions", dict(scored, stream=True))
 body_chunks = [c for c in chunks if c["choices"]]
 joined = {k: sum((c["choices"][0]["logprobs"][k] for c in body_chunks), [])
           for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
-check("stream: one id in every chunk, another stream's differs",
-      st == 200 and len({c["id"] for c in chunks}) == 1 and chunks[0]["id"] != other[0]["id"])
+check("stream: one id and one created in every chunk, another stream's id differs",
+      st == 200 and len({c["id"] for c in chunks}) == 1 and chunks[0]["id"] != other[0]["id"] and
+      len({c["created"] for c in chunks}) == 1)
 check("stream with echo: the prompt's chunk first, the joined chunks are the whole answer",
       last == "[DONE]" and "".join(c["choices"][0]["text"] for c in body_chunks) ==
       whole_e["choices"][0]["text"] and joined == lp and
@@ -514,6 +515,26 @@ check("a half-closed client gets its whole answer (after an interim 100 Continue
 got = half_closed({"prompt": "Hello", "max_tokens": 200, "ignore_eos": True, "stream": True})
 check("... and its stream to [DONE]", b"HTTP/1.1 200 OK" in got and b"data: [DONE]" in got)
 
+# One that half-closes, reads the first probe and leaves later is seen gone
+# too: the probe goes again every 2 s (a single one left its row running to
+# the end of its 4000 tokens).
+host, port = s.url[len("http://"):].split(":")
+sk = socket.create_connection((host, int(port)), timeout=30)
+raw = json.dumps({"prompt": "Hello", "max_tokens": 4000, "ignore_eos": True}).encode()
+sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(raw) + raw)
+sk.shutdown(socket.SHUT_WR)
+first = sk.recv(64)
+sk.close()
+t0 = time.time()
+freed = False
+while time.time() - t0 < 3.0:
+    if s.json("/health")[1]["rows"] == 0:
+        freed = True
+        break
+    time.sleep(0.05)
+check(f"... one that half-closed, read the probe and left frees its row ({time.time() - t0:.1f} s)",
+      first.startswith(b"HTTP/1.1 100 Continue") and freed)
+
 # /metrics in Prometheus' text format: every sample of a declared family,
 # histograms cumulative with _count equal to the +Inf bucket, and the
 # counters move by what a request did.
@@ -706,6 +727,24 @@ for _ in range(50):
     time.sleep(0.05)
 st, text = s.call("/v1/completions", {"prompt": "x", "max_tokens": 2})
 check(f"a request beyond --parallel and --queue -> 429 ({busy}, {st})", busy and st == 429)
+s.stop()
+# A queued request whose client leaves frees its place in the queue at once.
+s = Server("--parallel", "1", "--queue", "1")
+th = threading.Thread(target=lambda: s.call("/v1/completions", {"prompt": "Hello", "max_tokens": 2000,
+                                                                "ignore_eos": True}))
+th.start()
+for _ in range(50):
+    if s.json("/health")[1]["rows"] == 1:
+        break
+    time.sleep(0.05)
+try:
+    s.call("/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=0.5)
+except Exception:
+    pass
+time.sleep(0.5)
+h = s.json("/health")[1]
+check(f"a queued request whose client left frees the queue ({h['queued']} queued, {h['rows']} row)",
+      h["queued"] == 0 and h["rows"] == 1)
 th.join()
 rc, _ = s.stop(signal.SIGINT)
 check("SIGINT: exit 0", rc == 0)
