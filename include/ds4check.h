@@ -151,6 +151,16 @@ typedef struct ds4check_conform_options {
      * tokenizer says).  Either way the answer's usage.prompt_tokens must be
      * the reference's count.  NULL: the server preset's, else "ids". */
     const char *server_prompt;
+    /* On a cluster (docs/CONFORM.md, "On a cluster"): shards > 0 runs the
+     * commands of slice `shard` (0-based) of `shards` only, cells in their
+     * index order, and writes what they left into json_path as a shard file
+     * (no verdict; the report says which cells ran); n_merge > 0 runs no
+     * command and checks the cells the shard files merge[] hold, every slice
+     * once, all of this run (the same options, backend, model and prompts):
+     * the report and JSON are the unsharded run's. */
+    uint32_t shard, shards;
+    const char *const *merge;
+    uint32_t n_merge;
 } ds4check_conform_options;
 
 void ds4check_conform_options_init(ds4check_conform_options *o);

@@ -98,6 +98,11 @@ static const char usage_text[] =
     "  --cache DIR              reference goldens kept between runs (default\n"
     "                           ~/.cache/ds4ref/conform); --no-cache: none\n"
     "  --work DIR               keep each cell's inputs, outputs and log there\n"
+    "  --shard K/N              run the commands of slice K (from 0) of N only and\n"
+    "                           write them to --json FILE as a shard file (no verdict)\n"
+    "  --merge FILE...          run no command: check the cells of every slice's\n"
+    "                           shard file (the same options otherwise): the\n"
+    "                           unsharded run's report and JSON\n"
     "  -t, --threads N          threads of the reference\n"
     "  -q, --quiet              no progress line\n"
     "  -h, --help, --version\n"
@@ -123,7 +128,7 @@ enum opt_id {
     O_NUMERICS,
     O_MODEL, O_MTP, O_PROMPTS, O_TOKENS, O_CTX, O_TOP_K, O_TEMP, O_SEED, O_QAT, O_MATRIX,
     O_MAX_GAP, O_MAX_DLOGPROB, O_MIN_TOP5, O_MIN_TOP20, O_TIE_EPS, O_JSON, O_CACHE, O_WORK,
-    O_THREADS, O_SERVER, O_SERVER_CMD, O_SERVER_DIALECT, O_SERVER_PROMPT
+    O_THREADS, O_SERVER, O_SERVER_CMD, O_SERVER_DIALECT, O_SERVER_PROMPT, O_SHARD, O_MERGE
 };
 
 static const ds4ref_option options[] = {
@@ -143,18 +148,39 @@ static const ds4ref_option options[] = {
     {"--server", O_SERVER, true}, {"--server-cmd", O_SERVER_CMD, true},
     {"--server-dialect", O_SERVER_DIALECT, true},
     {"--server-prompt", O_SERVER_PROMPT, true},
+    {"--shard", O_SHARD, true}, {"--merge", O_MERGE, true},
 };
+
+/* The most shard files one --merge takes. */
+enum { MAX_MERGE = 4096 };
 
 typedef struct cli {
     ds4check_conform_options o;
     bool no_cache, quiet, numerics_given, qat_given;
     uint32_t threads;
     char matrix[1024];
+    const char *merge[MAX_MERGE];
 } cli;
 
 static int bad_value(const char *flag, const char *v, const char *what) {
     fprintf(stderr, "ds4ref-conform: %s expects %s, got '%s'\n", flag, what, v);
     return -1;
+}
+
+/* --shard K/N: 0 <= K < N. */
+static int parse_shard(const char *flag, const char *v, uint32_t *k, uint32_t *n) {
+    char *slash = strchr(v, '/'), *end;
+    errno = 0;
+    unsigned long a = strtoul(v, &end, 10);
+    if (!slash || end != slash || slash == v || *v == '-' || errno)
+        return bad_value(flag, v, "K/N (slice K of N, counted from 0)");
+    unsigned long b = strtoul(slash + 1, &end, 10);
+    /* N at most what one --merge takes. */
+    if (!slash[1] || slash[1] == '-' || *end || errno || b == 0 || b > MAX_MERGE || a >= b)
+        return bad_value(flag, v, "K/N with 0 <= K < N <= 4096");
+    *k = (uint32_t)a;
+    *n = (uint32_t)b;
+    return 0;
 }
 
 static int parse_uint(const char *flag, const char *v, unsigned long lo, unsigned long hi,
@@ -285,6 +311,12 @@ static int apply_option(cli *c, int id, const char *a, const char *v) {
     case O_CACHE: o->cache_dir = v; return 0;
     case O_WORK: o->work_dir = v; return 0;
     case O_THREADS: return parse_u32(a, v, 1, 4096, &c->threads);
+    case O_SHARD: return parse_shard(a, v, &o->shard, &o->shards);
+    case O_MERGE:
+        if (o->n_merge == MAX_MERGE) return bad_value(a, v, "at most 4096 shard files");
+        c->merge[o->n_merge++] = v;
+        o->merge = c->merge;
+        return 0;
     }
     return -1;
 }
@@ -380,6 +412,9 @@ int main(int argc, char **argv) {
         int id = ds4ref_option_next("ds4ref-conform", options, sizeof(options) / sizeof(options[0]),
                                     argc, argv, &i, &v);
         if (id < 0 || apply_option(&c, id, a, v)) return DS4REF_E_ARG;
+        /* --merge A.json B.json ...: the files after it, up to the next option. */
+        while (id == O_MERGE && i + 1 < argc && argv[i + 1][0] != '-')
+            if (apply_option(&c, id, a, argv[++i])) return DS4REF_E_ARG;
     }
     /* --qat alone names the official numerics with that simulation. */
     if (c.qat_given && !c.numerics_given) c.o.numerics = NULL;

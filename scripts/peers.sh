@@ -39,6 +39,16 @@
 #
 # llama.cpp's llama-server, when one is on the PATH, behind its preset.
 #
+# A soak of ds4ref-server (scripts/peers_soak.py): whole, streamed, leaving
+# and slow clients together for three minutes, every completed answer the
+# CLI's, nothing left in flight, memory flat.
+#
+# Slurm (Debian's slurmctld, slurmd, slurm-client and munge, installed with
+# apt-get when missing and this is root): tests/slurm.sh starts a one-node
+# Slurm on the loopback and runs a sharded ds4ref-conform through
+# scripts/slurm-conform.sh; the merge equals the unsharded run, and a shard
+# cancelled with scancel leaves a merge that names it.
+#
 # llama-cpp-python 0.3.36's OpenAI server (its [server] extra, which pip
 # builds from source with its vendored llama.cpp, into $DS4REF_PEERS/llamacpp)
 # behind ds4ref-conform --server-cmd llama-cpp-python: at 16 tokens every
@@ -59,6 +69,11 @@ trap 'rm -rf "$tmp"' EXIT
 . tests/checks.sh
 fails=0
 cache=${DS4REF_PEERS:-${HOME:-/tmp}/.cache/ds4ref/peers}
+
+# A soak of ds4ref-server: whole, streamed, leaving and slow clients for
+# three minutes, every answer the CLI's (scripts/peers_soak.py).
+check "ds4ref-server soak: mixed clients for 180 s, every answer the CLI's" \
+    python3 scripts/peers_soak.py . models/tiny.gguf 180
 
 # The safetensors library: skipped, not failed, without it.
 py=/usr/bin/python3
@@ -153,6 +168,23 @@ else
     ./ds4ref -m "$tmp/twin" --tokens-file "$toks" --qat off -n 0 --logits-out "$tmp/ds4ref.f32" > /dev/null 2>&1
     check "... and with ds4ref (QAT off) to 2e-6, every argmax" \
         python3 scripts/logits_agree.py "$tmp/ds4ref.f32" "$tmp/tf.logits.f64" 512 2e-6
+fi
+
+# Slurm: skipped, not failed, when it cannot be installed or started.
+if ! command -v slurmctld > /dev/null && ! [ -x /usr/sbin/slurmctld ] && [ "$(id -u)" = 0 ] &&
+     command -v apt-get > /dev/null; then
+    echo "peers: apt-get install slurmctld slurmd slurm-client munge"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurmctld slurmd slurm-client munge \
+        > "$tmp/apt-slurm.log" 2>&1 || echo "peers: apt-get failed: $(tail -1 "$tmp/apt-slurm.log")"
+fi
+tests/slurm.sh "$build" > "$tmp/slurm.txt" 2>&1
+slurm_status=$?
+cat "$tmp/slurm.txt"
+if [ $slurm_status -eq 77 ]; then
+    echo "peers: Slurm skipped (above)"
+else
+    check "Slurm: a sharded ds4ref-conform merges to the unsharded run; scancel's slice is named" \
+        test $slurm_status -eq 0
 fi
 
 skip_all() {

@@ -491,5 +491,32 @@ check "... naming the file" grep -q "cannot load $tmp/libggml-base.so" "$tmp/std
 printf '1 x 3\n' > "$tmp/rows.txt"
 check "ds4ref-llama on a bad token row -> 1" status_is 1 ./ds4ref-llama --lib "$tmp" "${llama_args[@]}"
 check "... naming the row" grep -q 'rows.txt: row 0: expected token ids separated by spaces, at "x 3' "$tmp/stderr"
+# A golden suite in shards (scripts/golden-suite.sh; make peers runs it on
+# Slurm): two shards merged are byte for byte the suite run as one, with the
+# prompts beside it, and ds4_test --logprob-vectors holds the model to it; a
+# merge without a slice, or of shards run with other arguments, is refused
+# by name.
+# (Case ids other than the prompts' file names: ds4ref keeps a prompt by its file's name.)
+for p in chat code copy; do echo "q-$p $PWD/vectors/conform/$p.txt"; done > "$tmp/suite.txt"
+gs=scripts/golden-suite.sh
+suite_args=(-m "$PWD/$model" -n 4)
+quiet $gs shard "$tmp/suite.txt" 0/2 "$tmp/gs/s0.vec" "${suite_args[@]}"
+quiet $gs shard "$tmp/suite.txt" 1/2 "$tmp/gs/s1.vec" "${suite_args[@]}"
+quiet $gs shard "$tmp/suite.txt" 0/1 "$tmp/gs1/all.vec" "${suite_args[@]}"
+check "golden suite: two shards merge" status_is 0 $gs merge "$tmp/suite.txt" "$tmp/gsm/suite.vec" \
+    "$tmp/gs/s1.vec" "$tmp/gs/s0.vec"
+quiet $gs merge "$tmp/suite.txt" "$tmp/gsm1/suite.vec" "$tmp/gs1/all.vec"
+check "... byte for byte the suite run as one shard, prompts too" bash -c \
+    'cmp "$1/gsm/suite.vec" "$1/gsm1/suite.vec" && diff -r "$1/gsm/prompts" "$1/gsm1/prompts"' _ "$tmp"
+check "... which ds4_test --logprob-vectors holds the model to" status_is 0 env DS4_TEST_MODEL="$model" \
+    DS4_TEST_VECTOR_FILE="$tmp/gsm/suite.vec" ./ds4_test --logprob-vectors
+check "... its three cases each" bash -c '[ "$(grep -c ": ok$" "$1")" -eq 3 ]' _ "$tmp/out.txt"
+check "a merge without slice 1 -> 2" status_is 2 $gs merge "$tmp/suite.txt" "$tmp/x.vec" "$tmp/gs/s0.vec"
+check "... naming it and its cases" grep -q 'shard 1/2 (cases q-code,q-copy) is missing' "$tmp/stderr"
+quiet $gs shard "$tmp/suite.txt" 1/2 "$tmp/gs/n5.vec" -m "$PWD/$model" -n 5
+check "shards run with other arguments -> 2" status_is 2 $gs merge "$tmp/suite.txt" "$tmp/x.vec" \
+    "$tmp/gs/s0.vec" "$tmp/gs/n5.vec"
+check "... saying so" grep -q 'n5.vec: ds4ref ran with other arguments' "$tmp/stderr"
+
 [ $fails -eq 0 ] && echo "cli: all passed" || echo "cli: $fails failed"
 exit $((fails != 0))

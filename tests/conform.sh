@@ -141,6 +141,68 @@ check "--jobs 3: the same verdicts as one at a time" bash -c '
     [ $? -eq 1 ] && diff <(grep "^{\"draft\"" "$2" | sed "s/\"seconds\":[^,]*,//") \
                          <(grep "^{\"draft\"" "$2.j3" | sed "s/\"seconds\":[^,]*,//")' \
     _ "$backend" "$tmp/batch-holes.json" "${bug_args[@]}"
+# Shards (docs/CONFORM.md, "On a cluster"): a run with failing cells cut into
+# three slices, each run apart, merges to the unsharded run's report and JSON
+# (less the seconds).  Merges of a missing, doubled or foreign slice, or of a
+# slice stopped midway (SIGTERM, as scancel sends), are refused by name, and
+# the slice run again completes it.  The backend is a wrapper that can be
+# slowed from the environment, so that one template serves every run.
+slow="$tmp/slow-backend"
+printf '#!/bin/sh\n[ -n "${CONFORM_SLOW:-}" ] && sleep "$CONFORM_SLOW"\nexec %s "$@"\n' \
+    "${backend%% *}" > "$slow"
+chmod +x "$slow"
+shard_args=(--backend "$slow ${backend#* } --bug batch-holes" -m models/tiny.gguf
+            --mtp models/tiny-mtp.gguf --prompts "$tmp/prompts" --matrix "draft=0,1 chunk=3,whole batch=1,2")
+no_seconds() { grep -v '^$' "$1" | sed 's/"seconds":[^,]*,//g'; }
+check "shards: the unsharded run fails (exit 1)" status_is 1 conform "${shard_args[@]}" \
+    --json "$tmp/sh-all.json"
+cp "$tmp/out.txt" "$tmp/sh-all.txt"
+for k in 0 1 2; do
+    check "shard $k/3 runs its slice (exit 0)" status_is 0 conform "${shard_args[@]}" --shard $k/3 \
+        --json "$tmp/sh-$k.json"
+done
+check "... the merge fails as the unsharded run (exit 1)" status_is 1 conform "${shard_args[@]}" \
+    --merge "$tmp/sh-0.json" "$tmp/sh-1.json" "$tmp/sh-2.json" --json "$tmp/sh-merged.json"
+check "... with its report, byte for byte" diff "$tmp/sh-all.txt" "$tmp/out.txt"
+check "... and its JSON, less the seconds" diff <(no_seconds "$tmp/sh-all.json") \
+    <(no_seconds "$tmp/sh-merged.json")
+check "a merge without slice 1 -> 2, naming it" status_is 2 conform "${shard_args[@]}" \
+    --merge "$tmp/sh-0.json" "$tmp/sh-2.json"
+check "... (its cells and the option to run it)" grep -q 'shard 1/3 (cells [0-9]* to [0-9]*) is missing: run it (--shard 1/3)' "$tmp/stderr"
+check "a slice given twice -> 2" status_is 2 conform "${shard_args[@]}" \
+    --merge "$tmp/sh-0.json" "$tmp/sh-1.json" "$tmp/sh-1.json" "$tmp/sh-2.json"
+check "... naming both files" grep -q 'sh-1.json and .*sh-1.json are both shard 1/3' "$tmp/stderr"
+check "a shard of another run (-n 9) -> 2" status_is 2 conform "${shard_args[@]}" -n 9 \
+    --merge "$tmp/sh-0.json" "$tmp/sh-1.json" "$tmp/sh-2.json"
+check "... naming what differs" grep -q "sh-0.json: a shard of another run: its 'steps 32 .*' is 'steps 9 " "$tmp/stderr"
+CONFORM_SLOW=3 ./ds4ref-conform -q --no-cache "${shard_args[@]}" --shard 1/3 --json "$tmp/sh-1b.json" \
+    > /dev/null 2>&1 &
+shard_pid=$!
+sleep 1.5
+kill -TERM $shard_pid
+wait $shard_pid
+check "a shard stopped by SIGTERM exits 10" test $? -eq 10
+check "... and a merge with it -> 2, naming the slice to run again" status_is 2 conform "${shard_args[@]}" \
+    --merge "$tmp/sh-0.json" "$tmp/sh-1b.json" "$tmp/sh-2.json"
+check "... (it did not finish)" grep -q 'sh-1b.json: shard 1/3 did not finish: cell [0-9]* (.*) did not run; run that shard again' "$tmp/stderr"
+# A command that is not found: the unsharded run stops at its first cell
+# (the others n/a, exit 13); each shard runs its own cells, and the merge
+# replays the run's rule, giving the same report.
+nf_args=(--backend "/nonexistent/backend {batch_tokens} {batch} {out}" -m models/tiny.gguf --prompts "$tmp/prompts"
+         --matrix "draft=0 chunk=whole batch=1,2")
+check "a command not found, unsharded: exit 13" status_is 13 conform "${nf_args[@]}"
+cp "$tmp/out.txt" "$tmp/nf-all.txt"
+quiet conform "${nf_args[@]}" --shard 0/2 --json "$tmp/nf-0.json"
+quiet conform "${nf_args[@]}" --shard 1/2 --json "$tmp/nf-1.json"
+check "... merged from two shards: exit 13, the same report" bash -c '
+    ./ds4ref-conform -q --no-cache "${@:3}" --merge "$1/nf-0.json" "$1/nf-1.json" > "$1/nf-m.txt" 2>/dev/null
+    [ $? -eq 13 ] && diff "$2" "$1/nf-m.txt"' _ "$tmp" "$tmp/nf-all.txt" "${nf_args[@]}"
+check "... run again, the slice completes the merge" bash -c '
+    ./ds4ref-conform -q --no-cache "${@:3}" --shard 1/3 --json "$1/sh-1c.json" > /dev/null 2>&1 &&
+    ./ds4ref-conform -q --no-cache "${@:3}" --merge "$1/sh-0.json" "$1/sh-1c.json" "$1/sh-2.json" \
+        > "$1/sh-merged2.txt" 2>/dev/null; [ $? -eq 1 ] && diff "$2" "$1/sh-merged2.txt"' \
+    _ "$tmp" "$tmp/sh-all.txt" "${shard_args[@]}"
+
 # Every finding of a row is in the JSON: a row that failed its own check
 # (a token far below the argmax) is still compared with the base cell's
 # stream, and that finding is there too.

@@ -46,9 +46,12 @@ int ds4check_conform_server_preset(uint32_t i, const char **name, const char **t
     return ds4chk_template_server_preset_at(i, name, tmpl, about);
 }
 
-/* The internal options of o, over the corpus and matrix made from it. */
+enum { NUMERICS_KEY = 128 };
+
+/* The internal options of o, over the corpus and matrix made from it
+ * (numerics_key: NUMERICS_KEY bytes that live as long as in). */
 static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus, ds4_cf_opts *in,
-                       ds4err *e) {
+                       char *numerics_key, ds4err *e) {
     memset(in, 0, sizeof(*in));
     const char *preset = o->backend ? ds4chk_template_preset(o->backend) : NULL;
     const char *server_preset = o->server_cmd ? ds4chk_template_server_preset(o->server_cmd) : NULL;
@@ -114,7 +117,31 @@ static int to_internal(const ds4check_conform_options *o, ds4_cf_corpus *corpus,
     in->stop = o->stop;
     in->progress = o->progress;
     in->progress_ud = o->progress_ud;
+    if (o->shards && (o->shard >= o->shards || o->n_merge))
+        return ds4_err_set(e, DS4_E_ARG, o->n_merge ? "--shard and --merge: one or the other"
+                                                    : "--shard K/N: K must be below N");
+    if (o->shards && !o->json_path)
+        return ds4_err_set(e, DS4_E_ARG, "--shard K/N writes its shard file to --json FILE: "
+                           "give one");
+    in->shard = o->shard;
+    in->shards = o->shards;
+    in->shard_path = o->json_path;
+    in->merge = o->merge;
+    in->n_merge = o->n_merge;
+    /* The reference's numerics as asked for: a merge must ask the same. */
+    snprintf(numerics_key, NUMERICS_KEY, "%s qat %d", o->numerics ? o->numerics : "official",
+             o->qat);
+    in->numerics_key = numerics_key;
     return 0;
+}
+
+/* A shard's report: which cells ran, and where they went. */
+static void shard_report(const ds4_cf_result *r, const ds4check_conform_options *o, FILE *f) {
+    if (f)
+        fprintf(f, "shard %u/%u: cells %u to %u of %u: %u ran, %u failed to run, %u n/a; written "
+                "to %s (no verdict: merge every shard with --merge)\n", o->shard, o->shards,
+                r->shard_lo, r->shard_hi ? r->shard_hi - 1 : 0, r->n_cells, r->shard_ran,
+                r->shard_errors, r->shard_na, o->json_path);
 }
 
 static void to_public(const ds4_cf_result *r, ds4check_conform_result *out) {
@@ -135,8 +162,10 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
     ds4_cf_result r = {0};
     if (res) memset(res, 0, sizeof(*res));
     if (!o || !o->model_path) return api_fail_msg(err, DS4REF_E_ARG, "ds4check_conform_run: no model");
-    int rc = to_internal(o, &corpus, &in, &e);
-    if (rc == 0 && o->json_path) rc = ds4_file_atomic_open(&json, o->json_path, &e);
+    char numerics_key[NUMERICS_KEY];
+    int rc = to_internal(o, &corpus, &in, numerics_key, &e);
+    /* A shard writes its own file when its cells have run. */
+    if (rc == 0 && o->json_path && !o->shards) rc = ds4_file_atomic_open(&json, o->json_path, &e);
     if (rc == 0) {
         ds4ref_model_options mo;
         ds4ref_model_options_init(&mo);
@@ -151,7 +180,8 @@ int ds4check_conform_run(const ds4check_conform_options *o, FILE *report,
     const ds4_tokenizer *tok = NULL;
     if (rc == 0) rc = ds4_model_tokenizer(&m->m, &tok, &e);
     if (rc == 0) rc = ds4chk_conform_run(&m->e, &m->m, tok, &in, &r, &e);
-    if (rc == 0) rc = ds4chk_report_write(&r, &in, report, &json, &e);
+    if (rc == 0 && r.shard_only) shard_report(&r, o, report);
+    else if (rc == 0) rc = ds4chk_report_write(&r, &in, report, &json, &e);
     if (rc == 0) to_public(&r, res);
     ds4_file_atomic_abort(&json);
     ds4chk_conform_result_free(&r);

@@ -17,6 +17,7 @@
 #include "check/conform/backend.h"
 #include "check/conform/http.h"
 #include "check/conform/client.h"
+#include "check/conform/shard.h"
 #include "check/conform/template.h"
 #include "quant/gguf_twin.h"
 #include "ref/decode/generate.h"
@@ -545,13 +546,8 @@ static int server_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_va
  * the cell's. */
 static int launch_cell(const ds4_cf_result *res, const ds4_cf_opts *o, ds4_cf_cell *c,
                        uint32_t index, const char *work, ds4err *err) {
-    char name[80], ch[16], conf[24] = "";
-    if (c->conf) snprintf(conf, sizeof(conf), "-conf%u", c->conf);
-    snprintf(name, sizeof(name), "%03u-d%u-c%s-b%u%s%s-", index, c->draft,
-             ds4chk_matrix_chunk_name(c->chunk_spec, ch, sizeof(ch)), c->batch,
-             c->cache == DS4_CF_WARM ? "-warm" : "", conf);
     ds4_buf dir = {0};
-    ds4_buf_printf(&dir, "%s/%s%s", work, name, res->prompts[c->prompt].name);
+    ds4chk_shard_cell_dir(res, c, index, work, &dir);
     char *tokens = path_in(dir.p, "tokens", -1), *prompt = path_in(dir.p, "prompt", -1),
          *batch = path_in(dir.p, "batch_tokens", -1), *out = path_in(dir.p, "out", -1),
          *log = path_in(dir.p, "log", -1);
@@ -654,7 +650,7 @@ typedef struct launcher {
     const ds4_cf_opts *o;
     const char *work;
     pthread_mutex_t mu;
-    uint32_t next;
+    uint32_t next, end;    /* the cells [next, end) left to launch */
     uint32_t ran;          /* cells whose command left its outputs */
     int rc;
     ds4err err;
@@ -665,11 +661,10 @@ typedef struct launcher {
  * than once a cell.  Under L->mu. */
 static void after_cell(launcher *L, const ds4_cf_cell *c) {
     if (c->dir) L->ran++;
-    if (L->ran || c->exit_status != 127 || L->res->not_found) return;
-    L->res->not_found = true;
-    snprintf(L->res->stopped, sizeof(L->res->stopped), "the backend's command was not found "
-             "(exit status 127) before any cell ran, so no other cell started: %.190s",
-             c->f.detail);
+    /* A shard runs all of its slice: whether the command was found before
+     * any cell ran is the whole run's to say, and the merge says it. */
+    if (L->ran || c->exit_status != 127 || L->res->not_found || L->o->shards) return;
+    ds4chk_shard_not_found(L->res, c);
 }
 
 static void *launch_worker(void *arg) {
@@ -677,9 +672,9 @@ static void *launch_worker(void *arg) {
     for (;;) {
         pthread_mutex_lock(&L->mu);
         uint32_t i = L->next;
-        while (i < L->res->n_cells && L->res->cells[i].status == DS4_CF_NA) i++;
+        while (i < L->end && L->res->cells[i].status == DS4_CF_NA) i++;
         L->next = i + 1;
-        bool done = L->rc || L->res->not_found || i >= L->res->n_cells;
+        bool done = L->rc || L->res->not_found || i >= L->end;
         if (!done && L->o->stop && *L->o->stop) {
             L->rc = ds4_err_set(&L->err, DS4_E_INTERRUPTED, "interrupted after %u of %u cells",
                                 i, L->res->n_cells);
@@ -711,10 +706,11 @@ static void *launch_worker(void *arg) {
     }
 }
 
-/* Every cell that is not n/a, jobs at a time (threads of this process,
- * each waiting for one backend). */
-static int launch_all(ds4_cf_result *res, const ds4_cf_opts *o, const char *work, ds4err *err) {
-    launcher L = {.res = res, .o = o, .work = work};
+/* Every cell of [lo, hi) that is not n/a, jobs at a time (threads of this
+ * process, each waiting for one backend). */
+static int launch_all(ds4_cf_result *res, const ds4_cf_opts *o, const char *work, uint32_t lo,
+                      uint32_t hi, ds4err *err) {
+    launcher L = {.res = res, .o = o, .work = work, .next = lo, .end = hi};
     pthread_mutex_init(&L.mu, NULL);
     uint32_t jobs = o->jobs ? o->jobs : 1, started = 0;
     pthread_t th[DS4_CF_MAX_JOBS];
@@ -1116,22 +1112,44 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         (rc = ds4chk_client_index_new(tok, dialect->lossy, &vocab, err)) == 0)
         run.vocab = vocab;
     run.tok = tok;
-    if (rc == 0) rc = launch_all(res, &run, work, err);
+    /* A shard runs its slice; a merge runs nothing, its shards having run
+     * every slice (shard.h). */
+    uint32_t lo = 0, hi = res->n_cells;
+    if (run.shards) ds4chk_shard_slice(res->n_cells, run.shard, run.shards, &lo, &hi);
+    ds4_buf desc = {0};
+    if (rc == 0 && (run.shards || run.n_merge))
+        rc = ds4chk_shard_describe(res, &run, ref.model_key, &desc, err);
+    if (rc == 0 && run.n_merge) rc = ds4chk_shard_merge(res, desc.p, run.merge, run.n_merge, work, err);
+    else if (rc == 0) rc = launch_all(res, &run, work, lo, hi, err);
     /* Interrupted: what finished is checked and reported all the same. */
     if (rc && err->code == DS4_E_INTERRUPTED) {
         res->interrupted = true;
         snprintf(res->stopped, sizeof(res->stopped), "%.299s", err->msg);
         rc = 0;
     }
+    if (rc == 0 && run.shards) {
+        rc = desc.p ? ds4chk_shard_write(res, desc.p, run.shard, run.shards, run.shard_path, err)
+                    : ds4_err_set(err, DS4_E_NOMEM, "out of memory");
+        res->shard_only = true;
+        res->shard_lo = lo;
+        res->shard_hi = hi;
+        for (uint32_t i = lo; i < hi; i++) {
+            const ds4_cf_cell *c = &res->cells[i];
+            res->shard_ran += c->dir != NULL;
+            res->shard_errors += c->status == DS4_CF_ERROR;
+            res->shard_na += c->status == DS4_CF_NA;
+        }
+    }
+    ds4_buf_free(&desc);
     if (rc == 0 && (res->interrupted || res->not_found)) mark_not_run(res);
     ds4chk_client_index_free(vocab);
-    if (rc == 0) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
-    if (rc == 0 && run.calibrate && !run.limits.exact && !stopping(&run, res))
+    if (rc == 0 && !res->shard_only) rc = read_bases(res, &run, tok, m->cfg.n_vocab, err);
+    if (rc == 0 && !res->shard_only && run.calibrate && !run.limits.exact && !stopping(&run, res))
         rc = calibrate(&ref, m, res, &run, err);
     settle_limits(res, &run.limits);
     /* The outputs, one cell after another: teacher forcing runs on the one
      * engine. */
-    for (uint32_t i = 0; rc == 0 && i < res->n_cells; i++) {
+    for (uint32_t i = 0; rc == 0 && !res->shard_only && i < res->n_cells; i++) {
         ds4_cf_cell *c = &res->cells[i];
         if (!c->dir) continue;
         if (stopping(&run, res)) {
@@ -1146,7 +1164,7 @@ int ds4chk_conform_run(ds4_engine *e, ds4_model *m, const ds4_tokenizer *tok,
         }
         rc = check_cell(&ref, res, &run, tok, c, err);
     }
-    if (rc == 0) {
+    if (rc == 0 && !res->shard_only) {
         if (res->greedy) check_consistency(res, &run, tok);
         check_exercised(res, o->n_tokens);
         check_ties(res);

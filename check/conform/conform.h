@@ -76,6 +76,15 @@ typedef struct ds4_cf_opts {
     volatile sig_atomic_t *stop;   /* NULL, or set asynchronously (SIGINT): the run stops */
     ds4_cf_progress_fn progress;
     void *progress_ud;
+    const char *numerics_key;  /* the reference's numerics as given ("auto", a profile, QAT):
+                                * part of a shard's run description */
+    /* Shards (shard.h): shards > 0 runs the commands of slice `shard` only
+     * and writes them to shard_path, checking nothing; n_merge > 0 reads the
+     * shard files merge[] instead of running any command. */
+    uint32_t shard, shards;
+    const char *shard_path;
+    const char *const *merge;
+    uint32_t n_merge;
 } ds4_cf_opts;
 
 /* The backend against itself: how far the rows of its other cells depart
@@ -190,6 +199,11 @@ typedef struct ds4_cf_result {
     bool checks_stopped;       /* the stop request came while the outputs were checked */
     char stopped[300];
     ds4_cf_limits limits;      /* the limits the verdicts used */
+    /* A shard's run (opts.shards): its cells lo..hi-1 ran and were written
+     * to the shard file; nothing was checked. */
+    bool shard_only;
+    uint32_t shard_lo, shard_hi;
+    uint32_t shard_ran, shard_errors, shard_na;   /* of its cells */
 } ds4_cf_result;
 
 /* "draft=3 chunk=7 batch=2", then " PROMPT" when with_prompt. */

@@ -12,7 +12,8 @@
 # Everything goes to $FUZZ_BUILD (default build/fuzz): the library built
 # with clang and -fsanitize=fuzzer-no-link,address,undefined, the targets
 # fuzz_gguf, fuzz_model, fuzz_dflash, fuzz_tokenizer, fuzz_parsers, fuzz_safetensors, fuzz_hfbind,
-# fuzz_server (ds4ref-server's request parser, with jansson), the
+# fuzz_server (ds4ref-server's request parser, with jansson), fuzz_shard
+# (ds4ref-conform's shard files, what --merge reads), the
 # seeds (generated, not committed), logs, crash artifacts and summary-MODE.txt
 # with the executions of each target.  Targets run side by side, one per core.
 # Exit status: 0 when no target crashed, 1 otherwise.
@@ -22,12 +23,12 @@ cd "$(dirname "$0")/../.."
 out=${FUZZ_BUILD:-build/fuzz}
 cc=${FUZZ_CC:-clang}
 jobs=$(nproc 2>/dev/null || echo 2)
-targets=(gguf model dflash tokenizer parsers safetensors hfbind server)
+targets=(gguf model dflash tokenizer parsers safetensors hfbind server shard)
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter \
 -ffp-contract=off -fno-fast-math -fopenmp -I. -Iinclude -Itests -Itests/fuzz $san"
 # Inputs larger than this are not tried (the largest seed, a golden, is ~140 KB).
-declare -A max_len=([gguf]=65536 [model]=4096 [dflash]=4096 [tokenizer]=4096 [parsers]=300000 [safetensors]=16384 [hfbind]=65536 [server]=16384)
+declare -A max_len=([gguf]=65536 [model]=4096 [dflash]=4096 [tokenizer]=4096 [parsers]=300000 [safetensors]=16384 [hfbind]=65536 [server]=16384 [shard]=16384)
 
 build() {
     # The library through the Makefile's own rules, into its own build dir.

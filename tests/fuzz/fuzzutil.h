@@ -48,4 +48,9 @@ void fz_dspark_split(uint8_t **trunk, size_t *trunk_len, uint8_t **draft, size_t
 size_t fz_edit(const uint8_t *base, size_t base_len, uint64_t header_len, uint8_t *work,
                const uint8_t *ed, size_t n);
 
+/* fuzz_shard's run: its cells (the last n/a) and its description, which
+ * the seeds' shard files are of. */
+#define FZ_SHARD_CELLS 3
+#define FZ_SHARD_DESC "ds4ref-conform run, fuzz_shard\n"
+
 #endif

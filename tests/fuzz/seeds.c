@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 
 #include "base/file.h"
+#include "base/sha256.h"
 #include "fuzzutil.h"
 #include "malformed.h"
 #include "quant/gguf.h"
@@ -414,6 +415,38 @@ static void hfbind_seeds(void) {
     free(dir);
 }
 
+/* ------------------------------------------------------------ shards */
+
+/* Shard files of fuzz_shard's run (FZ_SHARD_DESC, FZ_SHARD_CELLS cells, the
+ * last n/a): a whole one (a cell that ran with its files, one that failed,
+ * the n/a one), one that stopped before a cell ran, and one of another run. */
+static void shard_seeds(void) {
+    char key[65];
+    ds4_sha256_hex(FZ_SHARD_DESC, strlen(FZ_SHARD_DESC), key);
+    static const char *const states[][3] = {{"ran", "error", "na"}, {"ran", "not-run", "na"}};
+    static const char *const names[] = {"whole", "stopped", "other-run"};
+    for (int v = 0; v < 3; v++) {
+        char buf[4096];
+        int n = snprintf(buf, sizeof(buf),
+                         "{\"ds4ref_conform_shard\": 1, \"key\": \"%s\", \"shard\": 0, \"shards\": 1, "
+                         "\"cells\": [0, 3], \"n_cells\": 3,\n  \"identity\": {\"by_server\": 1, "
+                         "\"server_unnamed\": 0, \"server_names\": \"\"},\n"
+                         "  \"run\": [\"ds4ref-conform run, fuzz_shard\"],\n"
+                         "  \"cell_results\": [\n", v == 2 ? "00" : key);
+        for (int i = 0; i < 3; i++)
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n,
+                          "    {\"index\": %d, \"state\": \"%s\", \"exit_status\": %d, "
+                          "\"seconds\": 0.5, \"detail\": \"%s\", \"accept\": {\"known\": true, "
+                          "\"has_deepest\": false, \"proposed\": 4, \"accepted\": 2, \"deepest\": 0}, "
+                          "\"cuts\": [-1], \"files\": %s}%s\n", i, states[v == 1][i], i == 1 ? 1 : 0,
+                          i == 1 ? "the backend exited with status 1" : "",
+                          i == 0 ? "{\"log\": \"6f6b0a\", \"out\": \"7b7d0a\"}" : "{}",
+                          i < 2 ? "," : "");
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "  ]\n}\n");
+        put("shard", names[v], buf, (size_t)n);
+    }
+}
+
 /* ----------------------------------------------------------- server */
 
 /* Request bodies, after fuzz_server's first byte: the endpoint. */
@@ -466,6 +499,7 @@ int main(int argc, char **argv) {
     safetensors_seeds();
     hfbind_seeds();
     server_seeds();
+    shard_seeds();
     printf("seeds: %u files in %s\n", n_written, outdir);
     return 0;
 }
