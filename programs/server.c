@@ -75,17 +75,23 @@ static _Thread_local unsigned answered;
 
 /* ---- responses ---------------------------------------------------------- */
 
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
+/* Answer with text (malloc'd, taken over; NULL: out of memory). */
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *text,
+                                 const char *content_type) {
     if (!text) return MHD_NO;
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Content-Type", content_type);
     enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     answered = status;
     return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *body) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    return send_text(c, status, text, "application/json");
 }
 
 /* OpenAI's error object. */
@@ -1042,14 +1048,7 @@ static enum MHD_Result serve_metrics(server *sv, struct MHD_Connection *c) {
     srv_sched_load(sv->sched, &rows, &queued);
     char *text = srv_metrics_text(&sv->metrics, rows, queued,
                                   __atomic_load_n(&sv->conns, __ATOMIC_SEQ_CST), sv->info_labels);
-    if (!text) return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    answered = MHD_HTTP_OK;
-    return ok;
+    return send_text(c, MHD_HTTP_OK, text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
 /* A special token's text (JSON null without a tokenizer's id). */

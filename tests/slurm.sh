@@ -102,6 +102,20 @@ drain() {
     return 1
 }
 
+# Cancel slice 1 of the array that IDS ("array A merge M") names once it
+# runs, then let the merge job end.
+cancel_slice1() {
+    local array=${1#array }
+    array=${array%% *}
+    for _ in $(seq 120); do
+        squeue -h -t R -j "${array}_1" 2> /dev/null | grep -q . && break
+        sleep 1
+    done
+    sleep 2
+    scancel "${array}_1"
+    drain 600
+}
+
 # The test backend behind a wrapper that sleeps in the array task named by
 # SLOW_TASK: one template for every run, one shard slow enough to cancel.
 cp vectors/conform/chat.txt vectors/conform/code.txt "$tmp/prompts/"
@@ -128,15 +142,7 @@ check "... and its JSON, less the seconds" diff <(no_seconds "$tmp/all.json") <(
 
 # A shard cancelled: slice 1 waits in its first cell until scancel stops it.
 ids=$(SLOW_TASK=1 DS4REF_CONFORM=$PWD/ds4ref-conform scripts/slurm-conform.sh 3 "$tmp/cut" "${args[@]}")
-array=${ids#array }
-array=${array%% *}
-for _ in $(seq 120); do
-    squeue -h -t R -j "${array}_1" 2> /dev/null | grep -q . && break
-    sleep 1
-done
-sleep 2
-scancel "${array}_1"
-drain 600
+cancel_slice1 "$ids"
 check "scancel on shard 1: the merge refuses (status 2)" grep -qx 2 "$tmp/cut/status"
 check "... naming slice 1" grep -Eq 'shard 1/3 (\(cells [0-9]+ to [0-9]+\) is missing|did not finish)' "$tmp/cut/merge.log"
 sbatch --wait --array 1 --output "$tmp/cut/shard-again.log" "$tmp/cut/shard.sh" > /dev/null
@@ -164,15 +170,7 @@ check "... and ds4_test --logprob-vectors holds the model to it" \
     env DS4_TEST_MODEL="$PWD/models/tiny.gguf" DS4_TEST_VECTOR_FILE="$tmp/gold/suite.vec" \
     ./ds4_test --logprob-vectors
 ids=$(SLOW_TASK=1 DS4REF=$tmp/ds4ref scripts/slurm-goldens.sh 3 "$tmp/gcut" "$tmp/suite.txt" "${gargs[@]}")
-array=${ids#array }
-array=${array%% *}
-for _ in $(seq 120); do
-    squeue -h -t R -j "${array}_1" 2> /dev/null | grep -q . && break
-    sleep 1
-done
-sleep 2
-scancel "${array}_1"
-drain 600
+cancel_slice1 "$ids"
 check "scancel on golden shard 1: the merge refuses (status 2)" grep -qx 2 "$tmp/gcut/status"
 check "... naming slice 1" grep -q 'shard 1/3 (cases code) is missing' "$tmp/gcut/merge.log"
 sbatch --wait --array 1 --output "$tmp/gcut/shard-again.log" "$tmp/gcut/shard.sh" > /dev/null
